@@ -1,0 +1,1 @@
+"""q-syscollect: the system-wide, per-CPU collector on perf_events."""

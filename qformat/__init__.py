@@ -1,0 +1,25 @@
+"""The q file format, version 1: names, `.info` s-expressions, data files,
+the `.q` directory and its object copies (DESIGN section 3).
+
+This package knows files, not perf: the collector writes through it and the
+viewer reads through it.
+"""
+
+from .data import Arc, Stack, edge_lines, hist_lines, iter_lines, read_edges, read_hist, \
+    read_stacks, stack_lines
+from .errors import QFormatError
+from .info import FORMAT_VERSION, CallCounts, CallStacks, Histogram, Info, MapRange, \
+    ObjectRef, TaskInfo, dump_info, parse_info, read_info
+from .names import QName, SetName, check_plain_name, copy_name, parse_copy_name, parse_name, \
+    parse_set, sanitize, sanitize_prog
+from .sexp import Form, Symbol
+from .store import CopyProblem, QDir, UnsafeDirectory, crc32_of_fd, resolve_info
+
+__all__ = [
+    "Arc", "CallCounts", "CallStacks", "CopyProblem", "FORMAT_VERSION", "Form", "Histogram",
+    "Info", "MapRange", "ObjectRef", "QDir", "QFormatError", "QName", "SetName", "Stack",
+    "Symbol", "TaskInfo", "UnsafeDirectory", "check_plain_name", "copy_name", "crc32_of_fd",
+    "dump_info", "edge_lines", "hist_lines", "iter_lines", "parse_copy_name", "parse_info",
+    "parse_name", "parse_set", "read_edges", "read_hist", "read_info", "read_stacks",
+    "resolve_info", "sanitize", "sanitize_prog", "stack_lines",
+]

@@ -1,0 +1,143 @@
+"""File names of a `.q` directory (DESIGN 3.1, 3.4) — pure string functions.
+
+- task sets: ``PROG-pidPID-cpuCPU.TYPE#V``;
+- per-CPU sets: ``kernel-cpuN.TYPE#V`` (pid 0 and, with -k, all kernel
+  samples) and ``PROG-cpuN.TYPE#V`` (short-lived tasks of one program);
+- object copies: ``.BASENAME.crc32.XXXXXXXX``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import QFormatError
+
+TYPES = ("info", "hist", "edge", "stack")
+KERNEL = "kernel"
+
+_SET = re.compile(r"(?P<prog>.+?)(?:-pid(?P<pid>\d+))?-cpu(?P<cpu>\d+)\Z")
+_FILE = re.compile(r"(?P<set>.+)\.(?P<type>info|hist|edge|stack)(?:#(?P<version>\d+))?\Z")
+_COPY = re.compile(r"\.(?P<base>.+)\.crc32\.(?P<crc>[0-9a-f]{8})\Z")
+_UNSAFE = re.compile(r"[\x00-\x20\x7f/#\\]")
+_AMBIGUOUS_TAIL = re.compile(r"-(pid|cpu)\d+\Z")
+
+
+def sanitize(text: str) -> str:
+    """Make ``text`` usable as one part of a file name.
+
+    ``/``, whitespace, control characters, ``#`` (the version separator) and
+    ``\\`` become ``_``; so do a leading ``.`` (names starting with a dot are
+    object copies) and ``..`` anywhere.
+    """
+    s = _UNSAFE.sub("_", text)
+    s = s.replace("..", "__")
+    if s.startswith("."):
+        s = "_" + s[1:]
+    return s or "_"
+
+
+def sanitize_prog(comm: str) -> str:
+    """The PROG part for a task's command name.
+
+    ``kernel`` is reserved, and a name ending like ``-pid12`` or ``-cpu1``
+    would read back as part of the set name: both get a trailing ``_``.
+    """
+    s = sanitize(comm)
+    return s + "_" if s == KERNEL or _AMBIGUOUS_TAIL.search(s) else s
+
+
+def _prog_ok(prog: str) -> bool:
+    return sanitize(prog) == prog and not _AMBIGUOUS_TAIL.search(prog)
+
+
+@dataclass(frozen=True, order=True)
+class SetName:
+    """A task set: the part of a name before ``.TYPE#V``."""
+
+    prog: str
+    cpu: int
+    pid: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.cpu < 0 or (self.pid is not None and self.pid < 0):
+            raise ValueError("cpu and pid must not be negative")
+        if not _prog_ok(self.prog):
+            raise ValueError(f"program name not sanitized: {self.prog!r}")
+
+    @property
+    def is_kernel(self) -> bool:
+        return self.prog == KERNEL and self.pid is None
+
+    @property
+    def is_aggregate(self) -> bool:
+        return self.pid is None and not self.is_kernel
+
+    def __str__(self) -> str:
+        if self.pid is None:
+            return f"{self.prog}-cpu{self.cpu}"
+        return f"{self.prog}-pid{self.pid}-cpu{self.cpu}"
+
+    def file(self, type_: str, version: int | None = None) -> str:
+        return str(QName(self, type_, version))
+
+
+@dataclass(frozen=True, order=True)
+class QName:
+    """A data or info file name: set, type and optional version."""
+
+    set: SetName
+    type: str
+    version: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.type not in TYPES:
+            raise ValueError(f"unknown type {self.type!r}")
+        if self.version is not None and self.version < 0:
+            raise ValueError("version must not be negative")
+
+    def __str__(self) -> str:
+        v = "" if self.version is None else f"#{self.version}"
+        return f"{self.set}.{self.type}{v}"
+
+    def with_version(self, version: int | None) -> QName:
+        return QName(self.set, self.type, version)
+
+
+def parse_set(text: str) -> SetName:
+    m = _SET.match(text)
+    if not m or not _prog_ok(m["prog"]):
+        raise QFormatError(f"not a task-set name: {text!r}")
+    pid = int(m["pid"]) if m["pid"] is not None else None
+    return SetName(m["prog"], int(m["cpu"]), pid)
+
+
+def parse_name(text: str) -> QName:
+    """Parse ``PROG-pidN-cpuN.TYPE[#V]`` (or the per-CPU forms)."""
+    check_plain_name(text)
+    m = _FILE.match(text)
+    if not m:
+        raise QFormatError(f"not a q file name (PROG-pidN-cpuN.TYPE#V): {text!r}")
+    version = int(m["version"]) if m["version"] is not None else None
+    return QName(parse_set(m["set"]), m["type"], version)
+
+
+def check_plain_name(name: str) -> str:
+    """Refuse anything but a plain file name inside the directory."""
+    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name \
+            or "\x00" in name or ".." in name:
+        raise QFormatError(f"not a plain file name: {name!r}")
+    return name
+
+
+def copy_name(basename: str, crc: int) -> str:
+    """``.BASENAME.crc32.XXXXXXXX`` for an object copy."""
+    return f".{sanitize(basename)}.crc32.{crc & 0xFFFFFFFF:08x}"
+
+
+def parse_copy_name(name: str) -> tuple[str, int]:
+    """(basename, crc) of an object-copy name."""
+    m = _COPY.match(name)
+    if not m:
+        raise QFormatError(f"not an object copy name (.NAME.crc32.XXXXXXXX): {name!r}")
+    return m["base"], int(m["crc"], 16)
