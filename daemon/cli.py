@@ -2,12 +2,124 @@
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
+from importlib.metadata import PackageNotFoundError, version
+
+from . import events, procfs
+from .supervisor import CollectError, Config, Supervisor
+
+DESCRIPTION = """\
+Sample every CPU with perf_events and write, per task, a q profile
+(.info, .hist, .stack) plus copies of the objects it needs into a .q
+directory. Ctrl-C, SIGTERM or -t end the run with a final checkpoint;
+SIGHUP writes a checkpoint at once."""
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="q-syscollect", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-t", dest="duration", type=_positive_float, metavar="SECS",
+                   help="collect for SECS seconds, then stop")
+    p.add_argument("-v", dest="verbose", action="store_true",
+                   help="report progress per CPU once a second")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("-k", dest="kernel_only", action="store_true",
+                      help="kernel only, into per-CPU kernel-cpuN sets")
+    mode.add_argument("-u", dest="user_only", action="store_true", help="user space only")
+    p.add_argument("-c", dest="frequency", type=_positive_int, default=997, metavar="HZ",
+                   help="sampling frequency per CPU (default 997: a prime, so sampling does "
+                        "not fall into step with periodic work)")
+    p.add_argument("-e", dest="event", metavar="EVENT",
+                   help="event to sample (default: cycles where the CPU has a PMU, else "
+                        "cpu-clock); SYSTEM:NAME for a tracepoint")
+    p.add_argument("-l", dest="list_events", action="store_true",
+                   help="list the events this machine offers and exit")
+    p.add_argument("-d", dest="directory", metavar="DIR",
+                   help="output directory (default: $Q_DIR, else ./.q)")
+    p.add_argument("--cpus", metavar="LIST", help="CPUs to collect, e.g. 0-3,6 (default: all)")
+    p.add_argument("-i", dest="inherit_only", action="store_true",
+                   help="only the command and the tasks it creates (works unprivileged)")
+    p.add_argument("--checkpoint", type=_positive_float, default=10.0, metavar="SECS",
+                   help="write everything collected every SECS seconds (default 10)")
+    p.add_argument("--call-graph", choices=("fp", "none"), default="fp",
+                   help="user stacks from frame pointers, or no stacks")
+    p.add_argument("--min-samples", type=_positive_int, default=100, metavar="N",
+                   help="a task needs N samples for a set of its own; tasks that end with "
+                        "fewer go into their program's PROG-cpuN set (default 100)")
+    p.add_argument("--symlink", action="store_true",
+                   help="symlink objects into .q instead of copying them")
+    p.add_argument("--mmap-pages", dest="ring_pages", type=_positive_int, metavar="PAGES",
+                   help="ring buffer data pages per CPU, a power of two")
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="[--] CMD ARGS",
+                   help="profile system-wide (or with -i, only this) until CMD exits")
+    return p
+
+
+def config_from(args: argparse.Namespace, argv: list[str]) -> Config:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    online = procfs.online_cpus()
+    if args.cpus:
+        try:
+            cpus = procfs.parse_cpu_list(args.cpus)
+        except ValueError:
+            raise CollectError(f"--cpus: not a CPU list: {args.cpus!r}") from None
+        missing = sorted(set(cpus) - set(online))
+        if missing or not cpus:
+            raise CollectError(f"--cpus: CPU {missing[0] if missing else '?'} is not online "
+                               f"(online: {','.join(map(str, online))})")
+    else:
+        cpus = online
+    if args.inherit_only and not command:
+        raise CollectError("-i needs a command: q-syscollect -i -- CMD ARGS")
+    if args.ring_pages and args.ring_pages & (args.ring_pages - 1):
+        raise CollectError("--mmap-pages must be a power of two")
+    directory = args.directory or os.environ.get("Q_DIR") or ".q"
+    return Config(directory=directory, cpus=cpus, command=command, duration=args.duration,
+                  verbose=args.verbose, kernel_only=args.kernel_only, user_only=args.user_only,
+                  frequency=args.frequency, event=args.event, inherit_only=args.inherit_only,
+                  checkpoint=args.checkpoint, call_graph=args.call_graph,
+                  min_samples=args.min_samples, symlink=args.symlink,
+                  ring_pages=args.ring_pages, argv=argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    print("q-syscollect: not implemented yet", file=sys.stderr)
-    return 2
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser().parse_args(argv)
+    if args.version:
+        try:
+            print(f"q-syscollect {version('q-tools')}")
+        except PackageNotFoundError:
+            print("q-syscollect (not installed)")
+        return 0
+    try:
+        if args.list_events:
+            print("\n".join(events.listing()))
+            return 0
+        return Supervisor(config_from(args, argv)).run()
+    except CollectError as e:
+        print(f"q-syscollect: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,0 +1,219 @@
+"""Per-CPU aggregation of samples into task sets.
+
+Every process incarnation collects its own ``Profile`` (address histogram,
+stack weights, call arcs). At a checkpoint a profile with enough samples
+becomes a task set of its own (``PROG-pidN-cpuN``); one that ended with few
+samples is folded into its program's aggregate set (``PROG-cpuN``), so a
+fork-heavy load cannot create unbounded files. Memory follows the code
+footprint: a set is forgotten once its final state has been written.
+
+Different processes of one program map its objects at different addresses
+(ASLR), so folding rebases every address onto one canonical layout per
+aggregate set (``CanonicalLayout``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from qtools.qformat import SetName, sanitize_prog
+
+from .tasks import Mapping, ObjectKey, Process
+
+KERNEL_START = 0xFFFF_8000_0000_0000  # x86_64 and aarch64 kernel half
+SYNTHETIC_BASE = 0x4000_0000_0000_0000  # never a user or kernel address
+MAX_PIDS = 1024
+
+
+@dataclass
+class Profile:
+    """Samples of one task set, in event units."""
+
+    hist: defaultdict[int, int] = field(default_factory=lambda: defaultdict(int))
+    stacks: defaultdict[tuple[int, ...], int] = field(default_factory=lambda: defaultdict(int))
+    arcs: defaultdict[tuple[int, int], int] = field(default_factory=lambda: defaultdict(int))
+    samples: int = 0
+    mappings: set[Mapping] = field(default_factory=set)
+
+    def add(self, ip: int, weight: int, stack: tuple[int, ...] | None,
+            arcs: Iterable[tuple[int, int]] = ()) -> None:
+        self.samples += 1
+        self.hist[ip] += weight
+        if stack:
+            self.stacks[stack] += weight
+        for arc in arcs:
+            self.arcs[arc] += 1
+
+    @property
+    def total(self) -> int:
+        return sum(self.hist.values())
+
+    def merge(self, other: Profile, rebase: CanonicalLayout | None = None,
+              proc: Process | None = None) -> None:
+        tr = (lambda a: a) if rebase is None or proc is None else \
+            (lambda a: rebase.translate(a, proc))
+        for a, w in other.hist.items():
+            self.hist[tr(a)] += w
+        for s, w in other.stacks.items():
+            self.stacks[tuple(tr(a) for a in s)] += w
+        for (f, t), n in other.arcs.items():
+            self.arcs[(tr(f), tr(t))] += n
+        self.samples += other.samples
+        if rebase is None:
+            self.mappings |= other.mappings
+
+
+class CanonicalLayout:
+    """One address layout for the objects of many processes of a program.
+
+    An object keeps the addresses of the first process that brought it in;
+    later processes' addresses inside it are moved there by file offset. If
+    that place is taken, the object gets a range above ``SYNTHETIC_BASE``.
+    """
+
+    def __init__(self) -> None:
+        self.by_object: dict[ObjectKey, list[Mapping]] = defaultdict(list)
+        self.ranges: list[Mapping] = []
+        self._next = SYNTHETIC_BASE
+
+    def translate(self, address: int, proc: Process) -> int:
+        if address >= KERNEL_START:
+            return address
+        m = proc.maps.find(address)
+        if m is None:
+            return address
+        offset = address - m.start + m.pgoff
+        for c in self.by_object[m.obj]:
+            if c.pgoff <= offset < c.pgoff + (c.end - c.start):
+                return c.start + offset - c.pgoff
+        if not any(r.start < m.end and m.start < r.end for r in self.ranges):
+            placed = m
+        else:
+            placed = Mapping(self._next, self._next + (m.end - m.start), m.pgoff, m.obj)
+            self._next += (m.end - m.start + 0xFFFF) & ~0xFFFF
+        self.by_object[m.obj].append(placed)
+        self.ranges.append(placed)
+        return placed.start + offset - placed.pgoff
+
+    def mappings(self) -> set[Mapping]:
+        return set(self.ranges)
+
+
+@dataclass(eq=False)
+class TaskSet:
+    """A set of files in `.q`: one task, one program's short-lived tasks, or the kernel."""
+
+    name: SetName
+    profile: Profile = field(default_factory=Profile)
+    process: Process | None = None
+    layout: CanonicalLayout | None = None  # aggregate sets only
+    promoted: bool = False  # has (or will get at the next write) files of its own
+    version: int | None = None
+    pids: list[int] = field(default_factory=list)
+    pids_dropped: int = 0
+    start_time: float = field(default_factory=time.time)
+    end_time: float | None = None
+    lost_at_start: int = 0
+    lost_at_end: int | None = None
+    dirty: bool = True
+    finished: bool = False  # ended; forget it once written
+
+    def add_pid(self, pid: int) -> None:
+        if pid in self.pids:
+            return
+        if len(self.pids) < MAX_PIDS:
+            self.pids.append(pid)
+        else:
+            self.pids_dropped += 1
+
+
+class SetBook:
+    """All task sets of one CPU and the rules that route samples to them."""
+
+    def __init__(self, cpu: int, min_samples: int = 100) -> None:
+        self.cpu = cpu
+        self.min_samples = min_samples
+        self.by_process: dict[Process, TaskSet] = {}
+        self.aggregates: dict[str, TaskSet] = {}
+        self.kernel: TaskSet | None = None
+        self.lost = 0  # records this CPU's ring dropped so far
+
+    def kernel_set(self) -> TaskSet:
+        if self.kernel is None:
+            self.kernel = TaskSet(SetName("kernel", self.cpu), promoted=True,
+                                  lost_at_start=self.lost)
+        return self.kernel
+
+    def process_set(self, proc: Process) -> TaskSet:
+        ts = self.by_process.get(proc)
+        if ts is None:
+            ts = TaskSet(SetName(sanitize_prog(proc.comm), self.cpu, proc.pid), process=proc,
+                         lost_at_start=self.lost, pids=[proc.pid])
+            self.by_process[proc] = ts
+        ts.dirty = True
+        return ts
+
+    def process_ended(self, proc: Process) -> bool:
+        """Note that ``proc`` ended; False if it never had a sample here."""
+        ts = self.by_process.get(proc)
+        if ts is None:
+            return False
+        ts.end_time = time.time()
+        ts.lost_at_end = self.lost
+        ts.dirty = True
+        return True
+
+    def _aggregate_for(self, proc: Process) -> TaskSet:
+        prog = sanitize_prog(proc.comm)
+        agg = self.aggregates.get(prog)
+        if agg is None:
+            agg = TaskSet(SetName(prog, self.cpu), layout=CanonicalLayout(), promoted=True,
+                          lost_at_start=self.lost, start_time=time.time())
+            self.aggregates[prog] = agg
+        return agg
+
+    def plan(self, final: bool) -> tuple[list[TaskSet], list[Process]]:
+        """Decide what to write now.
+
+        Returns the sets to write and the processes whose data was folded
+        into an aggregate (the caller may forget them).
+        """
+        folded: list[Process] = []
+        for proc, ts in list(self.by_process.items()):
+            if not ts.promoted and ts.profile.samples >= self.min_samples:
+                ts.promoted = True
+            if ts.promoted:
+                if proc.ended or final:
+                    ts.finished = True
+                continue
+            if proc.ended or final:
+                agg = self._aggregate_for(proc)
+                assert agg.layout is not None
+                agg.profile.merge(ts.profile, agg.layout, proc)
+                agg.profile.mappings = agg.layout.mappings()
+                agg.add_pid(proc.pid)
+                if proc.ended:
+                    agg.end_time = time.time()
+                agg.dirty = True
+                del self.by_process[proc]
+                folded.append(proc)
+        sets = [ts for ts in self.by_process.values() if ts.promoted and ts.dirty]
+        sets += [a for a in self.aggregates.values() if a.dirty]
+        if self.kernel is not None and self.kernel.dirty:
+            sets.append(self.kernel)
+        if final:
+            for ts in sets:
+                ts.finished = True
+        return sets, folded
+
+    def written(self, ts: TaskSet) -> Process | None:
+        """``ts`` reached the disk; drop it if it is finished. Returns its
+        process when that can be forgotten too."""
+        ts.dirty = False
+        if ts.finished and ts.process is not None:
+            self.by_process.pop(ts.process, None)
+            return ts.process
+        return None

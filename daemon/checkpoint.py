@@ -1,0 +1,179 @@
+"""Writing task sets into `.q` through qformat.
+
+Order matters for readers: data files first, then the `.info` that names
+them; a new set first claims its version with a complete `.info` that has
+no data yet (a valid, empty profile), so no partial `.info` is ever visible.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from dataclasses import dataclass, field, replace
+
+from qtools.qformat import (CallCounts, CallStacks, Histogram, Info, MapRange, ObjectRef, QDir,
+                            TaskInfo, dump_info, edge_lines, hist_lines, stack_lines)
+
+from . import procfs
+from .aggregate import TaskSet
+from .objects import ObjectCopier
+from .tasks import Mapping
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What every `.info` of one run says alike."""
+
+    syscollect_cmdline: list[str]
+    event_name: str
+    unit_label: str  # "seconds", "cycles" or "events"
+    conversion_factor: float
+    unwinder: str | None  # "fp", "dwarf", or None when no stacks are kept
+    machine: dict[str, str] = field(default_factory=dict)
+    kallsyms: str | None = None
+    vdso: str | None = None
+    compress: bool = False
+
+
+def _objects(ts: TaskSet, run: RunInfo, copier: ObjectCopier) -> list[ObjectRef]:
+    by_obj: dict[object, list[Mapping]] = {}
+    for m in sorted(ts.profile.mappings, key=lambda m: m.start):
+        by_obj.setdefault(m.obj, []).append(m)
+    refs = []
+    for obj, maps in by_obj.items():
+        ranges = [MapRange(m.start, m.end - m.start, m.pgoff) for m in maps]
+        if obj.path == "[vdso]":  # type: ignore[attr-defined]
+            refs.append(ObjectRef("[vdso]", file=run.vdso, maps=ranges))
+            continue
+        if obj.special:  # type: ignore[attr-defined]
+            continue
+        copy = copier.known(obj)  # type: ignore[arg-type]
+        if copy is None and ts.process is not None:
+            copy = copier.copy(ts.process, maps[0])
+        refs.append(ObjectRef(os.path.basename(obj.path), path=obj.path,  # type: ignore
+                              file=copy.name if copy else None,
+                              build_id=copy.build_id if copy else None, maps=ranges))
+    return refs
+
+
+def build_info(ts: TaskSet, run: RunInfo, copier: ObjectCopier, version: int,
+               cpu_lost: int, perf_map: str | None = None) -> Info:
+    proc = ts.process
+    prof = ts.profile
+    lost_end = ts.lost_at_end if ts.lost_at_end is not None else cpu_lost
+    task = TaskInfo(
+        syscollect_cmdline=run.syscollect_cmdline,
+        cmdline=proc.cmdline if proc and proc.cmdline else None,
+        comm=proc.comm if proc else ts.name.prog,
+        exe=proc.exe if proc else None,
+        pid=proc.pid if proc else None,
+        pids=list(ts.pids) if ts.name.is_aggregate else None,
+        cpu=ts.name.cpu,
+        hostname=run.machine.get("hostname"),
+        kernel_release=run.machine.get("kernel_release"),
+        arch=run.machine.get("arch"),
+        start_time=ts.start_time,
+        end_time=ts.end_time if ts.end_time is not None else time.time(),
+        samples=prof.samples,
+        lost_samples=max(0, lost_end - ts.lost_at_start),
+    )
+    if ts.pids_dropped:
+        task.extra["q:pids-not-listed"] = ts.pids_dropped
+    total = prof.total
+    granularity = (total / prof.samples * run.conversion_factor) if prof.samples else 0.0
+    info = Info(task=task)
+    info.histogram = Histogram(ts.name.file("hist", version), event_name=run.event_name,
+                               x_unit_label="address", y_unit_label=run.unit_label,
+                               y_unit_conversion_factor=run.conversion_factor,
+                               y_granularity=granularity)
+    if run.unwinder and prof.stacks:
+        info.call_stacks = CallStacks(ts.name.file("stack", version), unwinder=run.unwinder)
+    if prof.arcs:
+        info.call_counts = CallCounts(ts.name.file("edge", version), conversion_factor=1.0)
+    info.kallsyms = run.kallsyms
+    info.vdso = run.vdso
+    if perf_map:
+        info.perf_maps.append(perf_map)
+    info.objects = _objects(ts, run, copier)
+    return info
+
+
+def header_only(info: Info) -> Info:
+    """The same `.info` without its data files: a valid, empty profile."""
+    return replace(info, histogram=None, call_counts=None, call_stacks=None,
+                   task=replace(info.task, samples=0))
+
+
+def perf_map_copy(ts: TaskSet, copier: ObjectCopier) -> str | None:
+    """Copy the task's JIT symbol map (/tmp/perf-PID.map) if it has one.
+
+    Only a regular file owned by the task's own user is taken: the daemon
+    runs as root and /tmp is everybody's.
+    """
+    proc = ts.process
+    if proc is None:
+        return None
+    candidates = [f"/tmp/perf-{proc.pid}.map"]
+    if not proc.ended:
+        candidates.insert(0, f"/proc/{proc.pid}/root/tmp/perf-{proc.pid}.map")
+    try:
+        owner = os.stat(f"/proc/{proc.pid}").st_uid
+    except OSError:
+        owner = None
+    for path in candidates:
+        fd = procfs.open_plain(path)
+        if fd is None:
+            continue
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode) and (owner is None or st.st_uid == owner):
+                return copier.qdir.store_object(fd, f"perf-{proc.pid}.map")
+        finally:
+            os.close(fd)
+    return None
+
+
+def write_sets(qdir: QDir, sets: list[TaskSet], run: RunInfo, copier: ObjectCopier,
+               cpu_lost: int) -> tuple[list[TaskSet], list[OSError]]:
+    """Write ``sets``; return those that reached the disk and the errors met.
+
+    A set whose write fails keeps its data in memory and stays dirty, so the
+    next checkpoint tries again.
+    """
+    staged: list[tuple[TaskSet, Info]] = []
+    errors: list[OSError] = []
+    for ts in sets:
+        try:
+            perf_map = perf_map_copy(ts, copier)
+            if ts.version is None:
+                draft = build_info(ts, run, copier, 0, cpu_lost, perf_map)
+                header = dump_info(header_only(draft)).encode()
+                ts.version = qdir.claim_version(ts.name, lambda _n: header)
+            info = build_info(ts, run, copier, ts.version, cpu_lost, perf_map)
+            prof = ts.profile
+            qdir.atomic_write(info.histogram.file, hist_lines(prof.hist),  # type: ignore
+                              compress=run.compress, sync=False)
+            if info.call_stacks:
+                qdir.atomic_write(info.call_stacks.file, stack_lines(prof.stacks),
+                                  compress=run.compress, sync=False)
+            if info.call_counts:
+                qdir.atomic_write(info.call_counts.file, edge_lines(prof.arcs),
+                                  compress=run.compress, sync=False)
+            staged.append((ts, info))
+        except OSError as e:
+            errors.append(e)
+    if not staged:
+        return [], errors
+    written = []
+    try:
+        qdir.sync()
+        for ts, info in staged:
+            qdir.atomic_write(ts.name.file("info", ts.version), dump_info(info).encode(),
+                              sync=False)
+            written.append(ts)
+        qdir.sync()
+    except OSError as e:
+        errors.append(e)
+    return written, errors
+

@@ -1,0 +1,263 @@
+"""One CPU's collector: drain records, keep the task table, aggregate, checkpoint.
+
+The loop knows nothing of syscalls: records come from an ``EventSource``
+(the kernel, or a replay in tests), files go out through qformat.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Protocol, TextIO
+
+from qtools.qformat import QDir
+
+from . import procfs
+from .aggregate import KERNEL_START, SetBook, TaskSet
+from .checkpoint import RunInfo, write_sets
+from .objects import ObjectCopier
+from .records import Comm, Lost, Mmap, RecordError, Sample, Task, split_callchain
+from .source import EventSource
+from .tasks import Process, TaskTable, snapshot
+
+MAPS_REFRESH_SECONDS = 1.0
+
+
+class UserFrames(Protocol):
+    """The seam for user-stack unwinding: frame pointers or DWARF CFI."""
+
+    name: str
+
+    def frames(self, proc: Process, sample: Sample, fp_user: list[int]) -> list[int]: ...
+
+
+class FramePointerFrames:
+    """User frames as the kernel's frame-pointer walk found them."""
+
+    name = "fp"
+
+    def frames(self, proc: Process, sample: Sample, fp_user: list[int]) -> list[int]:
+        return fp_user
+
+
+@dataclass
+class Options:
+    cpu: int
+    kernel_only: bool = False
+    checkpoint_interval: float = 10.0
+    verbose: bool = False
+    min_samples: int = 100
+    stacks: bool = True
+
+
+@dataclass
+class Flags:
+    """Set from signal handlers, read by the loop."""
+
+    stop: bool = False
+    checkpoint: bool = False
+
+
+class CpuCollector:
+    def __init__(self, opts: Options, run: RunInfo, source: EventSource, qdir: QDir,
+                 copier: ObjectCopier, user_frames: UserFrames | None = None,
+                 out: TextIO | None = None) -> None:
+        self.opts = opts
+        self.run_info = run
+        self.source = source
+        self.layout = source.layout
+        self.qdir = qdir
+        self.copier = copier
+        self.user_frames = user_frames or FramePointerFrames()
+        self.out = out or sys.stderr
+        self.table = TaskTable(on_end=self._ended)
+        self.book = SetBook(opts.cpu, opts.min_samples)
+        self.samples = 0
+        self.lost = 0
+        self.corrupt = 0
+        self._tick_samples = 0
+        self._tick_lost = 0
+        self._write_error: str | None = None
+
+    # ------------------------------------------------------------ tasks
+
+    def seed(self, pids: list[int] | None = None) -> None:
+        """Install the tasks that exist before collection starts."""
+        for pid in procfs.pids() if pids is None else pids:
+            now = time.monotonic_ns()
+            snap = snapshot(pid)
+            if snap is not None:
+                proc = self.table.seed(snap, now)
+                proc.maps_loaded_at = time.monotonic()
+
+    def _process(self, pid: int, when: int) -> Process:
+        proc = self.table.get(pid)
+        if proc is not None:
+            return proc
+        snap = snapshot(pid)
+        if snap is not None:
+            proc = self.table.seed(snap, 0)
+            proc.maps_loaded_at = time.monotonic()
+            return proc
+        stub = Process(pid, procfs.comm(pid) or "unknown", since=when, threads={pid})
+        self.table.procs[pid] = stub
+        return stub
+
+    def _ended(self, proc: Process) -> None:
+        if not self.book.process_ended(proc):
+            self.table.forget(proc)
+
+    def _refresh_maps(self, proc: Process) -> bool:
+        now = time.monotonic()
+        if proc.ended or now - proc.maps_loaded_at < MAPS_REFRESH_SECONDS:
+            return False
+        proc.maps_loaded_at = now
+        lines = procfs.maps(proc.pid)
+        if lines is None:
+            return False
+        self.table.refresh_maps(proc, lines)
+        return True
+
+    # ------------------------------------------------------------ records
+
+    def step(self) -> int:
+        """Drain what the source holds; returns the number of records."""
+        raw = self.source.read()
+        decoded = []
+        decode = self.layout.decode
+        for rec in raw:
+            try:
+                decoded.append(decode(rec))
+            except (RecordError, ValueError, IndexError):
+                self.corrupt += 1
+        decoded.sort(key=_time)
+        for rec in decoded:
+            if isinstance(rec, Sample):
+                self._sample(rec)
+            elif isinstance(rec, (Comm, Task, Mmap)):
+                self.table.apply(rec)
+            elif isinstance(rec, Lost):
+                self.lost += rec.lost
+                self._tick_lost += rec.lost
+                self.book.lost = self.lost
+        self.source.release()
+        return len(raw)
+
+    def _sample(self, s: Sample) -> None:
+        self.samples += 1
+        self._tick_samples += 1
+        weight = s.period or 1
+        kernel, user = split_callchain(s.callchain) if s.callchain else ([], [])
+        if self.opts.kernel_only or s.pid == 0:
+            ts = self.book.kernel_set()
+            ts.dirty = True
+            stack = tuple(kernel) if self.opts.stacks and kernel else None
+            ts.profile.add(s.ip, weight, stack)
+            return
+        proc = self._process(s.pid, s.time)
+        ts = self.book.process_set(proc)
+        if ts.profile.samples == 0:
+            self._describe(proc)
+        user = self.user_frames.frames(proc, s, user)
+        stack = tuple(kernel + user) if self.opts.stacks and (kernel or user) else None
+        arcs = [(b.source, b.target) for b in s.branches if b.is_call] if s.branches else []
+        self._note_mappings(proc, ts, user if user else [s.ip], arcs)
+        ts.profile.add(s.ip, weight, stack, arcs)
+
+    def _describe(self, proc: Process) -> None:
+        if proc.cmdline is None and not proc.ended:
+            proc.cmdline = procfs.cmdline(proc.pid)
+            proc.exe = proc.exe or procfs.exe(proc.pid)
+
+    def _note_mappings(self, proc: Process, ts: TaskSet, addresses: list[int],
+                       arcs: list[tuple[int, int]]) -> None:
+        mappings = ts.profile.mappings
+        refreshed = False
+        for addr in (*addresses, *(a for arc in arcs for a in arc)):
+            if addr >= KERNEL_START:
+                continue
+            m = proc.maps.find(addr)
+            if m is None and not refreshed:
+                refreshed = True
+                if self._refresh_maps(proc):
+                    m = proc.maps.find(addr)
+            if m is None or m in mappings:
+                continue
+            mappings.add(m)
+            if not m.obj.special and self.copier.known(m.obj) is None:
+                try:
+                    self.copier.copy(proc, m)  # now, while the task still lives
+                except OSError as e:
+                    self._report_write_error(e)
+
+    # ------------------------------------------------------------ checkpoints
+
+    def checkpoint(self, final: bool = False) -> bool:
+        """Write every changed set; True if everything reached the disk."""
+        sets, folded = self.book.plan(final)
+        for proc in folded:
+            if proc.ended:
+                self.table.forget(proc)
+        written, errors = write_sets(self.qdir, sets, self.run_info, self.copier, self.lost)
+        for ts in written:
+            proc = self.book.written(ts)
+            if proc is not None and proc.ended:
+                self.table.forget(proc)
+        if errors:
+            self._report_write_error(errors[0])
+            return False
+        if self._write_error is not None:
+            self._say(f"writing to {self.qdir.path} works again")
+            self._write_error = None
+        return True
+
+    def _report_write_error(self, e: OSError) -> None:
+        text = f"cannot write to {self.qdir.path}: {e.strerror or e}"
+        if text != self._write_error:
+            print(f"q-syscollect: {text}; keeping the data in memory and retrying at the "
+                  "next checkpoint", file=self.out, flush=True)
+            self._write_error = text
+
+    def _say(self, text: str) -> None:
+        print(f"[{os.getpid()}] {text}", file=self.out, flush=True)
+
+    # ------------------------------------------------------------ the loop
+
+    def run(self, flags: Flags, clock: Callable[[], float] = time.monotonic,
+            drain_interval: float = 0.5) -> bool:
+        """Collect until ``flags.stop``; then write a final checkpoint."""
+        started = last_tick = clock()
+        next_checkpoint = started + self.opts.checkpoint_interval
+        while not flags.stop:
+            now = clock()
+            wait = min(drain_interval, next_checkpoint - now,
+                       (last_tick + 1.0 - now) if self.opts.verbose else drain_interval)
+            self.source.wait(max(0.0, wait))
+            self.step()
+            now = clock()
+            if self.opts.verbose and now - last_tick >= 1.0:
+                self._say(f"collected {self._tick_samples} samples ({self._tick_lost} lost) "
+                          f"in {now - last_tick:.5f} seconds")
+                self._tick_samples = self._tick_lost = 0
+                last_tick = now
+            if flags.checkpoint or now >= next_checkpoint:
+                flags.checkpoint = False
+                self.checkpoint()
+                next_checkpoint = clock() + self.opts.checkpoint_interval
+        if self.opts.verbose:
+            self._say("termination-request received; shutting down")
+        self.step()
+        ok = self.checkpoint(final=True)
+        if self.opts.verbose:
+            self._say(f"collected {self._tick_samples} samples ({self._tick_lost} lost) "
+                      f"in {clock() - last_tick:.5f} seconds")
+        return ok
+
+
+def _time(rec: object) -> int:
+    if isinstance(rec, Sample):
+        return rec.time
+    sid = getattr(rec, "sid", None)
+    return sid.time if sid is not None else 0

@@ -1,0 +1,148 @@
+"""Copies of mapped objects into `.q`, made once per content.
+
+A file is reached through the task that maps it whenever possible
+(/proc/PID/map_files, then /proc/PID/root/PATH): that finds deleted and
+replaced binaries and files in other mount namespaces. Only when the task is
+gone is the plain path tried, and then only if its device and inode are
+those the kernel reported for the mapping.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from dataclasses import dataclass
+
+from qtools.qformat import QDir, QFormatError
+
+from . import procfs
+from .tasks import Mapping, ObjectKey, Process
+
+RETRY_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class Copy:
+    name: str | None  # the copy's file name in .q, None if none could be made
+    build_id: str | None = None
+
+
+NO_COPY = Copy(None)
+
+
+def build_id(fd: int) -> str | None:
+    """The GNU build-id note of an ELF file, as lowercase hex."""
+    try:
+        head = os.pread(fd, 64, 0)
+        if len(head) < 52 or head[:4] != b"\x7fELF":
+            return None
+        is64, endian = head[4] == 2, "<" if head[5] == 1 else ">"
+        if is64:
+            phoff, = struct.unpack_from(endian + "Q", head, 32)
+            phentsize, phnum = struct.unpack_from(endian + "HH", head, 54)
+        else:
+            phoff, = struct.unpack_from(endian + "I", head, 28)
+            phentsize, phnum = struct.unpack_from(endian + "HH", head, 42)
+        if phnum > 256 or phentsize < (56 if is64 else 32):
+            return None
+        table = os.pread(fd, phentsize * phnum, phoff)
+        for i in range(phnum):
+            off = i * phentsize
+            if len(table) < off + phentsize:
+                break
+            if is64:
+                p_type, _f, p_offset, _v, _p, p_filesz = struct.unpack_from(
+                    endian + "IIQQQQ", table, off)
+            else:
+                p_type, p_offset, _v, _p, p_filesz = struct.unpack_from(
+                    endian + "IIIII", table, off)
+            if p_type == 4 and 0 < p_filesz <= 1 << 16:  # PT_NOTE
+                found = _gnu_build_id(os.pread(fd, p_filesz, p_offset), endian)
+                if found:
+                    return found
+    except (OSError, struct.error):
+        return None
+    return None
+
+
+def _gnu_build_id(notes: bytes, endian: str) -> str | None:
+    off = 0
+    while off + 12 <= len(notes):
+        namesz, descsz, type_ = struct.unpack_from(endian + "III", notes, off)
+        name_end = off + 12 + ((namesz + 3) & ~3)
+        desc_end = name_end + ((descsz + 3) & ~3)
+        if desc_end > len(notes):
+            return None
+        if type_ == 3 and notes[off + 12:off + 12 + namesz].rstrip(b"\0") == b"GNU":
+            return notes[name_end:name_end + descsz].hex()
+        off = desc_end
+    return None
+
+
+class ObjectCopier:
+    """Makes and remembers the copy of each object a task set needs."""
+
+    def __init__(self, qdir: QDir, symlink: bool = False) -> None:
+        self.qdir = qdir
+        self.symlink = symlink
+        self._done: dict[ObjectKey, Copy] = {}
+        self._failed: dict[ObjectKey, float] = {}
+
+    def known(self, obj: ObjectKey) -> Copy | None:
+        return self._done.get(obj)
+
+    def copy(self, proc: Process, mapping: Mapping) -> Copy:
+        """The copy for ``mapping``'s object, made now if needed.
+
+        Raises OSError only for trouble writing `.q` (full disk...), so the
+        caller can retry at the next checkpoint.
+        """
+        obj = mapping.obj
+        done = self._done.get(obj)
+        if done is not None:
+            return done
+        if obj.special or time.monotonic() < self._failed.get(obj, 0.0):
+            return NO_COPY
+        fd = self._open(proc, mapping)
+        if fd is None:
+            self._failed[obj] = time.monotonic() + RETRY_SECONDS
+            return NO_COPY
+        try:
+            name = self.qdir.store_object(fd, os.path.basename(obj.path),
+                                          symlink_to=obj.path if self.symlink else None)
+            result = Copy(name, build_id(fd))
+        except QFormatError:
+            result = NO_COPY  # not a regular file
+        finally:
+            os.close(fd)
+        self._done[obj] = result
+        return result
+
+    def _open(self, proc: Process, mapping: Mapping) -> int | None:
+        obj = mapping.obj
+        if not proc.ended:
+            fd = procfs.open_mapped_file(proc.pid, mapping.start, mapping.end, obj.path)
+            if fd is not None:
+                return fd
+        fd = procfs.open_plain(obj.path)
+        if fd is None:
+            return None
+        st = os.fstat(fd)
+        if obj.ino and (st.st_ino != obj.ino or
+                        (os.major(st.st_dev), os.minor(st.st_dev)) != obj.dev):
+            os.close(fd)  # the path now names another file
+            return None
+        return fd
+
+    def copy_file(self, path: str, basename: str) -> str | None:
+        """Copy a file that is not a mapping (kallsyms, a JIT map)."""
+        fd = procfs.open_plain(path)
+        if fd is None:
+            return None
+        try:
+            return self.qdir.store_object(fd, basename)
+        except QFormatError:
+            return None
+        finally:
+            os.close(fd)

@@ -1,0 +1,216 @@
+"""Readers of /proc and /sys: the collector's only window onto existing tasks.
+
+Parsers are pure functions over text; the readers around them are thin and
+return None (or empty) for tasks that vanished meanwhile, which is normal.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import socket
+from dataclasses import dataclass
+
+import psutil
+
+from . import syscalls
+
+
+@dataclass(frozen=True, slots=True)
+class MapsLine:
+    """One line of /proc/PID/maps."""
+
+    start: int
+    end: int
+    perms: str
+    offset: int
+    maj: int
+    min: int
+    inode: int
+    path: str
+    deleted: bool
+
+    @property
+    def executable(self) -> bool:
+        return "x" in self.perms
+
+
+_MAPS = re.compile(r"([0-9a-f]+)-([0-9a-f]+) (\S{4}) ([0-9a-f]+) ([0-9a-f]+):([0-9a-f]+) "
+                   r"(\d+)\s*(.*)")
+
+
+def parse_maps(text: str) -> list[MapsLine]:
+    out = []
+    for line in text.splitlines():
+        m = _MAPS.match(line)
+        if not m:
+            continue
+        path = m[8]
+        deleted = path.endswith(" (deleted)")
+        if deleted:
+            path = path[:-len(" (deleted)")]
+        out.append(MapsLine(int(m[1], 16), int(m[2], 16), m[3], int(m[4], 16), int(m[5], 16),
+                            int(m[6], 16), int(m[7]), path, deleted))
+    return out
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """'0-3,5,7-8' -> [0, 1, 2, 3, 5, 7, 8]."""
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        cpus.extend(range(int(lo), int(hi or lo) + 1))
+    return sorted(set(cpus))
+
+
+def _read(path: str, limit: int = 1 << 26) -> str | None:
+    # In chunks: a sysctl read with a huge count fails with ENOMEM (the
+    # kernel allocates the whole count), and proc files have no size.
+    parts: list[bytes] = []
+    size = 0
+    try:
+        with open(path, "rb", buffering=0) as f:
+            while size < limit:
+                chunk = f.read(min(1 << 16, limit - size))
+                if not chunk:
+                    break
+                parts.append(chunk)
+                size += len(chunk)
+    except OSError:
+        return None
+    return b"".join(parts).decode("utf-8", "surrogateescape")
+
+
+def pids() -> list[int]:
+    return [int(n) for n in os.listdir("/proc") if n.isdigit()]
+
+
+def threads(pid: int) -> list[int]:
+    try:
+        return [int(n) for n in os.listdir(f"/proc/{pid}/task") if n.isdigit()]
+    except OSError:
+        return []
+
+
+def comm(pid: int) -> str | None:
+    text = _read(f"/proc/{pid}/comm")
+    return text.rstrip("\n") if text is not None else None
+
+
+def cmdline(pid: int) -> list[str] | None:
+    text = _read(f"/proc/{pid}/cmdline", 1 << 16)
+    if not text:
+        return None
+    return text.rstrip("\0").split("\0")
+
+
+def exe(pid: int) -> str | None:
+    try:
+        path = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+    return path[:-len(" (deleted)")] if path.endswith(" (deleted)") else path
+
+
+def maps(pid: int) -> list[MapsLine] | None:
+    text = _read(f"/proc/{pid}/maps")
+    return parse_maps(text) if text is not None else None
+
+
+def tgid(tid: int) -> int | None:
+    text = _read(f"/proc/{tid}/status")
+    if text is None:
+        return None
+    m = re.search(r"^Tgid:\s*(\d+)", text, re.M)
+    return int(m[1]) if m else None
+
+
+def open_mapped_file(pid: int, start: int, end: int, path: str) -> int | None:
+    """An fd for the file mapped at [start, end) in ``pid``, or None.
+
+    /proc/PID/map_files reaches deleted and replaced files and other mount
+    namespaces; /proc/PID/root/PATH covers the rest while the task lives.
+    The plain path is the caller's last resort (it checks dev/inode).
+    """
+    for candidate in (f"/proc/{pid}/map_files/{start:x}-{end:x}", f"/proc/{pid}/root{path}"):
+        try:
+            return os.open(candidate, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+    return None
+
+
+def open_plain(path: str) -> int | None:
+    """Open an absolute path without following a final symlink."""
+    if not path.startswith("/"):
+        return None
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return None
+
+
+def online_cpus() -> list[int]:
+    text = _read("/sys/devices/system/cpu/online")
+    return parse_cpu_list(text) if text else list(range(os.cpu_count() or 1))
+
+
+def sysctl_int(name: str) -> int | None:
+    text = _read(f"/proc/sys/{name.replace('.', '/')}")
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def cpu_max_freq_hz() -> float | None:
+    """The nominal clock of CPU 0, to turn cycles into seconds."""
+    text = _read("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
+    if text and text.strip().isdigit():
+        return int(text) * 1e3
+    try:
+        freq = psutil.cpu_freq()
+    except (OSError, NotImplementedError, AttributeError):
+        freq = None
+    if freq and freq.max:
+        return float(freq.max) * 1e6
+    text = _read("/proc/cpuinfo") or ""
+    m = re.search(r"^cpu MHz\s*:\s*([\d.]+)", text, re.M)
+    return float(m[1]) * 1e6 if m else None
+
+
+def own_vdso() -> tuple[int, bytes] | None:
+    """(start, bytes) of this process's vdso image, which every task shares."""
+    start = syscalls.vdso_address()
+    for line in maps(os.getpid()) or []:
+        if line.path == "[vdso]" and (not start or line.start == start):
+            return line.start, syscalls.read_own_memory(line.start, line.end - line.start)
+    return None
+
+
+def machine() -> dict[str, str]:
+    u = os.uname()
+    return {"hostname": socket.gethostname(), "kernel_release": u.release,
+            "arch": platform.machine()}
+
+
+def tracepoint_id(name: str) -> int | None:
+    """Id of tracepoint ``sys:event`` from tracefs (mounted or not)."""
+    system, _, event = name.partition(":")
+    if not system or not event or "/" in name or ".." in name:
+        return None
+    for root in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing"):
+        text = _read(f"{root}/events/{system}/{event}/id")
+        if text and text.strip().isdigit():
+            return int(text)
+    return None
+
+
+def tracefs_root() -> str | None:
+    for root in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing"):
+        if os.path.isdir(f"{root}/events"):
+            return root
+    return None

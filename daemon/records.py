@@ -1,0 +1,382 @@
+"""Decoding perf records: bytes in, frozen dataclasses out.
+
+The layout of a sample follows from ``sample_type`` (and read_format,
+branch_sample_type, the register masks), so it is computed once per event
+(``SampleLayout``) and then applied to every record. Offsets and field order
+are those of perf-event-abi.md sections 4 and 5.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Union
+
+from . import abi
+
+_HEADER = struct.Struct("<IHH")
+_U64 = struct.Struct("<Q")
+
+
+class RecordError(ValueError):
+    """A record is shorter than its layout says."""
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    source: int
+    target: int
+    flags: int
+
+    @property
+    def type(self) -> int:
+        return (self.flags >> abi.BRANCH_TYPE_SHIFT) & abi.BRANCH_TYPE_MASK
+
+    @property
+    def is_call(self) -> bool:
+        return self.type in abi.CALL_BRANCH_TYPES
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    misc: int = abi.MISC_USER
+    ip: int = 0
+    pid: int = 0
+    tid: int = 0
+    time: int = 0
+    addr: int = 0
+    id: int = 0
+    stream_id: int = 0
+    cpu: int = 0
+    period: int = 1
+    callchain: tuple[int, ...] = ()
+    raw: bytes = b""
+    branches: tuple[Branch, ...] = ()
+    branch_hw_index: int | None = None
+    regs_abi: int = 0
+    regs: tuple[int, ...] = ()
+    stack: bytes | memoryview = b""
+    weight: int = 0
+    data_src: int = 0
+    transaction: int = 0
+    phys_addr: int = 0
+    cgroup: int = 0
+
+    @property
+    def cpumode(self) -> int:
+        return self.misc & abi.MISC_CPUMODE_MASK
+
+    @property
+    def in_kernel(self) -> bool:
+        return self.cpumode in (abi.MISC_KERNEL, abi.MISC_GUEST_KERNEL)
+
+
+@dataclass(frozen=True, slots=True)
+class SampleId:
+    """The ``sample_id_all`` trailer of a non-sample record."""
+
+    pid: int = 0
+    tid: int = 0
+    time: int = 0
+    id: int = 0
+    cpu: int = 0
+
+
+NO_ID = SampleId()
+
+
+@dataclass(frozen=True, slots=True)
+class Mmap:
+    """MMAP (type 1) and MMAP2 (type 10) records."""
+
+    pid: int
+    tid: int
+    addr: int
+    len: int
+    pgoff: int
+    filename: str
+    maj: int = 0
+    min: int = 0
+    ino: int = 0
+    ino_generation: int = 0
+    build_id: bytes | None = None
+    prot: int = 5
+    flags: int = 2
+    executable: bool = True
+    sid: SampleId = NO_ID
+
+
+@dataclass(frozen=True, slots=True)
+class Comm:
+    pid: int
+    tid: int
+    comm: str
+    exec: bool
+    sid: SampleId = NO_ID
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """FORK (``fork`` True) and EXIT records."""
+
+    fork: bool
+    pid: int
+    ppid: int
+    tid: int
+    ptid: int
+    time: int
+    sid: SampleId = NO_ID
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """LOST (records dropped by a full ring) and LOST_SAMPLES."""
+
+    lost: int
+    id: int = 0
+    sid: SampleId = NO_ID
+
+
+@dataclass(frozen=True, slots=True)
+class Throttle:
+    time: int
+    id: int
+    unthrottle: bool
+    sid: SampleId = NO_ID
+
+
+@dataclass(frozen=True, slots=True)
+class Other:
+    type: int
+    misc: int
+    size: int
+
+
+Record = Union[Sample, Mmap, Comm, Task, Lost, Throttle, Other]
+
+
+def _cstring(buf: bytes | memoryview, start: int, end: int) -> str:
+    raw = bytes(buf[start:end])
+    nul = raw.find(b"\0")
+    return (raw if nul < 0 else raw[:nul]).decode("utf-8", "surrogateescape")
+
+
+@dataclass(frozen=True)
+class SampleLayout:
+    """How samples (and sample_id trailers) of one event are laid out."""
+
+    sample_type: int
+    read_format: int = 0
+    branch_sample_type: int = 0
+    regs_user_mask: int = 0
+    regs_intr_mask: int = 0
+    sample_id_all: bool = True
+    _prefix: struct.Struct = field(init=False, repr=False, compare=False)
+    _prefix_fields: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _id_fields: tuple[str, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        st = self.sample_type
+        fmt, names = "<", []
+        for bit, code, name in ((abi.SAMPLE_IDENTIFIER, "Q", "identifier"),
+                                (abi.SAMPLE_IP, "Q", "ip"), (abi.SAMPLE_TID, "II", "pid tid"),
+                                (abi.SAMPLE_TIME, "Q", "time"), (abi.SAMPLE_ADDR, "Q", "addr"),
+                                (abi.SAMPLE_ID, "Q", "id"),
+                                (abi.SAMPLE_STREAM_ID, "Q", "stream_id"),
+                                (abi.SAMPLE_CPU, "II", "cpu _res"),
+                                (abi.SAMPLE_PERIOD, "Q", "period")):
+            if st & bit:
+                fmt += code
+                names += name.split()
+        object.__setattr__(self, "_prefix", struct.Struct(fmt))
+        object.__setattr__(self, "_prefix_fields", tuple(names))
+        ids = []
+        for bit, name in ((abi.SAMPLE_TID, "tid"), (abi.SAMPLE_TIME, "time"),
+                          (abi.SAMPLE_ID, "id"), (abi.SAMPLE_STREAM_ID, "stream_id"),
+                          (abi.SAMPLE_CPU, "cpu"), (abi.SAMPLE_IDENTIFIER, "identifier")):
+            if st & bit:
+                ids.append(name)
+        object.__setattr__(self, "_id_fields", tuple(ids))
+
+    @property
+    def id_size(self) -> int:
+        return 8 * len(self._id_fields) if self.sample_id_all else 0
+
+    def read_size(self) -> int:
+        rf = self.read_format
+        if rf & abi.FORMAT_GROUP:
+            raise RecordError("group read_format is not decoded")
+        n = 1 + sum(bool(rf & b) for b in (abi.FORMAT_TOTAL_TIME_ENABLED,
+                                           abi.FORMAT_TOTAL_TIME_RUNNING, abi.FORMAT_ID,
+                                           abi.FORMAT_LOST))
+        return 8 * n
+
+    # ---------------------------------------------------------------- samples
+
+    def decode_sample(self, rec: bytes | memoryview) -> Sample:
+        _type, misc, size = _HEADER.unpack_from(rec, 0)
+        if size > len(rec):
+            raise RecordError("sample shorter than its header says")
+        values = dict(zip(self._prefix_fields, self._prefix.unpack_from(rec, 8)))
+        values.pop("identifier", None)
+        values.pop("_res", None)
+        off = 8 + self._prefix.size
+        st = self.sample_type
+        if st & abi.SAMPLE_READ:
+            off += self.read_size()
+        if st & abi.SAMPLE_CALLCHAIN:
+            (nr,) = _U64.unpack_from(rec, off)
+            if off + 8 + 8 * nr > size:
+                raise RecordError("callchain runs past the record")
+            values["callchain"] = struct.unpack_from(f"<{nr}Q", rec, off + 8)
+            off += 8 + 8 * nr
+        if st & abi.SAMPLE_RAW:
+            (raw_size,) = struct.unpack_from("<I", rec, off)
+            values["raw"] = bytes(rec[off + 4:off + 4 + raw_size])
+            off += 4 + raw_size
+        if st & abi.SAMPLE_BRANCH_STACK:
+            off = self._branches(rec, off, size, values)
+        if st & abi.SAMPLE_REGS_USER:
+            off = _regs(rec, off, self.regs_user_mask, values, "regs_abi", "regs")
+        if st & abi.SAMPLE_STACK_USER:
+            (stack_size,) = _U64.unpack_from(rec, off)
+            off += 8
+            if stack_size:
+                if off + stack_size + 8 > size:
+                    raise RecordError("user stack runs past the record")
+                (dyn,) = _U64.unpack_from(rec, off + stack_size)
+                values["stack"] = rec[off:off + min(dyn, stack_size)]
+                off += stack_size + 8
+        for bit, name in ((abi.SAMPLE_WEIGHT | abi.SAMPLE_WEIGHT_STRUCT, "weight"),
+                          (abi.SAMPLE_DATA_SRC, "data_src"),
+                          (abi.SAMPLE_TRANSACTION, "transaction")):
+            if st & bit:
+                (values[name],) = _U64.unpack_from(rec, off)
+                off += 8
+        if st & abi.SAMPLE_REGS_INTR:
+            off = _regs(rec, off, self.regs_intr_mask, {}, "a", "b")
+        if st & abi.SAMPLE_PHYS_ADDR:
+            (values["phys_addr"],) = _U64.unpack_from(rec, off)
+            off += 8
+        if st & abi.SAMPLE_CGROUP:
+            (values["cgroup"],) = _U64.unpack_from(rec, off)
+            off += 8
+        if off > size:
+            raise RecordError("sample fields run past the record")
+        return Sample(misc=misc, **values)
+
+    def _branches(self, rec: bytes | memoryview, off: int, size: int,
+                  values: dict[str, object]) -> int:
+        (nr,) = _U64.unpack_from(rec, off)
+        off += 8
+        if self.branch_sample_type & abi.BRANCH_HW_INDEX:
+            (values["branch_hw_index"],) = _U64.unpack_from(rec, off)
+            off += 8
+        if off + 24 * nr > size:
+            raise RecordError("branch stack runs past the record")
+        flat = struct.unpack_from(f"<{3 * nr}Q", rec, off)
+        values["branches"] = tuple(Branch(flat[i], flat[i + 1], flat[i + 2])
+                                   for i in range(0, 3 * nr, 3))
+        return off + 24 * nr
+
+    # ---------------------------------------------------------------- others
+
+    def decode_id(self, rec: bytes | memoryview, size: int) -> SampleId:
+        if not self.sample_id_all or not self._id_fields:
+            return NO_ID
+        off = size - 8 * len(self._id_fields)
+        values: dict[str, int] = {}
+        for name in self._id_fields:
+            if name == "tid":
+                values["pid"], values["tid"] = struct.unpack_from("<II", rec, off)
+            elif name == "cpu":
+                values["cpu"] = struct.unpack_from("<I", rec, off)[0]
+            elif name == "identifier":
+                values["id"] = _U64.unpack_from(rec, off)[0]
+            elif name != "stream_id":
+                values[name] = _U64.unpack_from(rec, off)[0]
+            off += 8
+        return SampleId(**values)
+
+    def decode(self, rec: bytes | memoryview) -> Record:
+        """Decode any record; unknown types come back as ``Other``."""
+        type_, misc, size = _HEADER.unpack_from(rec, 0)
+        if size > len(rec) or size < 8:
+            raise RecordError(f"record of type {type_} has a bad size {size}")
+        if type_ == abi.RECORD_SAMPLE:
+            return self.decode_sample(rec)
+        if type_ not in _DECODED:
+            return Other(type_, misc, size)
+        body_end = size - self.id_size
+        if body_end < 8:
+            raise RecordError(f"record of type {type_} is too short")
+        sid = self.decode_id(rec, size)
+        if type_ == abi.RECORD_MMAP2:
+            pid, tid, addr, length, pgoff = struct.unpack_from("<IIQQQ", rec, 8)
+            build_id, maj, min_, ino, gen = None, 0, 0, 0, 0
+            if misc & abi.MISC_MMAP_BUILD_ID:
+                n = rec[40]
+                build_id = bytes(rec[44:44 + min(n, 20)])
+            else:
+                maj, min_, ino, gen = struct.unpack_from("<IIQQ", rec, 40)
+            prot, flags = struct.unpack_from("<II", rec, 64)
+            return Mmap(pid, tid, addr, length, pgoff, _cstring(rec, 72, body_end), maj, min_,
+                        ino, gen, build_id, prot, flags, not misc & abi.MISC_MMAP_DATA, sid)
+        if type_ == abi.RECORD_MMAP:
+            pid, tid, addr, length, pgoff = struct.unpack_from("<IIQQQ", rec, 8)
+            return Mmap(pid, tid, addr, length, pgoff, _cstring(rec, 40, body_end),
+                        executable=not misc & abi.MISC_MMAP_DATA, sid=sid)
+        if type_ == abi.RECORD_COMM:
+            pid, tid = struct.unpack_from("<II", rec, 8)
+            return Comm(pid, tid, _cstring(rec, 16, body_end), bool(misc & abi.MISC_COMM_EXEC),
+                        sid)
+        if type_ in (abi.RECORD_FORK, abi.RECORD_EXIT):
+            pid, ppid, tid, ptid, time = struct.unpack_from("<IIIIQ", rec, 8)
+            return Task(type_ == abi.RECORD_FORK, pid, ppid, tid, ptid, time, sid)
+        if type_ == abi.RECORD_LOST:
+            id_, lost = struct.unpack_from("<QQ", rec, 8)
+            return Lost(lost, id_, sid)
+        if type_ == abi.RECORD_LOST_SAMPLES:
+            return Lost(_U64.unpack_from(rec, 8)[0], 0, sid)
+        if type_ in (abi.RECORD_THROTTLE, abi.RECORD_UNTHROTTLE):
+            time, id_ = struct.unpack_from("<QQ", rec, 8)
+            return Throttle(time, id_, type_ == abi.RECORD_UNTHROTTLE, sid)
+        raise AssertionError("unreachable")
+
+
+_DECODED = frozenset({abi.RECORD_MMAP, abi.RECORD_MMAP2, abi.RECORD_COMM, abi.RECORD_FORK,
+                      abi.RECORD_EXIT, abi.RECORD_LOST, abi.RECORD_LOST_SAMPLES,
+                      abi.RECORD_THROTTLE, abi.RECORD_UNTHROTTLE})
+
+
+def _regs(rec: bytes | memoryview, off: int, mask: int, values: dict[str, object],
+          abi_name: str, regs_name: str) -> int:
+    (regs_abi,) = _U64.unpack_from(rec, off)
+    off += 8
+    values[abi_name] = regs_abi
+    if regs_abi:
+        n = mask.bit_count()
+        values[regs_name] = struct.unpack_from(f"<{n}Q", rec, off)
+        off += 8 * n
+    return off
+
+
+def split_callchain(chain: tuple[int, ...]) -> tuple[list[int], list[int]]:
+    """(kernel frames, user frames) of a callchain, markers removed.
+
+    Guest frames are dropped; a trailing zero the kernel's frame-pointer
+    walker leaves at the end of a user stack is dropped too.
+    """
+    kernel: list[int] = []
+    user: list[int] = []
+    current: list[int] | None = None
+    for value in chain:
+        if value >= abi.CONTEXT_MAX:
+            current = kernel if value == abi.CONTEXT_KERNEL else \
+                user if value == abi.CONTEXT_USER else None
+            continue
+        if current is not None:
+            current.append(value)
+    while user and user[-1] == 0:
+        user.pop()
+    return kernel, user

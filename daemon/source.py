@@ -1,0 +1,209 @@
+"""Where one CPU's collector gets its records from.
+
+``PerfSource`` opens the sampling event on its CPU plus a side-band-only
+event on every other CPU: the kernel reports a fork, exec or mmap only on
+the CPU where it happens (perf-event-abi.md, pitfall 5), and this CPU's
+collector must know about all of them. ``ReplaySource`` feeds recorded or
+synthetic bytes through the same interface, for tests and for what this
+machine cannot produce.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+from . import abi, syscalls
+from .abi import EventSpec
+from .records import SampleLayout
+from .ring import RingReader
+
+SIDEBAND_FLAGS = (abi.FLAG_MMAP | abi.FLAG_MMAP2 | abi.FLAG_COMM | abi.FLAG_COMM_EXEC
+                  | abi.FLAG_TASK | abi.FLAG_SAMPLE_ID_ALL | abi.FLAG_USE_CLOCKID)
+# attr.mmap2 alone selects the record format but does not make the kernel
+# report mappings at all: attr.mmap must be set too (observed on 6.18).
+
+
+class EventSource(Protocol):
+    layout: SampleLayout
+
+    def wait(self, timeout: float) -> None: ...
+    def read(self) -> list[bytes | memoryview]: ...
+    def release(self) -> None: ...
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """Everything needed to open one CPU's events."""
+
+    event: EventSpec
+    cpu: int
+    cpus: Sequence[int]  # every CPU collected, this one included
+    frequency: int = 997
+    target_pid: int = -1  # -1: system-wide; else this task and its children (inherit)
+    exclude_kernel: bool = False
+    exclude_user: bool = False
+    callchain: bool = True
+    branches: bool = False
+    regs_user_mask: int = 0
+    stack_user: int = 0
+    enable_on_exec: bool = False
+    ring_pages: int = 256
+    sideband_pages: int = 16
+
+    @property
+    def sample_type(self) -> int:
+        st = (abi.SAMPLE_IDENTIFIER | abi.SAMPLE_IP | abi.SAMPLE_TID | abi.SAMPLE_TIME
+              | abi.SAMPLE_CPU | abi.SAMPLE_PERIOD)
+        if self.callchain:
+            st |= abi.SAMPLE_CALLCHAIN
+        if self.branches:
+            st |= abi.SAMPLE_BRANCH_STACK
+        if self.regs_user_mask:
+            st |= abi.SAMPLE_REGS_USER
+        if self.stack_user:
+            st |= abi.SAMPLE_STACK_USER
+        return st
+
+    @property
+    def branch_sample_type(self) -> int:
+        if not self.branches:
+            return 0
+        bst = abi.BRANCH_ANY_CALL
+        if not self.exclude_user:
+            bst |= abi.BRANCH_USER
+        if not self.exclude_kernel:
+            bst |= abi.BRANCH_KERNEL
+        return bst
+
+    def _common_flags(self) -> int:
+        flags = abi.FLAG_DISABLED | SIDEBAND_FLAGS | abi.FLAG_WATERMARK
+        if self.exclude_kernel:
+            flags |= abi.FLAG_EXCLUDE_KERNEL | abi.FLAG_EXCLUDE_HV | \
+                abi.FLAG_EXCLUDE_CALLCHAIN_KERNEL
+        if self.exclude_user:
+            flags |= abi.FLAG_EXCLUDE_USER | abi.FLAG_EXCLUDE_CALLCHAIN_USER
+        if self.target_pid != -1:
+            flags |= abi.FLAG_INHERIT
+            if self.enable_on_exec:
+                flags |= abi.FLAG_ENABLE_ON_EXEC
+        return flags
+
+    def sampling_attr(self) -> abi.Attr:
+        flags = self._common_flags()
+        sample = 1
+        if self.event.type != abi.TYPE_TRACEPOINT:
+            flags |= abi.FLAG_FREQ
+            sample = self.frequency
+        return abi.Attr(self.event.type, self.event.config, sample, self.sample_type, flags,
+                        wakeup=self.ring_pages * abi.PAGE_SIZE // 2,
+                        branch_sample_type=self.branch_sample_type,
+                        sample_regs_user=self.regs_user_mask,
+                        sample_stack_user=self.stack_user)
+
+    def sideband_attr(self) -> abi.Attr:
+        # A dummy software event samples nothing; it only carries side-band
+        # records, laid out like the sampling event's (same sample_type), so
+        # one decoder reads both.
+        return abi.Attr(abi.TYPE_SOFTWARE, 9, 0, self.sample_type, self._common_flags(),
+                        wakeup=self.sideband_pages * abi.PAGE_SIZE // 2,
+                        sample_regs_user=self.regs_user_mask,
+                        sample_stack_user=self.stack_user)
+
+    def layout(self) -> SampleLayout:
+        return SampleLayout(self.sample_type, branch_sample_type=self.branch_sample_type,
+                            regs_user_mask=self.regs_user_mask)
+
+
+class PerfSource:
+    """The real thing: perf_event_open on one CPU (+ side-band from all)."""
+
+    def __init__(self, spec: SourceSpec) -> None:
+        self.spec = spec
+        self.layout = spec.layout()
+        self.fds: list[int] = []
+        self.rings: list[RingReader] = []
+        try:
+            self._open(spec.sampling_attr(), spec.cpu, spec.ring_pages)
+            for cpu in spec.cpus:
+                if cpu != spec.cpu:
+                    self._open(spec.sideband_attr(), cpu, spec.sideband_pages)
+        except BaseException:
+            self.close()
+            raise
+        self.poller = select.poll()
+        for fd in self.fds:
+            self.poller.register(fd, select.POLLIN)
+        self.extra_fds: list[int] = []
+
+    def _open(self, attr: abi.Attr, cpu: int, pages: int) -> None:
+        fd = syscalls.perf_event_open(attr, self.spec.target_pid, cpu)
+        self.fds.append(fd)
+        self.rings.append(RingReader(fd, pages))
+
+    def watch(self, fd: int) -> None:
+        """Also wake up when ``fd`` is readable (a signal wakeup pipe)."""
+        self.poller.register(fd, select.POLLIN)
+        self.extra_fds.append(fd)
+
+    def enable(self) -> None:
+        if not self.spec.enable_on_exec:
+            for fd in self.fds:
+                syscalls.enable(fd)
+
+    def wait(self, timeout: float) -> None:
+        try:
+            self.poller.poll(max(0, int(timeout * 1000)))
+        except InterruptedError:
+            pass
+
+    def read(self) -> list[bytes | memoryview]:
+        out: list[bytes | memoryview] = []
+        for ring in self.rings:
+            out += ring.read()
+        return out
+
+    def release(self) -> None:
+        for ring in self.rings:
+            ring.release()
+
+    def close(self) -> None:
+        for ring in self.rings:
+            ring.close()
+        for fd in self.fds:
+            os.close(fd)
+        self.rings, self.fds = [], []
+
+
+class ReplaySource:
+    """Records from memory, in batches, through the EventSource interface."""
+
+    def __init__(self, layout: SampleLayout, batches: list[list[bytes]]) -> None:
+        self.layout = layout
+        self.batches = list(batches)
+        self.current: list[bytes] = []
+
+    def wait(self, timeout: float) -> None:
+        pass
+
+    def read(self) -> list[bytes | memoryview]:
+        self.current = self.batches.pop(0) if self.batches else []
+        return list(self.current)
+
+    def release(self) -> None:
+        self.current = []
+
+    def close(self) -> None:
+        pass
+
+    @property
+    def exhausted(self) -> bool:
+        return not self.batches
+
+
+def is_permission_error(err: OSError) -> bool:
+    return err.errno in (errno.EACCES, errno.EPERM)

@@ -1,0 +1,280 @@
+"""The task table: which processes exist and what they have mapped.
+
+Modelled as perf models it (machine -> thread -> maps -> map -> dso): the
+table changes only by applying records (COMM, FORK, EXIT, MMAP2) or by
+seeding a process from /proc, so tests build a machine from synthetic
+records. Each exec starts a new ``Process`` object (an incarnation) for the
+same pid: what ran before the exec and what runs after are different
+profiles.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from .procfs import MapsLine
+from .records import Comm, Mmap, Task
+
+_serial = itertools.count(1)
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectKey:
+    """Identity of a mapped file: path plus device/inode (or build-id)."""
+
+    path: str
+    dev: tuple[int, int] = (0, 0)
+    ino: int = 0
+    build_id: bytes | None = None
+
+    @property
+    def special(self) -> bool:
+        """``[vdso]``, ``[heap]``, anonymous memory: no file to copy."""
+        return not self.path.startswith("/")
+
+
+@dataclass(frozen=True, slots=True)
+class Mapping:
+    start: int
+    end: int
+    pgoff: int
+    obj: ObjectKey
+
+    def contains(self, address: int) -> bool:
+        return self.start <= address < self.end
+
+
+class AddressMap:
+    """The executable mappings of one address space, sorted by start.
+
+    A new mapping replaces whatever it overlaps, as mmap(MAP_FIXED) does;
+    partly covered mappings are trimmed.
+    """
+
+    def __init__(self, mappings: Iterable[Mapping] = ()) -> None:
+        self._maps: list[Mapping] = []
+        self._starts: list[int] = []
+        for m in sorted(mappings, key=lambda m: m.start):
+            self.add(m)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._maps)
+
+    def __len__(self) -> int:
+        return len(self._maps)
+
+    def copy(self) -> AddressMap:
+        clone = AddressMap()
+        clone._maps = list(self._maps)
+        clone._starts = list(self._starts)
+        return clone
+
+    def find(self, address: int) -> Mapping | None:
+        i = bisect.bisect_right(self._starts, address) - 1
+        if i >= 0:
+            m = self._maps[i]
+            if address < m.end:
+                return m
+        return None
+
+    def add(self, new: Mapping) -> None:
+        if new.end <= new.start:
+            return
+        kept: list[Mapping] = []
+        lo = bisect.bisect_left(self._starts, new.start)
+        i = max(lo - 1, 0)
+        while i < len(self._maps) and self._maps[i].start < new.end:
+            old = self._maps[i]
+            if old.end > new.start:
+                del self._maps[i]
+                del self._starts[i]
+                if old.start < new.start:
+                    kept.append(Mapping(old.start, new.start, old.pgoff, old.obj))
+                if old.end > new.end:
+                    kept.append(Mapping(new.end, old.end, old.pgoff + (new.end - old.start),
+                                        old.obj))
+                continue
+            i += 1
+        for m in (*kept, new):
+            j = bisect.bisect_left(self._starts, m.start)
+            self._maps.insert(j, m)
+            self._starts.insert(j, m.start)
+
+    def for_object(self, obj: ObjectKey) -> list[Mapping]:
+        return [m for m in self._maps if m.obj == obj]
+
+
+@dataclass(eq=False)
+class Process:
+    """One incarnation of a process: from fork (or exec) to exit (or exec)."""
+
+    pid: int
+    comm: str
+    maps: AddressMap = field(default_factory=AddressMap)
+    threads: set[int] = field(default_factory=set)
+    since: int = 0  # perf time (CLOCK_MONOTONIC ns) from which records apply
+    ended: bool = False  # exited, or replaced by an exec
+    exec_seen: bool = False  # began with an exec we saw: cmdline/exe are this program's
+    serial: int = field(default_factory=lambda: next(_serial))
+    cmdline: list[str] | None = None
+    exe: str | None = None
+    maps_loaded_at: float = 0.0  # monotonic seconds of the last /proc maps read
+
+    def __hash__(self) -> int:
+        return self.serial
+
+
+def mapping_from_record(m: Mmap) -> Mapping:
+    return Mapping(m.addr, m.addr + m.len, m.pgoff,
+                   ObjectKey(m.filename, (m.maj, m.min), m.ino, m.build_id))
+
+
+def mappings_from_proc(lines: Iterable[MapsLine]) -> list[Mapping]:
+    return [Mapping(line.start, line.end, line.offset,
+                    ObjectKey(line.path or "//anon", (line.maj, line.min), line.inode))
+            for line in lines if line.executable]
+
+
+@dataclass
+class ProcSnapshot:
+    """What /proc says about a process (for seeding)."""
+
+    pid: int
+    comm: str
+    maps: list[MapsLine]
+    threads: list[int]
+    cmdline: list[str] | None = None
+    exe: str | None = None
+
+
+class TaskTable:
+    """All known processes of a machine, keyed by pid (current incarnation)."""
+
+    def __init__(self, on_end: Callable[[Process], None] | None = None) -> None:
+        self.procs: dict[int, Process] = {}
+        self.tid_to_pid: dict[int, int] = {}
+        self.on_end = on_end or (lambda p: None)
+
+    def __len__(self) -> int:
+        return len(self.procs)
+
+    def get(self, pid: int) -> Process | None:
+        return self.procs.get(pid)
+
+    def seed(self, snap: ProcSnapshot, now: int) -> Process:
+        """Install a process as /proc shows it at perf time ``now``."""
+        old = self.procs.get(snap.pid)
+        if old is not None and old.since > now:
+            return old
+        proc = Process(snap.pid, snap.comm, AddressMap(mappings_from_proc(snap.maps)),
+                       set(snap.threads) | {snap.pid}, since=now, cmdline=snap.cmdline,
+                       exe=snap.exe, exec_seen=True)
+        self._install(proc, old)
+        return proc
+
+    def refresh_maps(self, proc: Process, lines: list[MapsLine]) -> None:
+        proc.maps = AddressMap(mappings_from_proc(lines))
+
+    def _install(self, proc: Process, old: Process | None) -> None:
+        if old is not None and old is not proc:
+            self._end(old)
+        self.procs[proc.pid] = proc
+        for tid in proc.threads:
+            self.tid_to_pid[tid] = proc.pid
+
+    def _end(self, proc: Process) -> None:
+        if not proc.ended:
+            proc.ended = True
+            self.on_end(proc)
+
+    def forget(self, proc: Process) -> None:
+        """Drop an ended process once everything about it has been written."""
+        if self.procs.get(proc.pid) is proc:
+            del self.procs[proc.pid]
+        for tid in proc.threads:
+            if self.tid_to_pid.get(tid) == proc.pid:
+                del self.tid_to_pid[tid]
+
+    # ------------------------------------------------------------ records
+
+    def apply(self, record: Comm | Task | Mmap) -> None:
+        if isinstance(record, Mmap):
+            self._mmap(record)
+        elif isinstance(record, Comm):
+            self._comm(record)
+        elif isinstance(record, Task):
+            self._fork(record) if record.fork else self._exit(record)
+
+    def _stale(self, proc: Process | None, time: int) -> bool:
+        # Records from before a process was seeded describe what the seed
+        # already holds; applying them again would, e.g., restart a profile.
+        return proc is not None and time and time < proc.since  # type: ignore[return-value]
+
+    def _mmap(self, m: Mmap) -> None:
+        if not m.executable:
+            return
+        proc = self.procs.get(m.pid)
+        if proc is None or self._stale(proc, m.sid.time):
+            return
+        proc.maps.add(mapping_from_record(m))
+
+    def _comm(self, c: Comm) -> None:
+        proc = self.procs.get(c.pid)
+        if self._stale(proc, c.sid.time):
+            return
+        if c.exec:
+            # exec: same pid, new program, empty address space (the new
+            # image's MMAP2 records follow).
+            new = Process(c.pid, c.comm, since=c.sid.time, threads={c.pid}, exec_seen=True)
+            self._install(new, proc)
+        elif proc is None:
+            self._install(Process(c.pid, c.comm, since=c.sid.time, threads={c.pid, c.tid}),
+                          None)
+        elif c.tid == c.pid:
+            proc.comm = c.comm
+
+    def _fork(self, t: Task) -> None:
+        parent = self.procs.get(t.ppid)
+        if t.pid == t.ppid:  # a new thread of an existing process
+            if parent is not None and not self._stale(parent, t.time):
+                parent.threads.add(t.tid)
+                self.tid_to_pid[t.tid] = t.pid
+            return
+        existing = self.procs.get(t.pid)
+        if self._stale(existing, t.time):
+            return
+        child = Process(t.pid, parent.comm if parent else "", since=t.time,
+                        threads={t.tid}, cmdline=parent.cmdline if parent else None,
+                        exe=parent.exe if parent else None)
+        if parent is not None:
+            child.maps = parent.maps.copy()
+        self._install(child, existing)
+
+    def _exit(self, t: Task) -> None:
+        proc = self.procs.get(t.pid)
+        if proc is None or self._stale(proc, t.time):
+            return
+        if t.tid == t.pid:
+            self._end(proc)
+        else:
+            proc.threads.discard(t.tid)
+            self.tid_to_pid.pop(t.tid, None)
+
+
+def snapshot(pid: int) -> ProcSnapshot | None:
+    """Read a process from /proc; None if it is gone."""
+    from . import procfs
+    comm = procfs.comm(pid)
+    maps = procfs.maps(pid)
+    if comm is None or maps is None:
+        return None
+    return ProcSnapshot(pid, comm, maps, procfs.threads(pid), procfs.cmdline(pid),
+                        procfs.exe(pid))
+
+
+def own_pids() -> set[int]:
+    return {os.getpid(), os.getppid()}

@@ -1,0 +1,75 @@
+"""Shared fixtures: building workloads, and the perf_event_open gate.
+
+Tests that need perf_event_open skip when it is not permitted here, unless
+Q_REQUIRE_PERF=1 (CI sets it): then they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+WORKLOADS = Path(__file__).parent / "workloads"
+
+
+def perf_problem() -> str | None:
+    """Why system-wide sampling cannot be used here, or None."""
+    try:
+        from qtools.daemon import abi, syscalls
+        attr = abi.Attr(abi.TYPE_SOFTWARE, 0, 997, abi.SAMPLE_IP,
+                        abi.FLAG_DISABLED | abi.FLAG_FREQ)
+        fd = syscalls.perf_event_open(attr, -1, 0)
+    except OSError as e:
+        return f"system-wide perf_event_open is not permitted here: {e.strerror}"
+    os.close(fd)
+    return None
+
+
+@pytest.fixture(scope="session")
+def perf() -> None:
+    problem = perf_problem()
+    if problem:
+        if os.environ.get("Q_REQUIRE_PERF") == "1":
+            pytest.fail(f"Q_REQUIRE_PERF=1 but {problem}")
+        pytest.skip(problem)
+
+
+@pytest.fixture(scope="session")
+def build(tmp_path_factory):
+    """build(name, *flags) -> path of tests/workloads/NAME.c compiled with cc."""
+    out = tmp_path_factory.mktemp("workloads")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.fail("a C compiler (cc) is needed to build the test workloads")
+    made: dict[tuple[str, ...], Path] = {}
+
+    def _build(name: str, *flags: str) -> Path:
+        key = (name, *flags)
+        if key not in made:
+            exe = out / f"{name}{len(made) or ''}"
+            source = WORKLOADS / f"{name}.c"
+            subprocess.run([cc, "-O2", "-fno-inline", *flags, "-o", str(exe), str(source),
+                            "-lm", "-lpthread"], check=True)
+            made[key] = exe
+        return made[key]
+    return _build
+
+
+def q_syscollect(*args: str, **kw) -> subprocess.CompletedProcess:
+    """Run q-syscollect from this interpreter's installation."""
+    kw.setdefault("capture_output", True)
+    kw.setdefault("text", True)
+    kw.setdefault("timeout", 120)
+    return subprocess.run([sys.executable, "-m", "qtools.daemon.cli", *args], **kw)
+
+
+def q_syscollect_popen(*args: str, **kw) -> subprocess.Popen:
+    kw.setdefault("stdout", subprocess.PIPE)
+    kw.setdefault("stderr", subprocess.PIPE)
+    kw.setdefault("text", True)
+    return subprocess.Popen([sys.executable, "-m", "qtools.daemon.cli", *args], **kw)

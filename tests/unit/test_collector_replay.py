@@ -1,0 +1,107 @@
+"""The collector loop on replayed records, no kernel needed: branch-stack
+samples become `.edge` call arcs, LOST records become q:lost-samples, exec
+and pid reuse start new versions, and every file comes out complete."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+
+import pytest
+
+from qtools.daemon import abi, synth
+from qtools.daemon.checkpoint import RunInfo
+from qtools.daemon.collector import CpuCollector, Options
+from qtools.daemon.objects import ObjectCopier, build_id
+from qtools.daemon.records import Branch, Comm, Lost, Mmap, Sample, SampleId, SampleLayout, Task
+from qtools.daemon.source import ReplaySource
+from qtools.qformat import QDir, read_edges, read_hist, read_info, read_stacks
+
+LAYOUT = SampleLayout(abi.SAMPLE_IDENTIFIER | abi.SAMPLE_IP | abi.SAMPLE_TID | abi.SAMPLE_TIME
+                      | abi.SAMPLE_CPU | abi.SAMPLE_PERIOD | abi.SAMPLE_CALLCHAIN
+                      | abi.SAMPLE_BRANCH_STACK, branch_sample_type=abi.BRANCH_ANY_CALL)
+BASE = 0x5555_0000_0000
+PID = 4242
+CALL = abi.BR_TYPE_CALL << abi.BRANCH_TYPE_SHIFT
+RET = 6 << abi.BRANCH_TYPE_SHIFT
+
+
+@pytest.fixture
+def binary(tmp_path):
+    path = tmp_path / "app"
+    shutil.copy(shutil.which("true"), path)
+    return str(path)
+
+
+def _mmap(binary: str, t: int) -> bytes:
+    st = os.stat(binary)
+    return synth.encode_mmap2(LAYOUT, Mmap(PID, PID, BASE, 0x10000, 0, binary,
+                                           os.major(st.st_dev), os.minor(st.st_dev), st.st_ino,
+                                           sid=SampleId(PID, PID, t)))
+
+
+def _sample(t: int, ip: int, branches=()) -> bytes:
+    return synth.encode_sample(LAYOUT, Sample(
+        misc=abi.MISC_USER, ip=ip, pid=PID, tid=PID, time=t, period=1_000_000,
+        callchain=(abi.CONTEXT_USER, ip, BASE + 0x900), branches=tuple(branches)))
+
+
+def _collector(qdir, batches, min_samples=100):
+    run = RunInfo(["q-syscollect", "-t", "1"], "cycles", "seconds", 1e-9, "fp")
+    out = io.StringIO()
+    c = CpuCollector(Options(cpu=0, min_samples=min_samples), run,
+                     ReplaySource(LAYOUT, batches), qdir, ObjectCopier(qdir), out=out)
+    while not c.source.exhausted:
+        c.step()
+    return c, out
+
+
+def test_branch_stacks_become_call_arcs(tmp_path, binary):
+    calls = [Branch(BASE + 0x100, BASE + 0x200, CALL), Branch(BASE + 0x210, BASE + 0x104, RET),
+             Branch(BASE + 0x300, BASE + 0x400, CALL)]
+    records = [synth.encode_comm(LAYOUT, Comm(PID, PID, "app", True, SampleId(PID, PID, 1))),
+               _mmap(binary, 2)]
+    records += [_sample(10 + i, BASE + 0x200 + 4 * (i % 3), calls) for i in range(150)]
+    records.append(synth.encode_lost(LAYOUT, Lost(7, 1, SampleId(PID, PID, 500))))
+    # two batches, the second out of order on purpose: the collector sorts by time
+    qd = tmp_path / "q"
+    with QDir.open(qd, create=True) as qdir:
+        c, _ = _collector(qdir, [records[:80], records[80:][::-1]])
+        assert c.checkpoint(final=True)
+        info = read_info(qd / "app-pid4242-cpu0.info#0")
+        assert info.task.pid == PID and info.task.samples == 150
+        assert info.task.lost_samples == 7
+        assert info.call_stacks.unwinder == "fp"
+        edges = {(a.caller, a.callee): a.count for a in read_edges(qd / info.call_counts.file)}
+        assert edges == {(BASE + 0x100, BASE + 0x200): 150, (BASE + 0x300, BASE + 0x400): 150}
+        hist = dict(read_hist(qd / info.histogram.file))
+        assert sum(hist.values()) == 150 * 1_000_000
+        assert set(hist) == {BASE + 0x200, BASE + 0x204, BASE + 0x208}
+        stacks = list(read_stacks(qd / info.call_stacks.file))
+        assert sum(s.weight for s in stacks) == sum(hist.values())
+        (obj,) = info.objects
+        assert obj.path == binary and obj.maps[0].addr == BASE
+        assert qdir.verify_copy(obj.file) is None
+        fd = os.open(binary, os.O_RDONLY)
+        assert obj.build_id == build_id(fd)
+        os.close(fd)
+
+
+def test_exec_and_pid_reuse_start_new_versions(tmp_path, binary):
+    def burst(t0, comm):
+        return [synth.encode_comm(LAYOUT, Comm(PID, PID, comm, True, SampleId(PID, PID, t0))),
+                _mmap(binary, t0 + 1)] + [_sample(t0 + 2 + i, BASE + 0x10) for i in range(5)]
+    exit_ = synth.encode_task(LAYOUT, Task(False, PID, 1, PID, 1, 3000,
+                                           SampleId(PID, PID, 3000)))
+    fork = synth.encode_task(LAYOUT, Task(True, PID, 1, PID, 1, 4000, SampleId(1, 1, 4000)))
+    records = burst(1000, "app") + burst(2000, "tool") + [exit_, fork] + burst(5000, "app")
+    qd = tmp_path / "q"
+    with QDir.open(qd, create=True) as qdir:
+        c, _ = _collector(qdir, [records], min_samples=3)
+        assert c.checkpoint(final=True)
+    names = sorted(n for n in os.listdir(qd) if ".info#" in n)
+    assert names == ["app-pid4242-cpu0.info#0", "app-pid4242-cpu0.info#1",
+                     "tool-pid4242-cpu0.info#0"]
+    for n in names:
+        assert read_info(qd / n).task.samples == 5

@@ -1,0 +1,157 @@
+"""The task table and the per-CPU set book, driven by synthetic records."""
+
+from __future__ import annotations
+
+from qtools.daemon.aggregate import SYNTHETIC_BASE, SetBook
+from qtools.daemon.procfs import MapsLine, parse_cpu_list, parse_maps
+from qtools.daemon.records import Comm, Mmap, SampleId, Task
+from qtools.daemon.tasks import AddressMap, Mapping, ObjectKey, ProcSnapshot, TaskTable
+
+LIBC = ObjectKey("/lib/libc.so.6", (254, 0), 11)
+APP = ObjectKey("/usr/bin/app", (254, 0), 22)
+
+
+def at(t: int) -> SampleId:
+    return SampleId(time=t)
+
+
+def mmap(pid: int, start: int, size: int, obj: ObjectKey, t: int, pgoff: int = 0) -> Mmap:
+    return Mmap(pid, pid, start, size, pgoff, obj.path, obj.dev[0], obj.dev[1], obj.ino,
+                sid=at(t))
+
+
+def test_address_map_replaces_overlaps_like_mmap():
+    m = AddressMap([Mapping(0x1000, 0x5000, 0, APP)])
+    m.add(Mapping(0x2000, 0x3000, 0, LIBC))
+    assert [(x.start, x.end, x.pgoff, x.obj) for x in m] == [
+        (0x1000, 0x2000, 0, APP), (0x2000, 0x3000, 0, LIBC), (0x3000, 0x5000, 0x2000, APP)]
+    assert m.find(0x2fff).obj == LIBC and m.find(0x4fff).obj == APP
+    assert m.find(0x5000) is None and m.find(0xfff) is None
+
+
+def test_fork_copies_maps_exec_starts_a_new_incarnation():
+    ended = []
+    table = TaskTable(on_end=ended.append)
+    table.apply(Comm(10, 10, "sh", True, at(1)))
+    table.apply(mmap(10, 0x400000, 0x1000, APP, 2))
+    sh = table.get(10)
+    table.apply(Task(True, 11, 10, 11, 10, 3))
+    child = table.get(11)
+    assert child.comm == "sh" and child.maps.find(0x400800).obj == APP
+    table.apply(Comm(11, 11, "ls", True, at(4)))
+    ls = table.get(11)
+    assert ls is not child and child.ended and ended == [child]
+    assert ls.comm == "ls" and ls.maps.find(0x400800) is None  # exec empties the space
+    table.apply(mmap(11, 0x7f0000, 0x2000, LIBC, 5))
+    assert ls.maps.find(0x7f0100).obj == LIBC
+    assert sh.maps.find(0x7f0100) is None  # the parent is untouched
+
+
+def test_threads_belong_to_their_process():
+    table = TaskTable()
+    table.apply(Comm(10, 10, "app", True, at(1)))
+    table.apply(Task(True, 10, 10, 12, 10, 2))  # new thread 12
+    assert table.get(10).threads == {10, 12} and table.tid_to_pid[12] == 10
+    table.apply(Task(False, 10, 10, 12, 10, 3))  # thread exits
+    assert not table.get(10).ended and table.get(10).threads == {10}
+    table.apply(Task(False, 10, 1, 10, 1, 4))  # main thread: the process
+    assert table.get(10).ended
+
+
+def test_records_older_than_the_seed_are_ignored():
+    table = TaskTable()
+    snap = ProcSnapshot(50, "daemon", [MapsLine(0x400000, 0x401000, "r-xp", 0, 254, 0, 22,
+                                                "/usr/bin/app", False)], [50])
+    proc = table.seed(snap, now=1000)
+    table.apply(Comm(50, 50, "daemon", True, at(900)))  # exec that the seed already shows
+    assert table.get(50) is proc and not proc.ended
+    table.apply(Comm(50, 50, "other", True, at(1100)))  # a real, later exec
+    assert table.get(50) is not proc and proc.ended
+
+
+def test_parse_maps_and_cpu_lists():
+    text = ("55d4c0000000-55d4c0001000 r--p 00000000 fe:00 260601   /usr/bin/ls\n"
+            "55d4c0001000-55d4c0016000 r-xp 00001000 fe:00 260601   /usr/bin/ls\n"
+            "7f0000000000-7f0000001000 r-xp 00000000 00:00 0 \n"
+            "7ffd1000-7ffd3000 r-xp 00000000 00:00 0                  [vdso]\n"
+            "7f2000000000-7f2000010000 r-xp 00002000 fe:00 99 /tmp/x (deleted)\n")
+    lines = parse_maps(text)
+    assert [ln.executable for ln in lines] == [False, True, True, True, True]
+    assert lines[1].offset == 0x1000 and (lines[1].maj, lines[1].min) == (0xfe, 0)
+    assert lines[3].path == "[vdso]" and lines[4].path == "/tmp/x" and lines[4].deleted
+    assert parse_cpu_list("0-3,5,7-8\n") == [0, 1, 2, 3, 5, 7, 8]
+
+
+def _proc(table: TaskTable, pid: int, base: int, comm: str = "true"):
+    table.apply(Comm(pid, pid, comm, True, at(pid)))
+    table.apply(mmap(pid, base, 0x10000, LIBC, pid + 1, pgoff=0x1000))
+    return table.get(pid)
+
+
+def test_short_lived_tasks_fold_into_one_rebased_program_set():
+    table = TaskTable()
+    book = SetBook(cpu=0, min_samples=10)
+    a = _proc(table, 100, 0x7f0000000000)
+    b = _proc(table, 101, 0x7f5500000000)  # same object elsewhere (ASLR)
+    for proc, base in ((a, 0x7f0000000000), (b, 0x7f5500000000)):
+        ts = book.process_set(proc)
+        ts.profile.add(base + 0x123, 1000, (base + 0x123, base + 0x456))
+        ts.profile.mappings.add(proc.maps.find(base))
+        table.apply(Task(False, proc.pid, 1, proc.pid, 1, 500))
+    sets, folded = book.plan(final=False)
+    assert folded == [a, b] and book.by_process == {}
+    (agg,) = sets
+    assert str(agg.name) == "true-cpu0" and agg.pids == [100, 101]
+    # both processes' samples land on the same canonical address
+    assert dict(agg.profile.hist) == {0x7f0000000123: 2000}
+    assert dict(agg.profile.stacks) == {(0x7f0000000123, 0x7f0000000456): 2000}
+    assert [(m.start, m.pgoff) for m in agg.profile.mappings] == [(0x7f0000000000, 0x1000)]
+
+
+def test_rebasing_moves_an_object_whose_place_is_taken():
+    table = TaskTable()
+    book = SetBook(cpu=0, min_samples=10)
+    a = _proc(table, 100, 0x7f0000000000)
+    table.apply(Comm(101, 101, "true", True, at(101)))
+    table.apply(mmap(101, 0x7f0000000000, 0x10000, APP, 102))  # another object at that place
+    table.apply(mmap(101, 0x7f1000000000, 0x10000, LIBC, 103, pgoff=0x1000))
+    b = table.get(101)
+    for proc, addr in ((a, 0x7f0000000010), (b, 0x7f0000000020), (b, 0x7f1000000030)):
+        book.process_set(proc).profile.add(addr, 1, None)
+    for proc in (a, b):
+        table.apply(Task(False, proc.pid, 1, proc.pid, 1, 500))
+    (agg,), _ = book.plan(final=False)
+    hist = dict(agg.profile.hist)
+    assert hist[0x7f0000000010] == 1 and hist[0x7f0000000030] == 1  # libc: rebased by offset
+    moved = [addr for addr in hist if addr >= SYNTHETIC_BASE]
+    assert len(moved) == 1  # app had to move
+    objs = {m.obj: m for m in agg.profile.mappings}
+    assert objs[APP].start == moved[0] - 0x20
+
+
+def test_busy_tasks_get_their_own_set_and_are_forgotten_after_exit():
+    table = TaskTable()
+    book = SetBook(cpu=1, min_samples=3)
+    p = _proc(table, 200, 0x7f0000000000, comm="busy")
+    ts = book.process_set(p)
+    for _ in range(5):
+        ts.profile.add(0x7f0000000100, 1, None)
+    sets, folded = book.plan(final=False)
+    assert sets == [ts] and ts.promoted and not ts.finished and not folded
+    assert str(ts.name) == "busy-pid200-cpu1"
+    assert book.written(ts) is None  # still running: kept
+    table.apply(Task(False, 200, 1, 200, 1, 900))
+    book.process_ended(p)
+    sets, _ = book.plan(final=False)
+    assert sets == [ts] and ts.finished
+    assert book.written(ts) is p and book.by_process == {}
+
+
+def test_alive_quiet_tasks_wait_and_fold_at_the_end():
+    table = TaskTable()
+    book = SetBook(cpu=0, min_samples=100)
+    p = _proc(table, 300, 0x7f0000000000, comm="idle")
+    book.process_set(p).profile.add(0x7f0000000100, 1, None)
+    assert book.plan(final=False) == ([], [])  # neither promoted nor folded yet
+    sets, folded = book.plan(final=True)
+    assert folded == [p] and [str(s.name) for s in sets] == ["idle-cpu0"]
