@@ -120,6 +120,8 @@ class TaskSet:
     lost_at_end: int | None = None
     dirty: bool = True
     finished: bool = False  # ended; forget it once written
+    noted: set[int] = field(default_factory=set)  # addresses whose mapping is in the profile
+    noted_version: int = -1  # the process's maps_version those were noted under
 
     def add_pid(self, pid: int) -> None:
         if pid in self.pids:

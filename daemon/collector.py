@@ -173,17 +173,33 @@ class CpuCollector:
 
     def _note_mappings(self, proc: Process, ts: TaskSet, addresses: list[int],
                        arcs: list[tuple[int, int]]) -> None:
+        """Record which mappings the sample touched (their objects get copied
+        and listed); addresses seen before under the same maps are skipped."""
+        noted = ts.noted
+        if ts.noted_version != proc.maps_version:
+            noted.clear()
+            ts.noted_version = proc.maps_version
+        fresh = [a for a in addresses if a not in noted]
+        if arcs:
+            fresh += [a for arc in arcs for a in arc if a not in noted]
+        if not fresh:
+            return
         mappings = ts.profile.mappings
         refreshed = False
-        for addr in (*addresses, *(a for arc in arcs for a in arc)):
+        for addr in fresh:
             if addr >= KERNEL_START:
                 continue
             m = proc.maps.find(addr)
             if m is None and not refreshed:
                 refreshed = True
                 if self._refresh_maps(proc):
+                    noted.clear()
+                    ts.noted_version = proc.maps_version
                     m = proc.maps.find(addr)
-            if m is None or m in mappings:
+            if m is None:
+                continue
+            noted.add(addr)
+            if m in mappings:
                 continue
             mappings.add(m)
             if not m.obj.special and self.copier.known(m.obj) is None:

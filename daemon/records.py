@@ -8,9 +8,11 @@ are those of perf-event-abi.md sections 4 and 5.
 
 from __future__ import annotations
 
+import functools
+import operator
 import struct
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Callable, NamedTuple, Union
 
 from . import abi
 
@@ -37,8 +39,10 @@ class Branch:
         return self.type in abi.CALL_BRANCH_TYPES
 
 
-@dataclass(frozen=True, slots=True)
-class Sample:
+class Sample(NamedTuple):
+    """A PERF_RECORD_SAMPLE. A NamedTuple, not a dataclass: thousands are
+    made every second, and a tuple is built several times faster."""
+
     misc: int = abi.MISC_USER
     ip: int = 0
     pid: int = 0
@@ -69,6 +73,16 @@ class Sample:
     @property
     def in_kernel(self) -> bool:
         return self.cpumode in (abi.MISC_KERNEL, abi.MISC_GUEST_KERNEL)
+
+
+_SLOT = {name: i for i, name in enumerate(Sample._fields)}
+_DEFAULTS = tuple(Sample._field_defaults[name] for name in Sample._fields)
+_new_sample = tuple.__new__
+
+
+@functools.lru_cache(maxsize=512)
+def _u64s(n: int) -> struct.Struct:
+    return struct.Struct(f"<{n}Q")
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +186,8 @@ class SampleLayout:
     regs_intr_mask: int = 0
     sample_id_all: bool = True
     _prefix: struct.Struct = field(init=False, repr=False, compare=False)
-    _prefix_fields: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _gather: Callable[[tuple], tuple] = field(init=False, repr=False, compare=False)
+    _steps: tuple[Callable[..., int], ...] = field(init=False, repr=False, compare=False)
     _id_fields: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -189,7 +204,26 @@ class SampleLayout:
                 fmt += code
                 names += name.split()
         object.__setattr__(self, "_prefix", struct.Struct(fmt))
-        object.__setattr__(self, "_prefix_fields", tuple(names))
+        # One C-speed itemgetter picks every Sample field, in order, out of
+        # (misc, *prefix values, *defaults).
+        where = {n: 1 + i for i, n in enumerate(names) if n in _SLOT}
+        tail = 1 + len(names)
+        picks = [0] + [where.get(n, tail + k) for k, n in enumerate(Sample._fields) if k]
+        object.__setattr__(self, "_gather", operator.itemgetter(*picks))
+        steps = [fn for bit, fn in (
+            (abi.SAMPLE_READ, SampleLayout._read_values),
+            (abi.SAMPLE_CALLCHAIN, SampleLayout._callchain),
+            (abi.SAMPLE_RAW, SampleLayout._raw),
+            (abi.SAMPLE_BRANCH_STACK, SampleLayout._branches),
+            (abi.SAMPLE_REGS_USER, SampleLayout._regs_user),
+            (abi.SAMPLE_STACK_USER, SampleLayout._stack_user),
+            (abi.SAMPLE_WEIGHT | abi.SAMPLE_WEIGHT_STRUCT, SampleLayout._u64_field("weight")),
+            (abi.SAMPLE_DATA_SRC, SampleLayout._u64_field("data_src")),
+            (abi.SAMPLE_TRANSACTION, SampleLayout._u64_field("transaction")),
+            (abi.SAMPLE_REGS_INTR, SampleLayout._regs_intr),
+            (abi.SAMPLE_PHYS_ADDR, SampleLayout._u64_field("phys_addr")),
+            (abi.SAMPLE_CGROUP, SampleLayout._u64_field("cgroup"))) if st & bit]
+        object.__setattr__(self, "_steps", tuple(steps))
         ids = []
         for bit, name in ((abi.SAMPLE_TID, "tid"), (abi.SAMPLE_TIME, "time"),
                           (abi.SAMPLE_ID, "id"), (abi.SAMPLE_STREAM_ID, "stream_id"),
@@ -217,66 +251,73 @@ class SampleLayout:
         _type, misc, size = _HEADER.unpack_from(rec, 0)
         if size > len(rec):
             raise RecordError("sample shorter than its header says")
-        values = dict(zip(self._prefix_fields, self._prefix.unpack_from(rec, 8)))
-        values.pop("identifier", None)
-        values.pop("_res", None)
-        off = 8 + self._prefix.size
-        st = self.sample_type
-        if st & abi.SAMPLE_READ:
-            off += self.read_size()
-        if st & abi.SAMPLE_CALLCHAIN:
-            (nr,) = _U64.unpack_from(rec, off)
-            if off + 8 + 8 * nr > size:
-                raise RecordError("callchain runs past the record")
-            values["callchain"] = struct.unpack_from(f"<{nr}Q", rec, off + 8)
-            off += 8 + 8 * nr
-        if st & abi.SAMPLE_RAW:
-            (raw_size,) = struct.unpack_from("<I", rec, off)
-            values["raw"] = bytes(rec[off + 4:off + 4 + raw_size])
-            off += 4 + raw_size
-        if st & abi.SAMPLE_BRANCH_STACK:
-            off = self._branches(rec, off, size, values)
-        if st & abi.SAMPLE_REGS_USER:
-            off = _regs(rec, off, self.regs_user_mask, values, "regs_abi", "regs")
-        if st & abi.SAMPLE_STACK_USER:
-            (stack_size,) = _U64.unpack_from(rec, off)
-            off += 8
-            if stack_size:
-                if off + stack_size + 8 > size:
-                    raise RecordError("user stack runs past the record")
-                (dyn,) = _U64.unpack_from(rec, off + stack_size)
-                values["stack"] = rec[off:off + min(dyn, stack_size)]
-                off += stack_size + 8
-        for bit, name in ((abi.SAMPLE_WEIGHT | abi.SAMPLE_WEIGHT_STRUCT, "weight"),
-                          (abi.SAMPLE_DATA_SRC, "data_src"),
-                          (abi.SAMPLE_TRANSACTION, "transaction")):
-            if st & bit:
-                (values[name],) = _U64.unpack_from(rec, off)
-                off += 8
-        if st & abi.SAMPLE_REGS_INTR:
-            off = _regs(rec, off, self.regs_intr_mask, {}, "a", "b")
-        if st & abi.SAMPLE_PHYS_ADDR:
-            (values["phys_addr"],) = _U64.unpack_from(rec, off)
-            off += 8
-        if st & abi.SAMPLE_CGROUP:
-            (values["cgroup"],) = _U64.unpack_from(rec, off)
-            off += 8
+        values = self._gather((misc, *self._prefix.unpack_from(rec, 8), *_DEFAULTS))
+        if self._steps:
+            values = list(values)
+            self._variable(rec, 8 + self._prefix.size, size, values)
+        return _new_sample(Sample, values)
+
+    def _variable(self, rec: bytes | memoryview, off: int, size: int, values: list) -> None:
+        """The fields after the fixed prefix, in ABI order (only the steps
+        this layout has, chosen once in __post_init__)."""
+        for step in self._steps:
+            off = step(self, rec, off, size, values)
         if off > size:
             raise RecordError("sample fields run past the record")
-        return Sample(misc=misc, **values)
 
-    def _branches(self, rec: bytes | memoryview, off: int, size: int,
-                  values: dict[str, object]) -> int:
+    def _read_values(self, rec: bytes | memoryview, off: int, size: int, values: list) -> int:
+        return off + self.read_size()
+
+    def _callchain(self, rec: bytes | memoryview, off: int, size: int, values: list) -> int:
+        (nr,) = _U64.unpack_from(rec, off)
+        if off + 8 + 8 * nr > size:
+            raise RecordError("callchain runs past the record")
+        values[_CALLCHAIN] = _u64s(nr).unpack_from(rec, off + 8)
+        return off + 8 + 8 * nr
+
+    def _raw(self, rec: bytes | memoryview, off: int, size: int, values: list) -> int:
+        (raw_size,) = struct.unpack_from("<I", rec, off)
+        values[_SLOT["raw"]] = bytes(rec[off + 4:off + 4 + raw_size])
+        return off + 4 + raw_size
+
+    def _regs_user(self, rec: bytes | memoryview, off: int, size: int, values: list) -> int:
+        return _regs(rec, off, self.regs_user_mask, values, _SLOT["regs_abi"], _SLOT["regs"])
+
+    def _stack_user(self, rec: bytes | memoryview, off: int, size: int, values: list) -> int:
+        (stack_size,) = _U64.unpack_from(rec, off)
+        off += 8
+        if stack_size:
+            if off + stack_size + 8 > size:
+                raise RecordError("user stack runs past the record")
+            (dyn,) = _U64.unpack_from(rec, off + stack_size)
+            values[_SLOT["stack"]] = rec[off:off + min(dyn, stack_size)]
+            off += stack_size + 8
+        return off
+
+    def _regs_intr(self, rec: bytes | memoryview, off: int, size: int, values: list) -> int:
+        return _regs(rec, off, self.regs_intr_mask, None, 0, 0)
+
+    @staticmethod
+    def _u64_field(name: str) -> Callable[..., int]:
+        slot = _SLOT[name]
+
+        def step(layout: SampleLayout, rec: bytes | memoryview, off: int, size: int,
+                 values: list) -> int:
+            (values[slot],) = _U64.unpack_from(rec, off)
+            return off + 8
+        return step
+
+    def _branches(self, rec: bytes | memoryview, off: int, size: int, values: list) -> int:
         (nr,) = _U64.unpack_from(rec, off)
         off += 8
         if self.branch_sample_type & abi.BRANCH_HW_INDEX:
-            (values["branch_hw_index"],) = _U64.unpack_from(rec, off)
+            (values[_SLOT["branch_hw_index"]],) = _U64.unpack_from(rec, off)
             off += 8
         if off + 24 * nr > size:
             raise RecordError("branch stack runs past the record")
         flat = struct.unpack_from(f"<{3 * nr}Q", rec, off)
-        values["branches"] = tuple(Branch(flat[i], flat[i + 1], flat[i + 2])
-                                   for i in range(0, 3 * nr, 3))
+        values[_SLOT["branches"]] = tuple(Branch(flat[i], flat[i + 1], flat[i + 2])
+                                          for i in range(0, 3 * nr, 3))
         return off + 24 * nr
 
     # ---------------------------------------------------------------- others
@@ -344,21 +385,22 @@ class SampleLayout:
         raise AssertionError("unreachable")
 
 
+_CALLCHAIN = _SLOT["callchain"]
 _DECODED = frozenset({abi.RECORD_MMAP, abi.RECORD_MMAP2, abi.RECORD_COMM, abi.RECORD_FORK,
                       abi.RECORD_EXIT, abi.RECORD_LOST, abi.RECORD_LOST_SAMPLES,
                       abi.RECORD_THROTTLE, abi.RECORD_UNTHROTTLE})
 
 
-def _regs(rec: bytes | memoryview, off: int, mask: int, values: dict[str, object],
-          abi_name: str, regs_name: str) -> int:
+def _regs(rec: bytes | memoryview, off: int, mask: int, values: list | None,
+          abi_slot: int, regs_slot: int) -> int:
     (regs_abi,) = _U64.unpack_from(rec, off)
     off += 8
-    values[abi_name] = regs_abi
-    if regs_abi:
-        n = mask.bit_count()
-        values[regs_name] = struct.unpack_from(f"<{n}Q", rec, off)
-        off += 8 * n
-    return off
+    n = mask.bit_count() if regs_abi else 0
+    if values is not None:
+        values[abi_slot] = regs_abi
+        if n:
+            values[regs_slot] = struct.unpack_from(f"<{n}Q", rec, off)
+    return off + 8 * n
 
 
 def split_callchain(chain: tuple[int, ...]) -> tuple[list[int], list[int]]:

@@ -37,8 +37,11 @@ class ObjectKey:
         return not self.path.startswith("/")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Mapping:
+    """One executable mapping. Compared by identity: it is hashed for every
+    sampled frame, and two mappings of the same range are still two."""
+
     start: int
     end: int
     pgoff: int
@@ -123,6 +126,7 @@ class Process:
     cmdline: list[str] | None = None
     exe: str | None = None
     maps_loaded_at: float = 0.0  # monotonic seconds of the last /proc maps read
+    maps_version: int = 0  # bumped whenever the maps change
 
     def __hash__(self) -> int:
         return self.serial
@@ -178,6 +182,7 @@ class TaskTable:
 
     def refresh_maps(self, proc: Process, lines: list[MapsLine]) -> None:
         proc.maps = AddressMap(mappings_from_proc(lines))
+        proc.maps_version += 1
 
     def _install(self, proc: Process, old: Process | None) -> None:
         if old is not None and old is not proc:
@@ -221,6 +226,7 @@ class TaskTable:
         if proc is None or self._stale(proc, m.sid.time):
             return
         proc.maps.add(mapping_from_record(m))
+        proc.maps_version += 1
 
     def _comm(self, c: Comm) -> None:
         proc = self.procs.get(c.pid)

@@ -55,8 +55,7 @@ def _expect(sample: Sample, st_: int, layout: SampleLayout) -> Sample:
 def _decoded(layout: SampleLayout, s: Sample) -> Sample:
     got = layout.decode(synth.encode_sample(layout, s))
     assert isinstance(got, Sample)
-    return Sample(**{f: (bytes(v) if f == "stack" else v)
-                     for f in Sample.__slots__ for v in [getattr(got, f)]})
+    return got._replace(stack=bytes(got.stack))
 
 
 @pytest.mark.parametrize("bit", BITS, ids=lambda b: f"bit{b.bit_length() - 1}")
