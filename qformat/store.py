@@ -49,15 +49,31 @@ class CopyProblem:
         return f"{self.name}: {self.reason}"
 
 
-def crc32_of_fd(fd: int) -> int:
-    """Streaming zlib crc32 of a whole file, read with pread from offset 0."""
-    crc, offset = 0, 0
+def _chunks(fd: int) -> Iterator[memoryview]:
+    """The whole content of ``fd`` from offset 0, in chunks of one reused buffer.
+
+    Regular files are read with preadv (the fd's position is left alone);
+    others (/proc files) sequentially from where a fresh fd starts: a seq_file
+    pread at an offset makes the kernel regenerate everything before it.
+    """
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    regular = stat.S_ISREG(os.fstat(fd).st_mode) and os.fstat(fd).st_size > 0
+    offset = 0
     while True:
-        chunk = os.pread(fd, CHUNK, offset)
-        if not chunk:
-            return crc
+        n = os.preadv(fd, [buf], offset) if regular else os.readv(fd, [buf])
+        if not n:
+            return
+        yield view[:n]
+        offset += n
+
+
+def crc32_of_fd(fd: int) -> int:
+    """Streaming zlib crc32 of a whole file."""
+    crc = 0
+    for chunk in _chunks(fd):
         crc = zlib_ng.crc32(chunk, crc)
-        offset += len(chunk)
+    return crc
 
 
 class QDir:
@@ -338,13 +354,9 @@ class QDir:
     def _copy(self, src_fd: int, basename: str, mode: int) -> str:
         tmp, fd = self._temp(mode)
         try:
-            crc, offset = 0, 0
-            while True:
-                chunk = os.pread(src_fd, CHUNK, offset)
-                if not chunk:
-                    break
+            crc = 0
+            for chunk in _chunks(src_fd):
                 crc = zlib_ng.crc32(chunk, crc)
-                offset += len(chunk)
                 _write_all(fd, chunk)
             os.fsync(fd)
         except BaseException:
@@ -390,7 +402,7 @@ def _write_chunks(f: object, data: Chunks) -> None:
             write(chunk)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
