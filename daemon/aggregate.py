@@ -21,6 +21,7 @@ from typing import Iterable
 
 from qtools.qformat import SetName, sanitize_prog
 
+from .procfs import counters_delta
 from .tasks import Mapping, ObjectKey, Process
 
 KERNEL_START = 0xFFFF_8000_0000_0000  # x86_64 and aarch64 kernel half
@@ -122,6 +123,17 @@ class TaskSet:
     finished: bool = False  # ended; forget it once written
     noted: set[int] = field(default_factory=set)  # addresses whose mapping is in the profile
     noted_version: int = -1  # the process's maps_version those were noted under
+    stats_start: dict[str, float] | None = None  # task (or CPU) counters when the set began
+    stats_last: dict[str, float] | None = None  # ... at the last look
+    stats_folded: dict[str, float] = field(default_factory=dict)  # aggregates: folded tasks
+
+    def task_stats(self) -> dict[str, float] | None:
+        """Counters over the set's life (process-wide, not per CPU)."""
+        if self.stats_folded:
+            return dict(self.stats_folded)
+        if self.stats_start is None or self.stats_last is None:
+            return None
+        return counters_delta(self.stats_start, self.stats_last)
 
     def add_pid(self, pid: int) -> None:
         if pid in self.pids:
@@ -141,6 +153,7 @@ class SetBook:
         self.by_process: dict[Process, TaskSet] = {}
         self.aggregates: dict[str, TaskSet] = {}
         self.kernel: TaskSet | None = None
+        self.closing: list[TaskSet] = []  # closed sets of an earlier slice not yet written
         self.lost = 0  # records this CPU's ring dropped so far
 
     def kernel_set(self) -> TaskSet:
@@ -185,6 +198,8 @@ class SetBook:
         """
         folded: list[Process] = []
         for proc, ts in list(self.by_process.items()):
+            if ts.version is None:  # named now: a stub may have learnt its name since
+                ts.name = SetName(sanitize_prog(proc.comm), self.cpu, proc.pid)
             if not ts.promoted and ts.profile.samples >= self.min_samples:
                 ts.promoted = True
             if ts.promoted:
@@ -197,25 +212,47 @@ class SetBook:
                 agg.profile.merge(ts.profile, agg.layout, proc)
                 agg.profile.mappings = agg.layout.mappings()
                 agg.add_pid(proc.pid)
+                for k, v in (ts.task_stats() or {}).items():
+                    agg.stats_folded[k] = round(agg.stats_folded.get(k, 0) + v, 6)
                 if proc.ended:
                     agg.end_time = time.time()
                 agg.dirty = True
                 del self.by_process[proc]
                 folded.append(proc)
-        sets = [ts for ts in self.by_process.values() if ts.promoted and ts.dirty]
+        sets = list(self.closing)
+        sets += [ts for ts in self.by_process.values() if ts.promoted and ts.dirty]
         sets += [a for a in self.aggregates.values() if a.dirty]
         if self.kernel is not None and self.kernel.dirty:
             sets.append(self.kernel)
         if final:
             for ts in sets:
-                ts.finished = True
+                if not ts.finished:
+                    ts.finished = True
+                    ts.end_time = ts.end_time or time.time()
         return sets, folded
+
+    def start_slice(self) -> None:
+        """After a final write: the next samples go to new sets (new versions).
+
+        Closed sets the write could not place are kept for the next try.
+        """
+        leftovers = [ts for ts in self.by_process.values() if ts.finished and ts.dirty]
+        leftovers += [a for a in self.aggregates.values() if a.dirty]
+        if self.kernel is not None and self.kernel.dirty:
+            leftovers.append(self.kernel)
+        self.closing = [ts for ts in self.closing if ts.dirty] + leftovers
+        self.by_process = {p: ts for p, ts in self.by_process.items() if not ts.finished}
+        self.aggregates = {}
+        self.kernel = None
 
     def written(self, ts: TaskSet) -> Process | None:
         """``ts`` reached the disk; drop it if it is finished. Returns its
         process when that can be forgotten too."""
         ts.dirty = False
+        if ts in self.closing:
+            self.closing.remove(ts)
         if ts.finished and ts.process is not None:
-            self.by_process.pop(ts.process, None)
+            if self.by_process.get(ts.process) is ts:
+                del self.by_process[ts.process]
             return ts.process
         return None

@@ -78,6 +78,10 @@ def build_info(ts: TaskSet, run: RunInfo, copier: ObjectCopier, version: int,
         end_time=ts.end_time if ts.end_time is not None else time.time(),
         samples=prof.samples,
         lost_samples=max(0, lost_end - ts.lost_at_start),
+        task_stats=_prefixed(ts.task_stats()) if proc or ts.name.is_aggregate else None,
+        cpu_stats=_prefixed(procfs.cpu_summary(ts.stats_start, ts.stats_last))
+        if ts.name.is_kernel and ts.stats_start and ts.stats_last else None,
+        state="closed" if ts.finished else "open",
     )
     if ts.pids_dropped:
         task.extra["q:pids-not-listed"] = ts.pids_dropped
@@ -98,6 +102,10 @@ def build_info(ts: TaskSet, run: RunInfo, copier: ObjectCopier, version: int,
         info.perf_maps.append(perf_map)
     info.objects = _objects(ts, run, copier)
     return info
+
+
+def _prefixed(stats: dict[str, float] | None) -> dict[str, float] | None:
+    return {f"q:{k}": v for k, v in stats.items()} if stats else None
 
 
 def header_only(info: Info) -> Info:

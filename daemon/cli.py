@@ -8,7 +8,8 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 
 from . import events, procfs
-from .supervisor import CollectError, Config, Supervisor
+from .config import Config, parse_age, parse_size
+from .supervisor import CollectError, Supervisor
 
 DESCRIPTION = """\
 Sample every CPU with perf_events and write, per task, a q profile
@@ -26,6 +27,23 @@ def _positive_float(text: str) -> float:
 
 def _positive_int(text: str) -> int:
     value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return value
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _age(text: str) -> float:
+    try:
+        value = parse_age(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
     if value <= 0:
         raise argparse.ArgumentTypeError("must be positive")
     return value
@@ -66,6 +84,18 @@ def parser() -> argparse.ArgumentParser:
                    help="symlink objects into .q instead of copying them")
     p.add_argument("--mmap-pages", dest="ring_pages", type=_positive_int, metavar="PAGES",
                    help="ring buffer data pages per CPU, a power of two")
+    p.add_argument("--rotate", type=_age, metavar="SECS",
+                   help="start new versions of every set each SECS (or 90m, 1h, 1d): time "
+                        "slices that q-view --since/--until select")
+    p.add_argument("--max-size", type=_size, metavar="SIZE",
+                   help="keep .q under SIZE (e.g. 2G), removing the oldest closed slices")
+    p.add_argument("--max-age", type=_age, metavar="AGE",
+                   help="remove closed slices older than AGE (e.g. 14d)")
+    p.add_argument("--compress", action=argparse.BooleanOptionalAction, default=None,
+                   help="gzip the data files of closed sets (default: when rotating)")
+    p.add_argument("--stuck-after", type=_age, default=120.0, metavar="SECS",
+                   help="kill and restart a collector that has not reported for SECS "
+                        "(default 120)")
     p.add_argument("--version", action="store_true", help="print the version and exit")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="[--] CMD ARGS",
                    help="profile system-wide (or with -i, only this) until CMD exits")
@@ -98,7 +128,9 @@ def config_from(args: argparse.Namespace, argv: list[str]) -> Config:
                   frequency=args.frequency, event=args.event, inherit_only=args.inherit_only,
                   checkpoint=args.checkpoint, call_graph=args.call_graph,
                   min_samples=args.min_samples, symlink=args.symlink,
-                  ring_pages=args.ring_pages, argv=argv)
+                  ring_pages=args.ring_pages, rotate=args.rotate, max_size=args.max_size,
+                  max_age=args.max_age, compress=args.compress, stuck_after=args.stuck_after,
+                  argv=argv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,10 +6,11 @@ The loop knows nothing of syscalls: records come from an ``EventSource``
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Protocol, TextIO
 
 from qtools.qformat import QDir
@@ -50,6 +51,9 @@ class Options:
     verbose: bool = False
     min_samples: int = 100
     stacks: bool = True
+    rotate: float | None = None  # seconds per time slice; None: one slice for the run
+    compress: bool = False  # write data files of closed sets gzip-compressed
+    cpu_stats: bool = True  # keep the CPU's busy share and clock in kernel-cpuN
 
 
 @dataclass
@@ -101,7 +105,9 @@ class CpuCollector:
             proc = self.table.seed(snap, 0)
             proc.maps_loaded_at = time.monotonic()
             return proc
-        stub = Process(pid, procfs.comm(pid) or "unknown", since=when, threads={pid})
+        # Gone already, or its records are still in another CPU's ring: a
+        # stub, completed in place when they arrive.
+        stub = Process(pid, procfs.comm(pid) or "unknown", since=when, threads={pid}, stub=True)
         self.table.procs[pid] = stub
         return stub
 
@@ -159,17 +165,34 @@ class CpuCollector:
         proc = self._process(s.pid, s.time)
         ts = self.book.process_set(proc)
         if ts.profile.samples == 0:
-            self._describe(proc)
+            self._describe(proc, ts)
         user = self.user_frames.frames(proc, s, user)
         stack = tuple(kernel + user) if self.opts.stacks and (kernel or user) else None
         arcs = [(b.source, b.target) for b in s.branches if b.is_call] if s.branches else []
         self._note_mappings(proc, ts, user if user else [s.ip], arcs)
         ts.profile.add(s.ip, weight, stack, arcs)
 
-    def _describe(self, proc: Process) -> None:
-        if proc.cmdline is None and not proc.ended:
+    def _describe(self, proc: Process, ts: TaskSet) -> None:
+        if proc.ended:
+            return
+        if proc.cmdline is None:
             proc.cmdline = procfs.cmdline(proc.pid)
             proc.exe = proc.exe or procfs.exe(proc.pid)
+        ts.stats_start = ts.stats_last = procfs.task_counters(proc.pid)
+
+    def _update_stats(self) -> None:
+        """Counters of live tasks and of the CPU, for the sets about to be written."""
+        for proc, ts in self.book.by_process.items():
+            if not proc.ended and ts.promoted and ts.stats_start is not None:
+                ts.stats_last = procfs.task_counters(proc.pid) or ts.stats_last
+        if not self.opts.cpu_stats:
+            return
+        kernel = self.book.kernel_set()
+        now = procfs.cpu_counters(self.opts.cpu)
+        if kernel.stats_start is None:
+            kernel.stats_start = now
+        kernel.stats_last = now
+        kernel.dirty = True
 
     def _note_mappings(self, proc: Process, ts: TaskSet, addresses: list[int],
                        arcs: list[tuple[int, int]]) -> None:
@@ -211,12 +234,19 @@ class CpuCollector:
     # ------------------------------------------------------------ checkpoints
 
     def checkpoint(self, final: bool = False) -> bool:
-        """Write every changed set; True if everything reached the disk."""
+        """Write every changed set; True if everything reached the disk.
+
+        ``final`` closes every set: the end of the run, or of a time slice.
+        """
+        self._update_stats()
         sets, folded = self.book.plan(final)
         for proc in folded:
             if proc.ended:
                 self.table.forget(proc)
-        written, errors = write_sets(self.qdir, sets, self.run_info, self.copier, self.lost)
+        run = self.run_info
+        if final and self.opts.compress:
+            run = replace(run, compress=True)
+        written, errors = write_sets(self.qdir, sets, run, self.copier, self.lost)
         for ts in written:
             proc = self.book.written(ts)
             if proc is not None and proc.ended:
@@ -228,6 +258,16 @@ class CpuCollector:
             self._say(f"writing to {self.qdir.path} works again")
             self._write_error = None
         return True
+
+    def rotate(self) -> bool:
+        """Close this time slice: write every set as closed, start new ones."""
+        ok = self.checkpoint(final=True)
+        self.book.start_slice()
+        if self.opts.cpu_stats:
+            self.book.kernel_set().stats_start = procfs.cpu_counters(self.opts.cpu)
+        for proc, ts in self.book.by_process.items():
+            ts.stats_start = ts.stats_last
+        return ok
 
     def _report_write_error(self, e: OSError) -> None:
         text = f"cannot write to {self.qdir.path}: {e.strerror or e}"
@@ -242,23 +282,35 @@ class CpuCollector:
     # ------------------------------------------------------------ the loop
 
     def run(self, flags: Flags, clock: Callable[[], float] = time.monotonic,
-            drain_interval: float = 0.5) -> bool:
+            drain_interval: float = 0.5, heartbeat: Callable[[], None] | None = None) -> bool:
         """Collect until ``flags.stop``; then write a final checkpoint."""
         started = last_tick = clock()
         next_checkpoint = started + self.opts.checkpoint_interval
+        rotate = self.opts.rotate
+        next_slice = _next_boundary(time.time(), rotate) if rotate else None
+        if self.opts.cpu_stats:
+            self.book.kernel_set().stats_start = procfs.cpu_counters(self.opts.cpu)
         while not flags.stop:
             now = clock()
             wait = min(drain_interval, next_checkpoint - now,
                        (last_tick + 1.0 - now) if self.opts.verbose else drain_interval)
+            if next_slice is not None:
+                wait = min(wait, next_slice - time.time())
             self.source.wait(max(0.0, wait))
             self.step()
+            if heartbeat is not None:
+                heartbeat()
             now = clock()
             if self.opts.verbose and now - last_tick >= 1.0:
                 self._say(f"collected {self._tick_samples} samples ({self._tick_lost} lost) "
                           f"in {now - last_tick:.5f} seconds")
                 self._tick_samples = self._tick_lost = 0
                 last_tick = now
-            if flags.checkpoint or now >= next_checkpoint:
+            if next_slice is not None and time.time() >= next_slice:
+                self.rotate()
+                next_slice = _next_boundary(time.time(), rotate)  # type: ignore[arg-type]
+                next_checkpoint = clock() + self.opts.checkpoint_interval
+            elif flags.checkpoint or now >= next_checkpoint:
                 flags.checkpoint = False
                 self.checkpoint()
                 next_checkpoint = clock() + self.opts.checkpoint_interval
@@ -270,6 +322,12 @@ class CpuCollector:
             self._say(f"collected {self._tick_samples} samples ({self._tick_lost} lost) "
                       f"in {clock() - last_tick:.5f} seconds")
         return ok
+
+
+def _next_boundary(now: float, every: float) -> float:
+    """The next multiple of ``every`` seconds of wall-clock time: every
+    collector of a run cuts its slices at the same moments."""
+    return (math.floor(now / every) + 1) * every
 
 
 def _time(rec: object) -> int:

@@ -214,3 +214,65 @@ def tracefs_root() -> str | None:
         if os.path.isdir(f"{root}/events"):
             return root
     return None
+
+
+# ---------------------------------------------------------------- global data
+
+def parse_stat_faults(text: str) -> tuple[int, int] | None:
+    """(minor, major) page faults from /proc/PID/stat (comm may hold spaces)."""
+    fields = text[text.rfind(")") + 2:].split()
+    try:
+        return int(fields[7]), int(fields[9])
+    except (IndexError, ValueError):
+        return None
+
+
+def task_counters(pid: int) -> dict[str, float] | None:
+    """Cumulative counters of a process: CPU times, context switches, faults."""
+    try:
+        p = psutil.Process(pid)
+        with p.oneshot():
+            times = p.cpu_times()
+            switches = p.num_ctx_switches()
+    except (psutil.Error, OSError):
+        return None
+    faults = parse_stat_faults(_read(f"/proc/{pid}/stat") or "")
+    return {"user-seconds": times.user, "system-seconds": times.system,
+            "voluntary-switches": switches.voluntary,
+            "involuntary-switches": switches.involuntary,
+            "minor-faults": faults[0] if faults else 0,
+            "major-faults": faults[1] if faults else 0}
+
+
+def cpu_counters(cpu: int) -> dict[str, float] | None:
+    """Cumulative time counters of one CPU, and its current clock in MHz."""
+    try:
+        times = psutil.cpu_times(percpu=True)[cpu]
+    except (IndexError, OSError):
+        return None
+    idle = times.idle + getattr(times, "iowait", 0.0)
+    out = {"total": sum(times), "idle": idle}
+    try:
+        freqs = psutil.cpu_freq(percpu=True)
+        if cpu < len(freqs) and freqs[cpu].current:
+            out["frequency-mhz"] = float(freqs[cpu].current)
+    except (OSError, NotImplementedError, AttributeError):
+        pass
+    return out
+
+
+def counters_delta(start: dict[str, float], end: dict[str, float]) -> dict[str, float]:
+    """What happened between two snapshots of task_counters."""
+    return {k: round(end[k] - start.get(k, 0), 6) for k in end}
+
+
+def cpu_summary(start: dict[str, float], end: dict[str, float]) -> dict[str, float]:
+    """Busy share and clock of a CPU over an interval (from cpu_counters)."""
+    total = end["total"] - start["total"]
+    out: dict[str, float] = {}
+    if total > 0:
+        out["busy"] = round(max(0.0, 1.0 - (end["idle"] - start["idle"]) / total), 4)
+        out["seconds"] = round(total, 3)
+    if "frequency-mhz" in end:
+        out["frequency-mhz"] = end["frequency-mhz"]
+    return out

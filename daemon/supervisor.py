@@ -14,17 +14,19 @@ import select
 import signal
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TextIO
 
 from qtools.qformat import QDir, QFormatError
 
-from . import events, procfs, syscalls
+from . import events, procfs, retention, syscalls
 from .abi import EventSpec
 from .checkpoint import RunInfo
-from .collector import CpuCollector, Flags, Options
+from .child import collector_main
+from .config import Config
+from .notify import Notifier
 from .objects import ObjectCopier
-from .source import PerfSource, SourceSpec
+from .source import SourceSpec
 
 RESTARTS_PER_MINUTE = 5
 STOP_TIMEOUT = 120.0
@@ -32,26 +34,6 @@ STOP_TIMEOUT = 120.0
 
 class CollectError(Exception):
     """Collection cannot start; the message is for the user."""
-
-
-@dataclass
-class Config:
-    directory: str
-    cpus: list[int]
-    command: list[str] = field(default_factory=list)
-    duration: float | None = None
-    verbose: bool = False
-    kernel_only: bool = False
-    user_only: bool = False
-    frequency: int = 997
-    event: str | None = None
-    inherit_only: bool = False
-    checkpoint: float = 10.0
-    call_graph: str = "fp"
-    min_samples: int = 100
-    symlink: bool = False
-    ring_pages: int | None = None
-    argv: list[str] = field(default_factory=list)
 
 
 def permission_message(err: OSError, paranoid: int | None) -> str:
@@ -75,16 +57,30 @@ def run_info(cfg: Config, spec: EventSpec, source: SourceSpec, kallsyms: str | N
                    procfs.machine(), kallsyms, vdso)
 
 
+@dataclass
+class Child:
+    """A running collector, as its parent sees it."""
+
+    pid: int
+    cpu: int
+    status_fd: int  # "ok" at start, then one heartbeat byte about every second
+    last_seen: float
+
+
 class Supervisor:
-    def __init__(self, cfg: Config, out: TextIO | None = None) -> None:
+    def __init__(self, cfg: Config, out: TextIO | None = None,
+                 notifier: Notifier | None = None) -> None:
         self.cfg = cfg
         self.out = out or sys.stderr
-        self.children: dict[int, int] = {}  # pid -> cpu
+        self.notifier = notifier or Notifier()
+        self.children: dict[int, Child] = {}
         self.restarts: dict[int, list[float]] = {}
+        self.upkeep_error: str | None = None
         self.stopping = False
         self.checkpoint_requested = False
         self.cmd_pid: int | None = None
         self.cmd_status: int | None = None
+        self.started = time.time()
 
     # ------------------------------------------------------------ setup
 
@@ -203,13 +199,15 @@ class Supervisor:
             raise CollectError(f"cannot run {self.cfg.command[0]}: {error}")
 
     def _fork_collector(self, source: SourceSpec, run: RunInfo, qdir: QDir,
-                        ready_w: int) -> int:
+                        status_w: int) -> int:
         pid = os.fork()
         if pid:
             return pid
         code = 1
         try:
-            code = _collector_main(self.cfg, source, run, qdir, ready_w, self.out)
+            for child in self.children.values():
+                os.close(child.status_fd)
+            code = collector_main(self.cfg, source, run, qdir, status_w, self.out)
         except BaseException as e:  # a child must never return into the parent's code
             try:
                 print(f"q-syscollect: collector for cpu {source.cpu} failed: {e!r}",
@@ -220,20 +218,21 @@ class Supervisor:
             os._exit(code)
 
     def _start(self, source: SourceSpec, run: RunInfo, qdir: QDir, cpu: int) -> None:
-        r, w = os.pipe()
+        r, w = os.pipe2(os.O_CLOEXEC)
         pid = self._fork_collector(replace(source, cpu=cpu), run, qdir, w)
         os.close(w)
-        self.children[pid] = cpu
         line = b""
         while not line.endswith(b"\n"):
-            chunk = os.read(r, 4096)
+            chunk = os.read(r, 1)
             if not chunk:
                 break
             line += chunk
-        os.close(r)
         if not line.startswith(b"ok"):
+            os.close(r)
             raise CollectError(line.decode(errors="replace").strip().removeprefix("error ")
                                or f"collector for cpu {cpu} exited before it started")
+        os.set_blocking(r, False)
+        self.children[pid] = Child(pid, cpu, r, time.monotonic())
 
     # ------------------------------------------------------------ running
 
@@ -264,7 +263,10 @@ class Supervisor:
             if release_fd is not None and err_fd is not None:
                 fds, release_fd, err_fd = (release_fd, err_fd), None, None
                 self._release_command(*fds)
+            self.started = time.time()
+            self.notifier.ready(self._status(source))
             self._loop(source, run, qdir, wake_r)
+            self.notifier.stopping("writing the final checkpoint")
         except CollectError:
             self._stop_children()
             if self.cmd_pid:
@@ -282,22 +284,85 @@ class Supervisor:
     def _on_hup(self, signum: int, frame: object) -> None:
         self.checkpoint_requested = True
 
+    def _status(self, source: SourceSpec, extra: str = "") -> str:
+        text = (f"collecting on {len(self.children)} CPUs with {source.event.name} at "
+                f"{source.frequency} Hz into {self.cfg.directory}")
+        return text + (f"; {extra}" if extra else "")
+
     def _loop(self, source: SourceSpec, run: RunInfo, qdir: QDir, wake_r: int) -> None:
         deadline = time.monotonic() + self.cfg.duration if self.cfg.duration else None
+        upkeep_every = max(5.0, min(self.cfg.checkpoint, 60.0))
+        next_upkeep = time.monotonic() + upkeep_every
+        watchdog = self.notifier.watchdog_interval
+        next_watchdog = time.monotonic()
         while not self.stopping:
-            timeout = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+            now = time.monotonic()
+            timeout = 1.0 if deadline is None else max(0.0, min(1.0, deadline - now))
+            if watchdog:
+                timeout = max(0.0, min(timeout, next_watchdog - now))
+            fds = [wake_r] + [c.status_fd for c in self.children.values()]
             try:
-                select.select([wake_r], [], [], timeout)
+                readable, _, _ = select.select(fds, [], [], timeout)
             except InterruptedError:
-                pass
+                readable = []
             _drain(wake_r)
+            self._heartbeats(readable)
             self._reap(source, run, qdir)
-            if deadline is not None and time.monotonic() >= deadline:
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
                 self.stopping = True
             if self.checkpoint_requested:
                 self.checkpoint_requested = False
                 for pid in self.children:
                     _kill(pid, signal.SIGUSR1)
+            if self.cfg.upkeep and now >= next_upkeep:
+                self._upkeep(qdir, source)
+                next_upkeep = time.monotonic() + upkeep_every
+            if watchdog and now >= next_watchdog:
+                # Keep-alive only while every collector still beats: a stuck
+                # one is killed (and restarted) before systemd gives up on us.
+                self._kill_stuck()
+                self.notifier.watchdog()
+                next_watchdog = now + watchdog
+
+    def _heartbeats(self, readable: list[int]) -> None:
+        now = time.monotonic()
+        for child in self.children.values():
+            if child.status_fd in readable:
+                try:
+                    if os.read(child.status_fd, 4096):
+                        child.last_seen = now
+                except (BlockingIOError, InterruptedError):
+                    pass
+        self._kill_stuck()
+
+    def _kill_stuck(self) -> None:
+        now = time.monotonic()
+        for child in self.children.values():
+            if now - child.last_seen > self.cfg.stuck_after:
+                self._note(f"collector for cpu {child.cpu} (pid {child.pid}) has not "
+                           f"reported for {self.cfg.stuck_after:g} s; killing it")
+                child.last_seen = now
+                _kill(child.pid, signal.SIGKILL)
+
+    def _upkeep(self, qdir: QDir, source: SourceSpec) -> None:
+        cfg = self.cfg
+        try:
+            report = retention.maintain(
+                qdir, time.time(), stale_after=cfg.stale_after, grace=cfg.stale_after,
+                max_size=cfg.max_size, max_age=cfg.max_age, compress=cfg.compress_closed)
+        except OSError as e:
+            text = f"cannot tend {qdir.path}: {e.strerror or e}"
+            if text != self.upkeep_error:
+                self._note(text)
+                self.upkeep_error = text
+            return
+        self.upkeep_error = None
+        if cfg.verbose and (report.removed or report.collected):
+            self._note(f"retention removed {len(report.removed)} closed sets and "
+                       f"{len(report.collected)} unreferenced copies")
+        self.notifier.status(self._status(
+            source, f"{report.sets} sets, {report.size / 1e6:.1f} MB"))
 
     def _reap(self, source: SourceSpec, run: RunInfo, qdir: QDir) -> None:
         while True:
@@ -311,8 +376,12 @@ class Supervisor:
                 self.cmd_status = status
                 self.stopping = True
                 continue
-            cpu = self.children.pop(pid, None)
-            if cpu is None or self.stopping:
+            child = self.children.pop(pid, None)
+            if child is None:
+                continue
+            os.close(child.status_fd)
+            cpu = child.cpu
+            if self.stopping:
                 continue
             why = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else \
                 f"exit status {os.WEXITSTATUS(status)}"
@@ -347,51 +416,11 @@ class Supervisor:
                 continue
             if pid == self.cmd_pid:
                 self.cmd_status = status
-            elif self.children.pop(pid, None) is not None:
+            elif (child := self.children.pop(pid, None)) is not None:
+                os.close(child.status_fd)
                 if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
                     code = 1
         return code
-
-
-def _collector_main(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, ready_w: int,
-                    out: TextIO) -> int:
-    """Body of one collector child (runs in the forked process)."""
-    parent = os.getppid()
-    syscalls.set_parent_death_signal(signal.SIGTERM)
-    flags = Flags()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, lambda *_: setattr(flags, "stop", True))
-    signal.signal(signal.SIGUSR1, lambda *_: setattr(flags, "checkpoint", True))
-    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.set_wakeup_fd(wake_w)
-    if os.getppid() != parent:
-        return 1
-    try:
-        perf = PerfSource(source)
-    except OSError as e:
-        msg = f"cpu {source.cpu}: {e.strerror or e}"
-        if e.errno == errno.EPERM:
-            msg += " (ring buffer above the locked-memory limit? try --mmap-pages 16)"
-        os.write(ready_w, f"error {msg}\n".encode())
-        return 1
-    perf.watch(wake_r)
-    opts = Options(source.cpu, kernel_only=cfg.kernel_only, checkpoint_interval=cfg.checkpoint,
-                   verbose=cfg.verbose, min_samples=cfg.min_samples,
-                   stacks=cfg.call_graph != "none")
-    collector = CpuCollector(opts, run, perf, qdir, ObjectCopier(qdir, cfg.symlink), out=out)
-    if source.target_pid == -1:
-        collector.seed()
-    perf.enable()
-    if cfg.verbose:
-        print(f"[{os.getpid()}] profiling on cpu {source.cpu} with {source.event.name} at "
-              f"{source.frequency} Hz", file=out, flush=True)
-    os.write(ready_w, b"ok\n")
-    os.close(ready_w)
-    ok = collector.run(flags)
-    _drain(wake_r)
-    return 0 if ok else 1
 
 
 def _drain(fd: int) -> None:

@@ -127,6 +127,7 @@ class Process:
     exe: str | None = None
     maps_loaded_at: float = 0.0  # monotonic seconds of the last /proc maps read
     maps_version: int = 0  # bumped whenever the maps change
+    stub: bool = False  # made up for a sample before any record or /proc told about it
 
     def __hash__(self) -> int:
         return self.serial
@@ -217,7 +218,19 @@ class TaskTable:
     def _stale(self, proc: Process | None, time: int) -> bool:
         # Records from before a process was seeded describe what the seed
         # already holds; applying them again would, e.g., restart a profile.
-        return proc is not None and time and time < proc.since  # type: ignore[return-value]
+        # A stub holds nothing: every record completes it.
+        return proc is not None and not proc.stub and time and time < proc.since  # type: ignore
+
+    def _complete(self, stub: Process, comm: str, parent: Process | None) -> None:
+        """Fill in a stub from the records that describe it, in place: the
+        samples already counted for it stay with it."""
+        stub.comm = comm
+        stub.stub = False
+        if parent is not None:
+            stub.maps = parent.maps.copy()
+            stub.maps_version += 1
+            stub.cmdline = stub.cmdline or parent.cmdline
+            stub.exe = stub.exe or parent.exe
 
     def _mmap(self, m: Mmap) -> None:
         if not m.executable:
@@ -232,7 +245,10 @@ class TaskTable:
         proc = self.procs.get(c.pid)
         if self._stale(proc, c.sid.time):
             return
-        if c.exec:
+        if proc is not None and proc.stub:
+            self._complete(proc, c.comm, None)
+            proc.exec_seen = c.exec
+        elif c.exec:
             # exec: same pid, new program, empty address space (the new
             # image's MMAP2 records follow).
             new = Process(c.pid, c.comm, since=c.sid.time, threads={c.pid}, exec_seen=True)
@@ -251,6 +267,9 @@ class TaskTable:
                 self.tid_to_pid[t.tid] = t.pid
             return
         existing = self.procs.get(t.pid)
+        if existing is not None and existing.stub:
+            self._complete(existing, parent.comm if parent else existing.comm, parent)
+            return
         if self._stale(existing, t.time):
             return
         child = Process(t.pid, parent.comm if parent else "", since=t.time,

@@ -64,6 +64,8 @@ class TaskInfo:
     samples: int | None = None
     lost_samples: int | None = None
     task_stats: dict[str, Any] | None = None
+    cpu_stats: dict[str, Any] | None = None
+    state: str | None = None  # "open" while the writer may still rewrite it, then "closed"
     extra: dict[str, Any] = field(default_factory=dict)
 
 

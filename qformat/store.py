@@ -167,6 +167,21 @@ class QDir:
             if q.version is not None:
                 yield q
 
+    def lstat(self, name: str) -> os.stat_result:
+        return os.stat(check_plain_name(name), dir_fd=self.fd, follow_symlinks=False)
+
+    def remove(self, name: str) -> bool:
+        """Unlink ``name``; False if it was not there."""
+        try:
+            os.unlink(check_plain_name(name), dir_fd=self.fd)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def open_read(self, name: str) -> int:
+        """A read-only fd for ``name`` (an object copy may be a symlink)."""
+        return os.open(check_plain_name(name), os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.fd)
+
     def versions(self, set_name: SetName) -> list[int]:
         """Versions of a set that have an `.info`, ascending."""
         prefix = f"{set_name}.info#"

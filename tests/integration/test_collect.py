@@ -22,6 +22,8 @@ KERNEL_START = 0xFFFF_8000_0000_0000
 
 
 def infos(q: Path) -> dict[str, object]:
+    if not q.is_dir():
+        return {}
     return {n: read_info(q / n) for n in os.listdir(q) if ".info#" in n}
 
 

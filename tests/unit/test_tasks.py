@@ -5,7 +5,7 @@ from __future__ import annotations
 from qtools.daemon.aggregate import SYNTHETIC_BASE, SetBook
 from qtools.daemon.procfs import MapsLine, parse_cpu_list, parse_maps
 from qtools.daemon.records import Comm, Mmap, SampleId, Task
-from qtools.daemon.tasks import AddressMap, Mapping, ObjectKey, ProcSnapshot, TaskTable
+from qtools.daemon.tasks import AddressMap, Mapping, ObjectKey, Process, ProcSnapshot, TaskTable
 
 LIBC = ObjectKey("/lib/libc.so.6", (254, 0), 11)
 APP = ObjectKey("/usr/bin/app", (254, 0), 22)
@@ -155,3 +155,18 @@ def test_alive_quiet_tasks_wait_and_fold_at_the_end():
     assert book.plan(final=False) == ([], [])  # neither promoted nor folded yet
     sets, folded = book.plan(final=True)
     assert folded == [p] and [str(s.name) for s in sets] == ["idle-cpu0"]
+
+
+def test_a_stub_is_completed_in_place_by_late_records():
+    table = TaskTable()
+    table.apply(Comm(10, 10, "make", True, at(1)))
+    table.apply(mmap(10, 0x400000, 0x1000, APP, 2))
+    stub = Process(77, "unknown", since=500, threads={77}, stub=True)
+    table.procs[77] = stub  # sampled before its FORK, read later from another CPU
+    table.apply(Task(True, 77, 10, 77, 10, 400))  # older than the sample, still applies
+    assert table.get(77) is stub and not stub.stub
+    assert stub.comm == "make" and stub.maps.find(0x400100).obj == APP
+    book = SetBook(cpu=0, min_samples=1)
+    book.process_set(stub).profile.add(0x400100, 1, None)
+    (ts,), _ = book.plan(final=False)
+    assert str(ts.name) == "make-pid77-cpu0"

@@ -1,0 +1,66 @@
+"""What a q-syscollect run was asked to do, and parsers for its option values."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\Z", re.I)
+_AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)\Z", re.I)
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_AGE_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_size(text: str) -> int:
+    """'500M' -> bytes (binary multiples: K, M, G, T)."""
+    m = _SIZE.match(text.strip())
+    if not m:
+        raise ValueError(f"not a size: {text!r} (e.g. 800M, 2G)")
+    return int(float(m[1]) * _SIZE_UNITS[m[2].lower()])
+
+
+def parse_age(text: str) -> float:
+    """'14d' -> seconds (s, m, h, d, w; plain numbers are seconds)."""
+    m = _AGE.match(text.strip())
+    if not m:
+        raise ValueError(f"not an age: {text!r} (e.g. 90m, 12h, 14d)")
+    return float(m[1]) * _AGE_UNITS[m[2].lower()]
+
+
+@dataclass
+class Config:
+    directory: str
+    cpus: list[int]
+    command: list[str] = field(default_factory=list)
+    duration: float | None = None
+    verbose: bool = False
+    kernel_only: bool = False
+    user_only: bool = False
+    frequency: int = 997
+    event: str | None = None
+    inherit_only: bool = False
+    checkpoint: float = 10.0
+    call_graph: str = "fp"
+    min_samples: int = 100
+    symlink: bool = False
+    ring_pages: int | None = None
+    rotate: float | None = None
+    max_size: int | None = None
+    max_age: float | None = None
+    compress: bool | None = None  # None: compress closed slices when rotating
+    stuck_after: float = 120.0  # kill and restart a collector silent this long
+    argv: list[str] = field(default_factory=list)
+
+    @property
+    def compress_closed(self) -> bool:
+        return self.compress if self.compress is not None else self.rotate is not None
+
+    @property
+    def upkeep(self) -> bool:
+        """Does the parent tend the directory (compress, retention)?"""
+        return self.compress_closed or self.max_size is not None or self.max_age is not None
+
+    @property
+    def stale_after(self) -> float:
+        """An open set not rewritten for this long has lost its writer."""
+        return 3 * self.checkpoint + (self.rotate or 0) + 60

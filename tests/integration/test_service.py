@@ -1,0 +1,189 @@
+"""Running for weeks: slices, compression, sd_notify, kill -9, a stuck
+collector, thousands of short-lived processes, and the systemd unit."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from qtools.qformat import read_hist
+from tests.conftest import q_syscollect, q_syscollect_popen
+from tests.integration.test_collect import _wait_for, check_complete, infos, sets_of
+
+UNIT = Path(__file__).resolve().parents[2] / "systemd" / "q-syscollect.service"
+
+
+def test_rotation_cuts_closed_compressed_slices(perf, build, tmp_path):
+    pfan = build("p-fan")
+    q = tmp_path / "q"
+    load = subprocess.Popen([str(pfan), "12"], preexec_fn=lambda: os.sched_setaffinity(0, {0}))
+    try:
+        r = q_syscollect("-d", str(q), "--rotate", "2", "--checkpoint", "1", "-t", "7",
+                         "--cpus", "0")
+    finally:
+        load.kill()
+        load.wait()
+    assert r.returncode == 0, r.stderr
+    slices = sorted((i for _n, i in sets_of(q, pfan.name)), key=lambda i: i.task.start_time)
+    assert len(slices) >= 3, [n for n, _ in sets_of(q, pfan.name)]
+    for a, b in zip(slices, slices[1:]):
+        assert a.task.end_time <= b.task.start_time  # one after another
+    for info in slices:
+        assert info.task.state == "closed"
+        raw = (q / info.histogram.file).read_bytes()
+        assert raw[:2] == b"\x1f\x8b"  # closed slices are gzip-compressed...
+        assert sum(c for _a, c in read_hist(q / info.histogram.file)) > 0  # ...and read back
+    versions = {n.split("#")[1] for n, _i in sets_of(q, pfan.name)}
+    assert len(versions) == len(slices)  # each slice a new version
+    check_complete(q)
+
+
+def _listener(tmp_path: Path) -> tuple[socket.socket, str]:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    path = str(tmp_path / "notify.sock")
+    sock.bind(path)
+    sock.settimeout(30)
+    return sock, path
+
+
+def test_sd_notify_ready_watchdog_stopping(perf, tmp_path):
+    sock, path = _listener(tmp_path)
+    env = dict(os.environ, NOTIFY_SOCKET=path, WATCHDOG_USEC="1000000")
+    proc = q_syscollect_popen("-d", str(tmp_path / "q"), "-t", "4", env=env)
+    messages = []
+    try:
+        while True:
+            messages.append(sock.recv(4096).decode())
+            if "STOPPING=1" in messages[-1]:
+                break
+    finally:
+        proc.communicate(timeout=60)
+        sock.close()
+    assert proc.returncode == 0
+    assert "READY=1" in messages[0] and f"MAINPID={proc.pid}" in messages[0]
+    assert any(m == "WATCHDOG=1" for m in messages)
+    status = [m for m in messages if m.startswith("STATUS=")] + [messages[0]]
+    assert any("collecting on" in m for m in status)
+
+
+def test_kill_9_leaves_nothing_that_trips_a_reader(perf, build, tmp_path):
+    pfan = build("p-fan")
+    q = tmp_path / "q"
+    load = subprocess.Popen([str(pfan), "20"])
+    try:
+        proc = q_syscollect_popen("-d", str(q), "--checkpoint", "1", start_new_session=True,
+                                  stderr=subprocess.DEVNULL)
+        _wait_for(lambda: sets_of(q, pfan.name), 30, proc)
+        time.sleep(1.3)
+        os.killpg(proc.pid, signal.SIGKILL)  # parent and collectors at once
+        proc.wait()
+        for info in infos(q).values():  # every .info parses and names files that parse
+            for name in info.data_files():
+                list(read_hist(q / name)) if name.split(".")[-1].startswith("hist") else None
+        assert sets_of(q, pfan.name)  # at most one checkpoint interval was lost
+        r = q_syscollect("-d", str(q), "-t", "1")  # a new run starts cleanly on the remains
+        assert r.returncode == 0, r.stderr
+        assert not [n for n in os.listdir(q) if n.startswith(".tmp-")]
+        check_complete(q)
+    finally:
+        load.kill()
+        load.wait()
+
+
+def test_a_stuck_collector_is_killed_and_restarted(perf, tmp_path):
+    proc = q_syscollect_popen("-d", str(tmp_path / "q"), "--stuck-after", "2")
+    try:
+        _wait_for(lambda: len(_collectors(proc)) == len(os.sched_getaffinity(0)), 30, proc)
+        time.sleep(1)
+        victim = _collectors(proc)[0]
+        victim.suspend()  # SIGSTOP: alive, but no longer reporting
+        _wait_for(lambda: not victim.is_running() or victim.status() == psutil.STATUS_ZOMBIE,
+                  30, proc)
+        _wait_for(lambda: len(_collectors(proc)) == len(os.sched_getaffinity(0)), 30, proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert f"(pid {victim.pid}) has not reported for 2 s; killing it" in err
+    assert f"(pid {victim.pid}) died (signal 9); restarting it" in err
+    assert proc.returncode == 0
+
+
+def _collectors(proc: subprocess.Popen) -> list[psutil.Process]:
+    try:
+        return [c for c in psutil.Process(proc.pid).children()
+                if c.status() != psutil.STATUS_ZOMBIE]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def test_thousands_of_short_lived_processes_keep_memory_and_files_bounded(perf, tmp_path):
+    q = tmp_path / "q"
+    proc = q_syscollect_popen("-d", str(q), "--checkpoint", "1", stderr=subprocess.DEVNULL)
+    burst = "i=0; while [ $i -lt {n} ]; do /bin/true; i=$((i+1)); done"
+    try:
+        _wait_for(lambda: len(_collectors(proc)) == len(os.sched_getaffinity(0)), 30, proc)
+        subprocess.run(["sh", "-c", burst.format(n=200)], check=True)  # warm up
+        time.sleep(2.5)
+        rss_before = sum(c.memory_info().rss for c in _collectors(proc))
+        subprocess.run(["sh", "-c", burst.format(n=2000)], check=True)
+        time.sleep(2.5)
+        rss_after = sum(c.memory_info().rss for c in _collectors(proc))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    assert proc.returncode == 0
+    assert rss_after - rss_before < 16 << 20, (rss_before, rss_after)
+    # The burst's 2,000 tasks left at most one set per CPU, none of them a set
+    # of its own. (The directory's total is not checked: whatever else runs on
+    # the machine meanwhile gets its sets too.)
+    true_sets = [n for n, i in infos(q).items() if i.task.comm == "true"]
+    assert len(true_sets) <= len(os.sched_getaffinity(0)), true_sets
+    folded = [i for i in infos(q).values() if i.task.comm == "true" and i.task.pids]
+    assert sum(len(i.task.pids) for i in folded) > 100  # they were seen, just not one file each
+    check_complete(q)
+
+
+def _systemd_analyze() -> str:
+    tool = shutil.which("systemd-analyze")
+    if tool is None and os.geteuid() == 0 and shutil.which("apt-get"):
+        subprocess.run(["apt-get", "install", "-y", "-q", "systemd"], check=False,
+                       capture_output=True, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+        tool = shutil.which("systemd-analyze")
+    if tool is None:
+        pytest.fail("systemd-analyze is needed (Debian package systemd) and could not be installed")
+    return tool
+
+
+def test_the_unit_verifies(tmp_path):
+    tool = _systemd_analyze()
+    text = UNIT.read_text()
+    script = shutil.which("q-syscollect", path=os.path.dirname(sys.executable)) \
+        or shutil.which("q-syscollect")
+    assert script, "q-syscollect is not installed next to this python"
+    unit = tmp_path / "q-syscollect.service"
+    unit.write_text(text.replace("/usr/local/bin/q-syscollect", script))
+    r = subprocess.run([tool, "verify", str(unit)], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stderr.strip() == "", r.stderr  # warnings count as failure
+    known = set(re.findall(r"^(cap_\w+)", subprocess.run(
+        [tool, "capability"], capture_output=True, text=True).stdout, re.M))
+    caps = re.search(r"^CapabilityBoundingSet=(.*)$", text, re.M)[1].split()
+    assert {c.lower() for c in caps} <= known, caps
+    assert set(caps) >= {"CAP_PERFMON", "CAP_SYS_PTRACE", "CAP_SYSLOG", "CAP_DAC_READ_SEARCH"}
+    for line in ("Type=notify", "StateDirectory=q-tools", "Restart=on-failure",
+                 "ProtectSystem=strict", "ReadWritePaths=/var/lib/q-tools", "KillMode=mixed"):
+        assert re.search(rf"^{re.escape(line)}$", text, re.M), line
+    assert re.search(r"^WatchdogSec=\S+", text, re.M) and re.search(r"^TimeoutStopSec=", text, re.M)
+    exec_start = re.search(r"^ExecStart=(.*)$", text, re.M)[1].split()
+    rate = int(exec_start[exec_start.index("-c") + 1])
+    assert 90 <= rate <= 110 and all(rate % d for d in range(2, rate))  # a prime near 100
+    assert "/var/lib/q-tools" in exec_start
