@@ -174,6 +174,8 @@ def _symbols(e: _Elf, index: int) -> Iterator[RawSymbol]:
         name = _cstring(strtab, st_name)
         if not name or name.startswith((".L", "$")):
             continue
+        if "@" in name:  # a .symver alias in .symtab: memcpy@@GLIBC_2.14 is memcpy
+            name = name.split("@", 1)[0]
         rank = {STB_GLOBAL: 0, STB_WEAK: 1}.get(bind, 2) * 2 + (kind == STT_NOTYPE)
         # A sizeless symbol reaches to the next one, but never past its section.
         cap = 0 if sym_size else section_ends[shndx] if shndx < len(section_ends) else 0

@@ -236,8 +236,28 @@ class Symbols:
         if key not in self._kallsyms:
             self._kallsyms[key] = None
             if self._verify(directory, copy):
-                self._kallsyms[key] = self._load_kallsyms(os.path.join(directory, copy))
+                self._kallsyms[key] = self._cached_kallsyms(directory, copy)
         return self._kallsyms[key]
+
+    def _cached_kallsyms(self, directory: str, copy: str) -> Kallsyms | None:
+        # A kallsyms copy is 5 MB of text: parsing it dominates a warm run
+        # unless it is cached like any object's symbols.
+        path = os.path.join(directory, copy)
+        cache_key = self._cache_key(path, copy, "kallsyms")
+        hit = self.cache.load(cache_key) if cache_key else None
+        if hit is not None:
+            table, meta = hit
+            modules = meta.get("modules")
+            if isinstance(modules, list) and all(
+                    isinstance(m, list) and len(m) == 2 and isinstance(m[0], int)
+                    and isinstance(m[1], str) for m in modules):
+                return Kallsyms(table, dict((a, b) for a, b in modules),
+                                bool(meta.get("restricted")))
+        ks = self._load_kallsyms(path)
+        if ks is not None and cache_key:
+            self.cache.store(cache_key, ks.table, {
+                "restricted": ks.restricted, "modules": sorted(ks.modules.items())})
+        return ks
 
     def _load_kallsyms(self, path: str) -> Kallsyms | None:
         raw: list[RawSymbol] = []

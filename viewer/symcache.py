@@ -24,7 +24,7 @@ from typing import Any
 from .symtab import SymbolTable
 
 MAGIC = b"QVSYMTAB"
-VERSION = 2
+VERSION = 3  # bump whenever what goes into a table changes
 _HEADER = struct.Struct("<8sII")  # magic, version, length of the JSON metadata
 _COUNTS = struct.Struct("<QQ")  # number of symbols, bytes of names
 

@@ -153,3 +153,22 @@ def test_console_script_entry_point(tmp_path, calls_pie):
     proc = subprocess.run([sys.executable, "-m", "qtools.viewer.cli", q.info_path(name),
                            "--flat"], capture_output=True, text=True)
     assert proc.returncode == 0 and "leaf1" in proc.stdout
+
+
+def test_warm_symbol_cache_gives_the_same_answer(tmp_path, calls_pie, monkeypatch):
+    from scenarios import KALLSYMS
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("Q_CACHE_DIR", str(cache))
+    q, o, name = calls_dir(tmp_path, calls_pie)
+    q.add_kallsyms(KALLSYMS)
+    name = q.task("calls", 1234, 0, version=1, exe=EXE,
+                  stacks=[(MS, [0xFFFFFFFFC0001010, o.ret("main")]), (MS, [o.at("leaf1")])])
+    cold = run(q.info_path(name))
+    entries = sorted(p.name for p in cache.iterdir())
+    assert [e.rsplit("-", 1)[1] for e in entries] == ["elf.sym", "kallsyms.sym"]
+    assert run(q.info_path(name)) == cold
+    for entry in cache.iterdir():  # corrupt entries are ignored and rewritten
+        entry.write_bytes(entry.read_bytes()[:-7] + b"garbage")
+    assert run(q.info_path(name)) == cold
+    assert run(q.info_path(name), "--no-cache") == cold
+    assert "ext4_file_read_iter" in cold[1]
