@@ -86,10 +86,10 @@ def _add_calls(samples: Samples, functions: dict[Frame, Function],
             fn.recursive_calls = (fn.recursive_calls or 0.0) + n
         else:
             fn.calls = (fn.calls or 0.0) + n
-        arc = arcs.get((caller, callee))
-        if arc is None:
-            arc = arcs[(caller, callee)] = Arc(caller, callee, calls=0.0)
-        arc.calls = (arc.calls or 0.0) + n
+        found = arcs.get((caller, callee))
+        if found is None:
+            found = arcs[(caller, callee)] = Arc(caller, callee, calls=0.0)
+        found.calls = (found.calls or 0.0) + n
 
 
 # ---------------------------------------------------------------- cycles
@@ -175,9 +175,10 @@ def _cycles(samples: Samples, profile: Profile) -> list[Cycle]:
         leaf_cycle = member_of.get(stack[0])
         entered: set[tuple[int, int]] = set()
         for i in range(len(stack) - 1):
-            k = member_of.get(stack[i])
-            if k is None or member_of.get(stack[i + 1]) == k:
+            member = member_of.get(stack[i])
+            if member is None or member_of.get(stack[i + 1]) == member:
                 continue
+            k = member
             pair = (stack[i + 1], k)
             if pair in entered:
                 continue
@@ -201,8 +202,8 @@ def _cycles(samples: Samples, profile: Profile) -> list[Cycle]:
     cycles = [cycles[k] for k in order]
     for number, cycle in enumerate(cycles, 1):
         cycle.number = number
-        for member in cycle.members:
-            profile.functions[member].cycle = number
+        for frame in cycle.members:
+            profile.functions[frame].cycle = number
         for arc in cycle.callers.values():
             arc.callee = Frame(cycle.name, CYCLE_OBJECT)
         _cycle_calls(profile, cycle)

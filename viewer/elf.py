@@ -263,8 +263,11 @@ def _symbol_name(e: _Elf, symdata: bytes, strtab: bytes, index: int) -> str:
 
 def _plt_symbols(e: _Elf) -> Iterator[RawSymbol]:
     """``name@plt`` for the entries of .plt, .plt.sec and .plt.got."""
-    plt_sections = [(name, e.index_of(name)) for name in (".plt", ".plt.sec", ".plt.got")]
-    plt_sections = [(n, i) for n, i in plt_sections if i is not None]
+    plt_sections: list[tuple[str, int]] = []
+    for name in (".plt", ".plt.sec", ".plt.got"):
+        index = e.index_of(name)
+        if index is not None:
+            plt_sections.append((name, index))
     if not plt_sections:
         return
     got = _got_names(e)
