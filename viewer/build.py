@@ -10,14 +10,19 @@ factors (cycles at different clock rates) merge correctly.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Iterable
+
+from qtools.qformat import Arc, Stack
 
 from .errors import ViewError
 from .load import TaskSet
-from .model import Frame, Samples, StackQuality, Task
+from .model import Frame, Samples, StackQuality, Task, root_name
 from .symbols import MAX_MEMO, AddressSpace, Location, Symbols, Warn
 
 BY_CHOICES = ("function", "object", "address")
+
+# A resolved address: frame id, in the kernel, object name, is a root frame.
+_Resolved = tuple[int, bool, str, bool]
 
 # The outermost user frame of a complete stack (issue 5): the program's
 # entry, libc's start-up, or the start of a thread.
@@ -83,33 +88,43 @@ class SampleBuilder:
         if edges is not None:
             self._add_edges(space, edges, ts)
 
-    def _add_stacks(self, space: AddressSpace, stacks: object, factor: float) -> None:
-        memo: dict[tuple[int, bool], tuple[int, Location]] = {}
+    def _resolve(self, space: AddressSpace, address: int, is_return: bool) -> _Resolved:
+        loc = space.lookup(address, is_return)
+        return (self._id(loc), loc.kernel, loc.object, root_name(loc.name) in ROOT_FRAMES)
+
+    def _add_stacks(self, space: AddressSpace, stacks: Iterable[Stack], factor: float) -> None:
+        # Hot loop: one memo for leaves, one for return addresses (looked up
+        # at address-1), each address resolved once per set.
+        leaves: dict[int, _Resolved] = {}
+        returns: dict[int, _Resolved] = {}
         acc = self.stacks
-        quality, roots = self.quality, ROOT_FRAMES
-        for weight, addresses in stacks:  # type: ignore[attr-defined]
+        quality = self.quality
+        resolve = self._resolve
+        for weight, addresses in stacks:
             if not weight:
                 continue
-            w = weight * factor
-            ids = []
-            user: list[Location] = []
-            for i, address in enumerate(addresses):
-                key = (address, i > 0)  # every frame but the leaf is a return address
-                hit = memo.get(key)
-                if hit is None:
-                    if len(memo) >= MAX_MEMO:
-                        memo.clear()
-                    loc = space.lookup(address, i > 0)
-                    hit = memo[key] = (self._id(loc), loc)
-                ids.append(hit[0])
-                if not hit[1].kernel:
-                    user.append(hit[1])
+            if len(leaves) + len(returns) >= MAX_MEMO:
+                leaves.clear()
+                returns.clear()
+            first = leaves.get(addresses[0])
+            if first is None:
+                first = leaves[addresses[0]] = resolve(space, addresses[0], False)
+            entries = [first]
+            for address in addresses[1:]:
+                entry = returns.get(address)
+                if entry is None:
+                    entry = returns[address] = resolve(space, address, True)
+                entries.append(entry)
+            ids = [e[0] for e in entries]
             if self.collapse_runs:
                 ids = [f for i, f in enumerate(ids) if i == 0 or ids[i - 1] != f]
             stack = tuple(ids)
+            w = weight * factor
             acc[stack] = acc.get(stack, 0.0) + w
-            if user:
-                quality.add(user, w, roots)
+            outermost = entries[-1]
+            if not outermost[1]:  # kernel frames come first: a user frame is last
+                innermost_user = next(e for e in entries if not e[1])
+                quality.add(innermost_user[2], w, outermost[3])
 
     def _add_hist(self, space: AddressSpace, ts: TaskSet, factor: float) -> None:
         acc = self.stacks
@@ -118,11 +133,11 @@ class SampleBuilder:
                 stack = (self._id(space.lookup(address)),)
                 acc[stack] = acc.get(stack, 0.0) + count * factor
 
-    def _add_edges(self, space: AddressSpace, edges: object, ts: TaskSet) -> None:
+    def _add_edges(self, space: AddressSpace, edges: Iterable[Arc], ts: TaskSet) -> None:
         cc = ts.info.call_counts
         factor = cc.conversion_factor if cc and cc.conversion_factor else 1.0
         calls = self.calls if self.calls is not None else {}
-        for site, callee, count in edges:  # type: ignore[attr-defined]
+        for site, callee, count in edges:
             # FROM is the call instruction itself and TO the callee's entry:
             # neither is a return address.
             pair = (self._id(space.lookup(site)), self._id(space.lookup(callee)))

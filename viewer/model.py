@@ -18,7 +18,6 @@ import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .symbols import Location
 
 
 class Frame(NamedTuple):
@@ -67,13 +66,18 @@ class StackQuality:
     overall: QualityCount = field(default_factory=QualityCount)
     by_object: dict[str, QualityCount] = field(default_factory=dict)
 
-    def add(self, user: list[Location], weight: float, roots: frozenset[str]) -> None:
-        rooted = _root_name(user[-1].name) in roots
+    def add(self, innermost_object: str, weight: float, rooted: bool) -> None:
+        """One user stack: the object of its innermost user frame, and whether
+        its outermost frame is a root."""
         self.overall.add(weight, rooted)
-        self.by_object.setdefault(user[0].object, QualityCount()).add(weight, rooted)
+        counts = self.by_object.get(innermost_object)
+        if counts is None:
+            counts = self.by_object[innermost_object] = QualityCount()
+        counts.add(weight, rooted)
 
 
-def _root_name(name: str) -> str:
+def root_name(name: str) -> str:
+    """The name to compare with root frames (no @plt or version suffix)."""
     return name.split("@", 1)[0]
 
 
