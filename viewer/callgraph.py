@@ -39,18 +39,27 @@ def analyze(samples: Samples) -> Profile:
     arc_self: dict[tuple[int, int], float] = defaultdict(float)
     arc_total: dict[tuple[int, int], float] = defaultdict(float)
     for stack, w in samples.stacks.items():
-        self_w[stack[0]] += w
+        leaf = stack[0]
+        self_w[leaf] += w
         spont[stack[-1]] += w
         if len(stack) == 1:
-            incl[stack[0]] += w
+            incl[leaf] += w
             continue
-        for f in set(stack):
+        distinct = set(stack)
+        for f in distinct:
             incl[f] += w
-        leaf = stack[0]
-        for pair in set(zip(stack[1:], stack)):
-            arc_total[pair] += w
-            if pair[1] == leaf:
-                arc_self[pair] += w
+        pairs = zip(stack[1:], stack)
+        if len(distinct) == len(stack):
+            # No recursion: every pair is distinct, and only the innermost
+            # pair has the leaf as its callee.
+            for pair in pairs:
+                arc_total[pair] += w
+            arc_self[(stack[1], leaf)] += w
+        else:
+            for pair in set(pairs):  # each (caller, callee) once per stack
+                arc_total[pair] += w
+                if pair[1] == leaf:
+                    arc_self[pair] += w
 
     functions: dict[Frame, Function] = {}
     for fid in incl:
