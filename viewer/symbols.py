@@ -135,14 +135,17 @@ class Symbols:
     def object(self, directory: str, ref: ObjectRef, copy: str | None) -> LoadedObject | None:
         key = (directory, copy or f"<{ref.name}:{ref.build_id}>")
         if key not in self._objects:
-            self._objects[key] = self._load_object(directory, ref, copy)
+            loaded = self._objects[key] = self._load_object(directory, ref, copy)
+            if loaded is None and copy is None:
+                self.warn(f"{directory}: no copy of {ref.path or ref.name} was recorded; "
+                          "its symbols are unknown")
         return self._objects[key]
 
     def _load_object(self, directory: str, ref: ObjectRef, copy: str | None) -> LoadedObject | None:
         if copy is None or not self._verify(directory, copy):
-            # No trustworthy copy: a debug file found by the recorded build-id
-            # still has the program headers and symbols of the original.
-            return self._from_debug_only(directory, ref)
+            # No trustworthy copy, no symbols: a separate debug file alone
+            # cannot say where file offsets load (its PT_LOADs are rewritten).
+            return None
         path = os.path.join(directory, copy)
         cache_key = self._cache_key(path, copy, "elf")
         if cache_key:
@@ -185,10 +188,6 @@ class Symbols:
         build_id = meta.get("build_id") if isinstance(meta.get("build_id"), str) else None
         return bool(self._debug_candidates(directory, ref, build_id, debuglink))
 
-    def _from_debug_only(self, directory: str, ref: ObjectRef) -> LoadedObject | None:
-        found = self._debug_symbols(directory, ref, ref.build_id, None, full=True)
-        return LoadedObject(found[0].segments, found[1]) if found else None
-
     def _debug_candidates(self, directory: str, ref: ObjectRef, build_id: str | None,
                           debuglink: tuple[str, int] | None) -> list[tuple[str, str]]:
         """(path, how) of files that may hold the debug info, existing ones only."""
@@ -212,8 +211,7 @@ class Symbols:
         return [(p, how) for p, how in out if os.path.isfile(p)]
 
     def _debug_symbols(self, directory: str, ref: ObjectRef, build_id: str | None,
-                       debuglink: tuple[str, int] | None,
-                       full: bool = False) -> tuple[ElfObject, SymbolTable] | None:
+                       debuglink: tuple[str, int] | None) -> tuple[ElfObject, SymbolTable] | None:
         for path, how in self._debug_candidates(directory, ref, build_id, debuglink):
             try:
                 dbg = read_elf(path)
@@ -224,8 +222,6 @@ class Symbols:
             if how == "debuglink" and debuglink and not _crc_matches(path, debuglink[1]):
                 if not (build_id and dbg.build_id == build_id):
                     continue
-            if full and not dbg.segments:
-                continue
             return dbg, dbg.symbols
         return None
 

@@ -219,3 +219,14 @@ def test_debuglink_with_a_path_is_refused(tmp_path, calls_pie, debuglink):
     symbols = Symbols(SymbolCache(None), [str(tmp_path)], [].append)
     ref = ObjectRef("x", None, "/usr/lib/x")
     assert symbols._debug_candidates(str(tmp_path), ref, None, (debuglink, 0)) == []
+
+
+def test_object_without_a_copy_warns_once(tmp_path, calls_pie):
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie, copy=False)
+    name = q.task("calls", 1, 0, hist={})
+    warnings: list[str] = []
+    space = _space(q, name, warnings)
+    assert space.lookup(o.at("main")).name.startswith("0x")
+    space.lookup(o.at("leaf1"))
+    assert len(warnings) == 1 and "no copy" in warnings[0]
