@@ -172,3 +172,25 @@ def test_warm_symbol_cache_gives_the_same_answer(tmp_path, calls_pie, monkeypatc
     assert run(q.info_path(name)) == cold
     assert run(q.info_path(name), "--no-cache") == cold
     assert "ext4_file_read_iter" in cold[1]
+
+
+def test_pid_selects_aggregate_sets_by_their_pids(tmp_path, calls_pie):
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    q.task("sh", None, 1, pids=[300, 301], stacks=[(2 * MS, [o.at("work")])])
+    q.task("sh", 302, 1, stacks=[(3 * MS, [o.at("leaf1")])])
+    assert _selfs(run(str(q.path), "--pid", "301", "--format", "json")[1]) == {"work": 2}
+    assert _selfs(run(str(q.path), "--comm", "sh", "--format", "json")[1]) == {
+        "work": 2, "leaf1": 3}
+
+
+def test_dot_output_is_valid_graphviz(tmp_path, calls_pie):
+    import shutil
+    import subprocess
+    if shutil.which("dot") is None:
+        pytest.skip("graphviz is not installed")
+    q, _o, name = calls_dir(tmp_path, calls_pie)
+    dot = run(q.info_path(name), "--format", "dot")[1]
+    proc = subprocess.run(["dot", "-Tsvg"], input=dot, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "leaf1" in proc.stdout
