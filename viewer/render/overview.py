@@ -32,4 +32,5 @@ def render(rows: list[Row], directory: str, out: TextIO) -> None:
         share = f"{percent(r.amount, total):6.2f}" if unit else f"{'-':>6}"
         out.write(f"{r.command:<{width}} {r.pid:>8} {r.cpu:>4} {amount:>8} {share}  {r.file}\n")
     if unit:
-        out.write(f"{'total':<{width}} {'':>8} {'':>4} {si(total):>8} {100.0 if total else 0:6.2f}\n")
+        whole = 100.0 if total else 0.0
+        out.write(f"{'total':<{width}} {'':>8} {'':>4} {si(total):>8} {whole:6.2f}\n")
