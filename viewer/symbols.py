@@ -384,6 +384,10 @@ class AddressSpace:
             if len(self._memo) >= MAX_MEMO:
                 self._memo.clear()
             loc = self._memo[target] = self._resolve(target)
+        if target != address and loc.start is None and loc.name.startswith("0x"):
+            # Unknown: show the address as it is in the stack (perf does too).
+            shown = loc.offset + (address - target)
+            loc = loc._replace(name=f"0x{shown:x}<{loc.object}>", offset=shown)
         return loc
 
     def _resolve(self, address: int) -> Location:

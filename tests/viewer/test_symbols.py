@@ -230,3 +230,13 @@ def test_object_without_a_copy_warns_once(tmp_path, calls_pie):
     assert space.lookup(o.at("main")).name.startswith("0x")
     space.lookup(o.at("leaf1"))
     assert len(warnings) == 1 and "no copy" in warnings[0]
+
+
+def test_unknown_return_addresses_show_the_address_in_the_stack(tmp_path, calls_pie):
+    q = QBuilder(tmp_path / ".q")
+    q.load(calls_pie)
+    name = q.task("calls", 1, 0, hist={})
+    space = _space(q, name, [])
+    assert space.lookup(0x20000, is_return=True).name == "0x20000<[unknown]>"
+    assert space.lookup(0x1FFFF).name == "0x1ffff<[unknown]>"
+    assert space.lookup(0x20000).name == "0x20000<[unknown]>"
