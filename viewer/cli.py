@@ -19,6 +19,7 @@ from . import processors
 from .build import BY_CHOICES, build_samples
 from .callgraph import analyze
 from .errors import ViewError
+from .model import Profile
 from .load import Selection, TaskSet, default_directory, select, sets_in
 from .render import collapsed, dot, flat, graph, jsonfmt, overview, quality
 from .symbols import Symbols, debug_roots_from_env
@@ -117,7 +118,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
 
 def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     selection = Selection(args.comm, args.pid, args.cpu)
-    inputs = list(args.inputs) or [default_directory(args.directory)]
+    directory = default_directory(args.directory)
+    inputs = [_locate(item, directory) for item in args.inputs] or [directory]
     if not selection.active and all(os.path.isdir(i) for i in inputs):
         for directory in inputs:
             _overview(directory, args, out)
@@ -146,26 +148,34 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
-def _report(profile: object, args: argparse.Namespace, out: TextIO) -> None:
-    from .model import Profile
-    assert isinstance(profile, Profile)
+def _locate(item: str, directory: str) -> str:
+    """A bare name that is not here is looked for in the .q directory
+    (``q-view -d .q p-fan-pid1-cpu0.info``)."""
+    if os.sep in item or os.path.exists(item) or os.path.exists(item + "#0"):
+        return item
+    candidate = os.path.join(directory, item)
+    return candidate if os.path.isdir(directory) else item
+
+
+def _report(profile: Profile, args: argparse.Namespace, out: TextIO) -> None:
     if args.format == "json":
         jsonfmt.render(profile, out)
     elif args.format == "collapsed":
         collapsed.render(profile, out)
     elif args.format == "dot":
         dot.render(profile, out, args.min_percent)
-    elif args.stack_quality and not (args.flat or args.graph):
-        flat.header(profile, out)
-        quality.render(profile, out)
     else:
-        both = args.flat == args.graph
-        if args.flat or both:
+        chosen = args.flat or args.graph or args.stack_quality
+        show_flat = args.flat or not chosen
+        show_graph = args.graph or not chosen
+        if show_flat:
             flat.render(profile, out)
-        if args.graph or both:
-            if both:
-                out.write("\n")
+        else:
+            flat.header(profile, out)
+        if show_graph:
+            out.write("\n")
             graph.render(profile, out)
+        if show_graph or args.stack_quality:
             quality.render(profile, out)
 
 

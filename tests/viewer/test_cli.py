@@ -194,3 +194,21 @@ def test_dot_output_is_valid_graphviz(tmp_path, calls_pie):
     proc = subprocess.run(["dot", "-Tsvg"], input=dot, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "leaf1" in proc.stdout
+
+
+def test_bare_names_are_looked_for_in_the_q_directory(tmp_path, calls_pie, monkeypatch):
+    q, _o, name = calls_dir(tmp_path, calls_pie)
+    monkeypatch.chdir(tmp_path)
+    expected = run(q.info_path(name), "--flat")
+    assert run(name.split("#")[0], "--flat") == expected  # ./.q by default
+    monkeypatch.chdir("/")
+    assert run("-d", str(q.path), name, "--flat") == expected
+
+
+def test_lost_samples_are_reported(tmp_path, calls_pie):
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    name = q.task("calls", 1, 0, stacks=[(MS, [o.at("main")])],
+                  extra_info={"lost_samples": 17})
+    assert "Lost samples: 17\n" in run(q.info_path(name), "--flat")[1]
+    assert json.loads(run(q.info_path(name), "--format", "json")[1])["lost_samples"] == 17
