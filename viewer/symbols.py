@@ -18,7 +18,7 @@ import os
 import zlib
 from bisect import bisect_right
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 from qtools.qformat import Info, MapRange, ObjectRef, QDir, check_plain_name, parse_copy_name
 from qtools.qformat.errors import QFormatError
@@ -261,7 +261,7 @@ class Symbols:
         restricted, bad = True, 0
         try:
             with open(path, "rb") as f:
-                for line in f:
+                for line in _lines(f):
                     fields = line.split()
                     if len(fields) < 3 or len(fields[1]) != 1:
                         bad += 1
@@ -303,7 +303,7 @@ class Symbols:
         bad = 0
         try:
             with open(path, "rb") as f:
-                for line in f:
+                for line in _lines(f):
                     parts = line.rstrip(b"\r\n").split(None, 2)
                     try:
                         start, size = int(parts[0], 16), int(parts[1], 16)
@@ -323,6 +323,19 @@ class Symbols:
 
     def space(self, directory: str, info: Info) -> AddressSpace:
         return AddressSpace(self, directory, info)
+
+
+MAX_LINE = 1 << 16
+
+
+def _lines(f: Any) -> Iterator[bytes]:
+    """Lines of a text copy, each at most MAX_LINE bytes (longer ones come in
+    pieces and count as malformed), so a hostile copy cannot exhaust memory."""
+    while True:
+        line = f.readline(MAX_LINE)
+        if not line:
+            return
+        yield line
 
 
 def _merge(a: SymbolTable, b: SymbolTable) -> SymbolTable:
@@ -391,11 +404,12 @@ class AddressSpace:
         return loc
 
     def _resolve(self, address: int) -> Location:
-        if address >= self.kernel_start:
-            return self._kernel(address)
+        # Mappings first: a recorded [vsyscall] page lies above kernel_start.
         i = bisect_right(self._starts, address) - 1
         if i >= 0 and address < self._maps[i].end:
             return self._user(address, self._maps[i])
+        if address >= self.kernel_start:
+            return self._kernel(address)
         for copy in self._perf_maps:
             table = self.symbols.perf_map(self.directory, copy)
             hit = table.lookup(address) if table else None

@@ -241,3 +241,27 @@ def test_unknown_return_addresses_show_the_address_in_the_stack(tmp_path, calls_
     assert space.lookup(0x20000, is_return=True).name == "0x20000<[unknown]>"
     assert space.lookup(0x1FFFF).name == "0x1ffff<[unknown]>"
     assert space.lookup(0x20000).name == "0x20000<[unknown]>"
+
+
+def test_recorded_mappings_win_over_the_kernel_range(tmp_path, calls_pie):
+    from qtools.qformat import MapRange, ObjectRef
+    q = QBuilder(tmp_path / ".q")
+    q.load(calls_pie)
+    vsyscall = ObjectRef("[vsyscall]", None, None, None,
+                         [MapRange(0xFFFFFFFFFF600000, 0x1000, 0)])
+    q.objects.append(type(q.objects[0])(q.objects[0].binary, 0, vsyscall))
+    name = q.task("calls", 1, 0, hist={})
+    loc = _space(q, name, []).lookup(0xFFFFFFFFFF600010)
+    assert (loc.object, loc.kernel) == ("[vsyscall]", False)
+
+
+def test_overlong_perf_map_lines_are_malformed_not_fatal(tmp_path, calls_pie):
+    q = QBuilder(tmp_path / ".q")
+    q.load(calls_pie)
+    perf_map = tmp_path / "perf-5.map"
+    perf_map.write_bytes(b"7f0000001000 40 " + b"x" * 200_000 + b"\n7f0000002000 10 ok\n")
+    name = q.task("calls", 5, 0, hist={}, perf_maps=[q.copy(perf_map, "perf-5.map")])
+    warnings: list[str] = []
+    space = _space(q, name, warnings)
+    assert space.lookup(0x7F0000002004).name == "ok"
+    assert len(warnings) == 1 and "malformed" in warnings[0]
