@@ -38,7 +38,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("inputs", nargs="*", metavar="FILE.info[#N]|DIR",
                    help="task sets to show (without #N: the latest version) or directories")
     p.add_argument("-d", "--directory", metavar="DIR",
-                   help="the .q directory when no input is given (default: $Q_DIR or .q)")
+                   help="the .q directory (default: $Q_DIR, else .q): shown when no input "
+                        "is given, searched for bare names")
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sel = p.add_argument_group("selection (merges every matching set)")
     sel.add_argument("--comm", metavar="NAME", help="sets of this command name")
     sel.add_argument("--pid", type=int, metavar="PID", help="sets of this process")
@@ -46,10 +48,12 @@ def parser() -> argparse.ArgumentParser:
     sel.add_argument("--all-versions", action="store_true",
                      help="from directories, merge every version, not only the latest")
     rep = p.add_argument_group("report")
-    rep.add_argument("--flat", action="store_true", help="the flat profile only")
-    rep.add_argument("--graph", action="store_true", help="the call graph only")
+    rep.add_argument("--flat", action="store_true",
+                     help="the flat profile (default: flat profile and call graph)")
+    rep.add_argument("--graph", action="store_true",
+                     help="the call graph, with the stack-quality section")
     rep.add_argument("--stack-quality", action="store_true",
-                     help="only the share of user stacks that reach a root frame")
+                     help="the share of user stacks that reach a root frame, per object")
     rep.add_argument("--min-percent", type=float, default=None, metavar="P",
                      help="leave out functions below P%% of the total (inclusive time); "
                           "for dot the default is 0.5")
@@ -68,6 +72,14 @@ def parser() -> argparse.ArgumentParser:
     sym.add_argument("--no-cache", action="store_true",
                      help="do not read or write the symbol cache")
     return p
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("q-tools")
+    except Exception:  # not installed as a distribution (a source tree on sys.path)
+        return "unknown"
 
 
 class _Warnings:
