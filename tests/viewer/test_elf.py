@@ -143,3 +143,19 @@ def test_cache_dir_follows_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("Q_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert symcache.cache_dir() == os.path.join(str(tmp_path), "q-tools", "symbols")
+
+
+def test_ibt_plt_sec_entries_are_named(build_dir):
+    import subprocess
+    from pathlib import Path
+
+    from qsynth import Binary, compile_c
+    src = Path(__file__).resolve().parent.parent / "data" / "src"
+    try:
+        path = compile_c(src / "calls.c", build_dir / "calls-ibt", "-fcf-protection=full",
+                         "-Wl,-z,ibtplt")
+    except subprocess.CalledProcessError:
+        pytest.skip("this toolchain cannot build IBT PLTs")
+    binary = Binary.read(path)
+    obj = read_elf(path)
+    assert _name_at(obj, binary.plt("sin")) == "sin@plt"
