@@ -159,3 +159,20 @@ def test_ibt_plt_sec_entries_are_named(build_dir):
     binary = Binary.read(path)
     obj = read_elf(path)
     assert _name_at(obj, binary.plt("sin")) == "sin@plt"
+
+
+def test_rust_symbols_demangle(build_dir):
+    import shutil
+    import subprocess
+    from pathlib import Path
+    rustc = shutil.which("rustc") or str(Path.home() / ".cargo" / "bin" / "rustc")
+    if not Path(rustc).exists():
+        pytest.skip("rustc is not installed")
+    src = Path(__file__).resolve().parent.parent / "data" / "src" / "rusty.rs"
+    out = build_dir / "rusty"
+    subprocess.run([rustc, "-O", "-o", str(out), str(src)], check=True, capture_output=True)
+    raw = read_elf(out).symbols.names
+    assert any(n.startswith(("_ZN5rusty6crunch", "_RNv")) for n in raw)  # mangled in the file
+    names = {demangle(n) for n in raw}
+    assert "rusty::crunch" in names
+    assert "rusty::inner::Widget::spin" in names
