@@ -1,7 +1,8 @@
 """Shared fixtures: building workloads, and the perf_event_open gate.
 
 Tests that need perf_event_open skip when it is not permitted here, unless
-Q_REQUIRE_PERF=1 (CI sets it): then they fail.
+Q_REQUIRE_PERF=1 (CI sets it): then they fail. tests/ is put on sys.path so
+test modules can import their helper modules (qsynth, ...) directly.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
 
 WORKLOADS = Path(__file__).parent / "workloads"
 

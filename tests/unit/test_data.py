@@ -157,3 +157,26 @@ def test_stack_record_types():
 def test_writer_refuses_values_outside_u64(bad):
     with pytest.raises(ValueError):
         b"".join(hist_lines(bad))
+
+
+@pytest.mark.parametrize("line, frames", [
+    (b"7 0x10\t0XaB  0x0\n", (0x10, 0xAB, 0)),
+    (b"  18446744073709551615 0xffffffffffffffff\n", ((1 << 64) - 1,)),
+    (b"7\x0b0x10\n", (0x10,)),  # odd whitespace takes the field-by-field path
+])
+def test_stack_lines_in_every_accepted_spelling(line, frames):
+    (stack,) = read_stacks(io.BytesIO(line))
+    assert stack.frames == frames
+
+
+@pytest.mark.parametrize("line, message", [
+    (b"18446744073709551616 0x1\n", "bad weight"),
+    (b"-3 0x1\n", "negative weight"),
+    (b"3 0x1 0x12345678901234567\n", "bad address"),
+    (b"3\n", "needs a weight"),
+    (b"3 0x1 12\n", "bad address"),
+])
+def test_bad_stack_lines_say_what_is_wrong(line, message):
+    with pytest.raises(QFormatError, match=message) as e:
+        list(read_stacks(io.BytesIO(line)))
+    assert e.value.line == 1

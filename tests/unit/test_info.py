@@ -216,3 +216,27 @@ def test_random_bytes_never_crash_the_reader(data):
         parse_info(data)
     except QFormatError:
         pass
+
+
+def test_reading_a_small_info_takes_little_memory(tmp_path):
+    import tracemalloc
+    path = tmp_path / "a-pid1-cpu0.info#0"
+    path.write_text("(q:info '((q:pid . 1)))\n")
+    tracemalloc.start()
+    try:
+        read_info(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20  # not the 64 MiB size limit allocated up front
+
+
+def test_info_over_the_size_limit_is_refused(tmp_path, monkeypatch):
+    from qtools.qformat import info as info_module
+    from qtools.qformat import sexp as sexp_module
+    monkeypatch.setattr(info_module, "MAX_INFO_BYTES", 100)
+    monkeypatch.setattr(sexp_module, "MAX_INFO_BYTES", 100)
+    path = tmp_path / "a-pid1-cpu0.info#0"
+    path.write_text("(q:info '((q:comm . \"" + "x" * 200 + "\")))\n")
+    with pytest.raises(QFormatError, match="larger than"):
+        read_info(path)

@@ -1,0 +1,65 @@
+"""Fixtures of the viewer tests: programs compiled once per session."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from qsynth import Binary, compile_c
+
+SRC = Path(__file__).resolve().parent.parent / "data" / "src"
+
+
+def _need(tool: str) -> None:
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} is not installed")
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    """Every test gets its own symbol cache and no inherited debug root."""
+    monkeypatch.setenv("Q_CACHE_DIR", str(tmp_path / "symcache"))
+    monkeypatch.delenv("Q_DEBUG_ROOT", raising=False)
+    monkeypatch.delenv("Q_DIR", raising=False)
+
+
+@pytest.fixture(scope="session")
+def build_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("build")
+
+
+@pytest.fixture(scope="session")
+def calls_pie(build_dir) -> Binary:
+    _need("cc")
+    return Binary.read(compile_c(SRC / "calls.c", build_dir / "calls", "-fPIE", "-pie"))
+
+
+@pytest.fixture(scope="session")
+def calls_static_addr(build_dir) -> Binary:
+    _need("cc")
+    return Binary.read(compile_c(SRC / "calls.c", build_dir / "calls-nopie", "-fno-pie",
+                                 "-no-pie"))
+
+
+@pytest.fixture(scope="session")
+def shapes(build_dir) -> Binary:
+    _need("c++")
+    return Binary.read(compile_c(SRC / "shapes.cpp", build_dir / "shapes", "-fPIE", "-pie",
+                                 cxx=True))
+
+
+@pytest.fixture(scope="session")
+def stripped(build_dir) -> tuple[Binary, Binary, Path]:
+    """calls, stripped, with its debug info split off; returns (full, stripped, debug)."""
+    _need("cc")
+    _need("objcopy")
+    full = compile_c(SRC / "calls.c", build_dir / "calls-full", "-fPIE", "-pie")
+    debug = build_dir / "calls-full.debug"
+    out = build_dir / "calls-stripped"
+    subprocess.run(["objcopy", "--only-keep-debug", str(full), str(debug)], check=True)
+    subprocess.run(["objcopy", "--strip-all", f"--add-gnu-debuglink={debug}", str(full),
+                    str(out)], check=True)
+    return Binary.read(full), Binary.read(out), debug

@@ -1,0 +1,232 @@
+"""Finding and reading task sets: names, versions, selections, data files.
+
+A task set is one `.info` file (one version) and the data files it names.
+Inputs are `.info` names (``#N`` or the latest version) and directories;
+``--comm``, ``--pid`` and ``--cpu`` select among the sets found.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass
+from typing import Iterator
+
+from qtools.qformat import Info, QFormatError, SetName, Stack, parse_name, read_edges, \
+    read_hist, read_info, read_stacks, resolve_info, sanitize_prog
+from qtools.qformat.data import Arc
+
+from .errors import ViewError
+
+DEFAULT_DIR = ".q"
+
+
+@dataclass
+class TaskSet:
+    directory: str
+    name: str  # the `.info` file name, with its version
+    info: Info
+    set_name: SetName | None  # None for a hand-named file
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.directory, self.name)
+
+    def data_path(self, name: str) -> str | None:
+        """Path of a data file, or None where it does not exist (a set that had
+        no samples yet when its `.info` was written): that counts as empty."""
+        path = os.path.join(self.directory, name)
+        return path if os.path.exists(path) else None
+
+    @property
+    def factor(self) -> float:
+        h = self.info.histogram
+        return h.y_unit_conversion_factor if h and h.y_unit_conversion_factor else 1.0
+
+    @property
+    def unit(self) -> str:
+        h = self.info.histogram
+        return (h.y_unit_label if h and h.y_unit_label else "events")
+
+    @property
+    def event(self) -> str:
+        h = self.info.histogram
+        return h.event_name if h and h.event_name else "samples"
+
+    @property
+    def comm(self) -> str | None:
+        if self.info.task.comm:
+            return self.info.task.comm
+        return self.set_name.prog if self.set_name else None
+
+    @property
+    def pid(self) -> int | None:
+        if self.info.task.pid is not None:
+            return self.info.task.pid
+        return self.set_name.pid if self.set_name else None
+
+    @property
+    def cpu(self) -> int | None:
+        if self.info.task.cpu is not None:
+            return self.info.task.cpu
+        return self.set_name.cpu if self.set_name else None
+
+    @property
+    def is_kernel(self) -> bool:
+        return bool(self.set_name and self.set_name.is_kernel)
+
+    def command(self) -> str:
+        """What ran, for the `Command:` line: the executable and its arguments."""
+        task = self.info.task
+        if task.exe and task.cmdline:
+            return shlex.join([task.exe, *task.cmdline[1:]])
+        if task.cmdline:
+            return shlex.join(task.cmdline)
+        if task.exe:
+            return task.exe
+        if self.is_kernel:
+            return "[kernel]"
+        return self.comm or self.name
+
+    # ------------------------------------------------------------ data
+
+    def hist(self) -> Iterator[tuple[int, int]]:
+        h = self.info.histogram
+        path = self.data_path(h.file) if h else None
+        return read_hist(path) if path else iter(())
+
+    def stacks(self) -> Iterator[Stack] | None:
+        """The `.stack` records, or None where the set has no call-stack data."""
+        cs = self.info.call_stacks
+        if cs is None:
+            return None
+        path = self.data_path(cs.file)
+        if path:
+            return read_stacks(path)
+        h = self.info.histogram
+        if h and self.data_path(h.file):
+            return None  # a histogram but no stack file: use the histogram
+        return iter(())
+
+    def edges(self) -> Iterator[Arc] | None:
+        cc = self.info.call_counts
+        if cc is None:
+            return None
+        path = self.data_path(cc.file)
+        return read_edges(path) if path else iter(())
+
+    def total(self) -> float:
+        """The set's total in output units (hist counts times the conversion factor)."""
+        return sum(count for _addr, count in self.hist()) * self.factor
+
+
+def default_directory(explicit: str | None) -> str:
+    return explicit or os.environ.get("Q_DIR") or DEFAULT_DIR
+
+
+def open_info(path: str) -> TaskSet:
+    """The task set of an `.info` name; without ``#N``, its latest version.
+
+    A file whose name is no q name at all is read as it is (a hand-made or
+    renamed `.info`); a q name of another type is refused.
+    """
+    if not os.path.isdir(os.path.dirname(path) or "."):
+        raise ViewError("no such file or directory", path)
+    if _set_name(os.path.basename(path)) is None and not os.path.isfile(path):
+        raise ViewError("no such file (nor an .info name whose versions exist)", path)
+    try:
+        resolved = path if _set_name(os.path.basename(path)) is None else resolve_info(path)
+    except QFormatError as e:
+        raise e.located(path) from None
+    directory, name = os.path.split(resolved)
+    info = read_info(resolved)
+    return TaskSet(directory or ".", name, info, _set_name(name))
+
+
+def _set_name(name: str) -> SetName | None:
+    try:
+        return parse_name(name).set
+    except QFormatError:
+        return None
+
+
+def sets_in(directory: str, all_versions: bool = False) -> list[TaskSet]:
+    """Task sets of a directory: the latest version of each, or every version."""
+    try:
+        names = os.listdir(directory)
+    except OSError as e:
+        raise ViewError(f"cannot list directory: {e.strerror}", directory) from None
+    versions: dict[SetName, list[int]] = {}
+    for name in names:
+        if name.startswith("."):
+            continue
+        try:
+            q = parse_name(name)
+        except QFormatError:
+            continue
+        if q.type == "info" and q.version is not None:
+            versions.setdefault(q.set, []).append(q.version)
+    out = []
+    # SetName orders by (prog, cpu, pid), and pid is None for kernel and
+    # aggregate sets: sort with a key that compares.
+    for set_name in sorted(versions, key=lambda n: (n.prog, n.cpu, -1 if n.pid is None else n.pid)):
+        chosen = sorted(versions[set_name]) if all_versions else [max(versions[set_name])]
+        for v in chosen:
+            name = set_name.file("info", v)
+            info = read_info(os.path.join(directory, name))
+            out.append(TaskSet(directory, name, info, set_name))
+    return out
+
+
+@dataclass(frozen=True)
+class Selection:
+    comm: str | None = None
+    pid: int | None = None
+    cpu: int | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.comm is not None or self.pid is not None or self.cpu is not None
+
+    def matches(self, ts: TaskSet) -> bool:
+        if self.comm is not None:
+            names = {ts.comm, ts.set_name.prog if ts.set_name else None}
+            if self.comm not in names and sanitize_prog(self.comm) not in names:
+                return False
+        if self.pid is not None:
+            if ts.pid != self.pid and self.pid not in (ts.info.task.pids or []):
+                return False
+        if self.cpu is not None and ts.cpu != self.cpu:
+            return False
+        return True
+
+    def describe(self) -> str:
+        parts = [f"--comm {self.comm}" if self.comm is not None else "",
+                 f"--pid {self.pid}" if self.pid is not None else "",
+                 f"--cpu {self.cpu}" if self.cpu is not None else ""]
+        return " ".join(p for p in parts if p)
+
+
+def select(inputs: list[str], selection: Selection, all_versions: bool) -> list[TaskSet]:
+    """Task sets named by ``inputs`` (files or directories) that match ``selection``."""
+    candidates: list[TaskSet] = []
+    for item in inputs:
+        if os.path.isdir(item):
+            found = sets_in(item, all_versions)
+            if not found:
+                raise ViewError("no task sets (*.info#N) in this directory", item)
+            candidates += found
+        else:
+            candidates.append(open_info(item))
+    chosen = [ts for ts in candidates if selection.matches(ts)]
+    if not chosen:
+        raise ViewError(f"no task set matches {selection.describe()}",
+                        inputs[0] if len(inputs) == 1 else None)
+    seen: set[str] = set()
+    unique = []
+    for ts in chosen:  # the same set named twice is merged once
+        key = os.path.realpath(ts.path)
+        if key not in seen:
+            seen.add(key)
+            unique.append(ts)
+    return unique

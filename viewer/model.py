@@ -1,0 +1,235 @@
+"""The profile model: samples in, functions, arcs and cycles out.
+
+Two stages, as in gprof2dot and pyinstrument:
+
+- ``Samples``: what the loader produced from one or more task sets, already
+  symbolized: distinct call stacks (innermost frame first) with their
+  weight in output units, plus call counts where `.edge` data exists.
+  Processors that work on stacks (hide the kernel, ...) map Samples to
+  Samples.
+- ``Profile``: the call graph computed from Samples (``callgraph.analyze``):
+  ``Function``, ``Arc`` and ``Cycle`` with exclusive, inclusive and
+  attributed times. ``Profile.self_check`` asserts the sums hold.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+
+
+class Frame(NamedTuple):
+    """A node of the call graph: a function (or object, or address) in an object."""
+
+    name: str
+    object: str
+    kernel: bool = False
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task set that went into a profile."""
+
+    file: str  # the `.info` name
+    directory: str
+    comm: str | None
+    pid: int | None
+    pids: tuple[int, ...] | None
+    cpu: int | None
+    command: str  # what the `Command:` line shows
+    hist_file: str | None
+
+
+@dataclass
+class QualityCount:
+    """User stacks seen and how many of them reached a root frame (by weight)."""
+
+    stacks: float = 0.0
+    rooted: float = 0.0
+
+    def add(self, weight: float, rooted: bool) -> None:
+        self.stacks += weight
+        if rooted:
+            self.rooted += weight
+
+    @property
+    def share(self) -> float | None:
+        return self.rooted / self.stacks if self.stacks else None
+
+
+@dataclass
+class StackQuality:
+    """How complete the user stacks are, per object of the innermost user frame."""
+
+    overall: QualityCount = field(default_factory=QualityCount)
+    by_object: dict[str, QualityCount] = field(default_factory=dict)
+
+    def add(self, innermost_object: str, weight: float, rooted: bool) -> None:
+        """One user stack: the object of its innermost user frame, and whether
+        its outermost frame is a root."""
+        self.overall.add(weight, rooted)
+        counts = self.by_object.get(innermost_object)
+        if counts is None:
+            counts = self.by_object[innermost_object] = QualityCount()
+        counts.add(weight, rooted)
+
+
+def root_name(name: str) -> str:
+    """The name to compare with root frames (no @plt or version suffix)."""
+    return name.split("@", 1)[0]
+
+
+@dataclass
+class Samples:
+    """Symbolized call stacks of the selected task sets, merged."""
+
+    event: str
+    unit: str
+    granularities: list[float]
+    count_unit: float  # output units per event count (of the first set), for raw counts
+    lost_samples: int
+    tasks: list[Task]
+    frames: list[Frame]  # frame id -> Frame
+    stacks: dict[tuple[int, ...], float]  # frame ids, innermost first -> weight
+    has_stacks: bool  # False: only `.hist` data, every stack is its leaf alone
+    calls: dict[tuple[int, int], float] | None  # (caller id, callee id) -> calls; None: no `.edge`
+    quality: StackQuality = field(default_factory=StackQuality)
+
+    @property
+    def total(self) -> float:
+        return math.fsum(self.stacks.values())
+
+
+@dataclass
+class Function:
+    frame: Frame
+    self: float = 0.0
+    inclusive: float = 0.0
+    spontaneous: float = 0.0  # weight of stacks in which it is the outermost frame
+    calls: float | None = None  # estimated calls into it from other functions
+    recursive_calls: float | None = None  # calls from itself
+    cycle: int | None = None
+
+    @property
+    def children(self) -> float:
+        return self.inclusive - self.self
+
+
+@dataclass
+class Arc:
+    """caller -> callee: the callee's time attributed to this caller.
+
+    The weight of the stacks in which the caller directly calls the callee,
+    each stack counted once however often the pair repeats in it; ``self`` is
+    the part whose leaf is the callee, ``children`` the rest.
+    """
+
+    caller: Frame
+    callee: Frame
+    self: float = 0.0
+    children: float = 0.0
+    calls: float | None = None
+
+    @property
+    def total(self) -> float:
+        return self.self + self.children
+
+
+@dataclass
+class Cycle:
+    """Functions that call each other (a strongly connected component).
+
+    Times are exact: a stack counts once toward the cycle, however many of
+    its members it contains.
+    """
+
+    number: int
+    members: list[Frame]
+    self: float = 0.0
+    inclusive: float = 0.0
+    calls: float | None = None  # calls into the cycle from outside
+    internal_calls: float | None = None  # calls between members
+    callers: dict[Frame, Arc] = field(default_factory=dict)  # callee field: a member, nominal
+
+    @property
+    def name(self) -> str:
+        return f"<cycle {self.number}>"
+
+    @property
+    def children(self) -> float:
+        return self.inclusive - self.self
+
+
+@dataclass
+class Profile:
+    """Functions, arcs and cycles of some Samples."""
+
+    samples: Samples
+    total: float
+    functions: dict[Frame, Function]
+    arcs: dict[tuple[Frame, Frame], Arc]
+    cycles: list[Cycle]
+    hidden: set[Frame] = field(default_factory=set)  # left out of reports (threshold)
+    _adj: tuple[dict[Frame, list[Arc]], dict[Frame, list[Arc]]] | None = field(
+        default=None, repr=False, compare=False)
+
+    @property
+    def has_stacks(self) -> bool:
+        return self.samples.has_stacks
+
+    @property
+    def has_calls(self) -> bool:
+        return self.samples.calls is not None
+
+    def shown(self, frame: Frame) -> bool:
+        return frame not in self.hidden
+
+    def callers(self, frame: Frame) -> list[Arc]:
+        return self._adjacency()[0].get(frame, [])
+
+    def callees(self, frame: Frame) -> list[Arc]:
+        return self._adjacency()[1].get(frame, [])
+
+    def _adjacency(self) -> tuple[dict[Frame, list[Arc]], dict[Frame, list[Arc]]]:
+        if self._adj is None:
+            into: dict[Frame, list[Arc]] = {}
+            out: dict[Frame, list[Arc]] = {}
+            for (caller, callee), arc in self.arcs.items():
+                into.setdefault(callee, []).append(arc)
+                out.setdefault(caller, []).append(arc)
+            self._adj = (into, out)
+        return self._adj
+
+    def cycle_of(self, frame: Frame) -> Cycle | None:
+        fn = self.functions.get(frame)
+        if fn is None or fn.cycle is None:
+            return None
+        return next((c for c in self.cycles if c.number == fn.cycle), None)
+
+    def self_check(self) -> None:
+        """Assert the sums a correct profile satisfies (pyinstrument's habit)."""
+        def close(a: float, b: float) -> bool:
+            return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9 * max(1.0, abs(self.total)))
+        self_sum = math.fsum(f.self for f in self.functions.values())
+        assert close(self_sum, self.total), f"sum of self {self_sum} != total {self.total}"
+        for f in self.functions.values():
+            assert f.self >= 0, f"{f.frame.name}: negative self"
+            assert f.inclusive >= f.self or close(f.inclusive, f.self), \
+                f"{f.frame.name}: inclusive {f.inclusive} < self {f.self}"
+            assert f.inclusive <= self.total or close(f.inclusive, self.total), \
+                f"{f.frame.name}: inclusive {f.inclusive} > total {self.total}"
+        for a in self.arcs.values():
+            callee = self.functions[a.callee]
+            assert a.self >= 0 and a.children >= 0, "negative arc time"
+            assert a.total <= callee.inclusive or close(a.total, callee.inclusive), \
+                f"arc {a.caller.name}->{a.callee.name} exceeds the callee's inclusive time"
+            assert a.self <= callee.self or close(a.self, callee.self), \
+                f"arc {a.caller.name}->{a.callee.name} self exceeds the callee's self time"
+        for c in self.cycles:
+            members = [self.functions[m] for m in c.members]
+            assert close(c.self, math.fsum(m.self for m in members)), "cycle self != sum"
+            assert c.inclusive >= max(m.inclusive for m in members) or \
+                close(c.inclusive, max(m.inclusive for m in members)), "cycle inclusive too small"
+            assert c.inclusive <= self.total or close(c.inclusive, self.total)

@@ -1,0 +1,47 @@
+"""Processors: Samples -> Samples and Profile -> Profile (pyinstrument's shape).
+
+- ``hide_kernel`` keeps what ran in user mode: samples whose leaf is in the
+  kernel are left out, as if only user time had been sampled;
+- ``kernel_only`` keeps the samples whose leaf is in the kernel, with their
+  kernel frames only;
+- ``threshold`` hides functions whose inclusive time (self time where there
+  are no stacks) is below a share of the total; totals stay as they were.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .model import Profile, Samples
+
+
+def _keep_frames(samples: Samples, kernel: bool) -> Samples:
+    frames = samples.frames
+    stacks: dict[tuple[int, ...], float] = {}
+    for stack, w in samples.stacks.items():
+        if frames[stack[0]].kernel != kernel:
+            continue
+        kept = tuple(f for f in stack if frames[f].kernel == kernel)
+        stacks[kept] = stacks.get(kept, 0.0) + w
+    calls = None
+    if samples.calls is not None:
+        calls = {pair: n for pair, n in samples.calls.items()
+                 if frames[pair[0]].kernel == kernel and frames[pair[1]].kernel == kernel}
+    return dataclasses.replace(samples, stacks=stacks, calls=calls)
+
+
+def hide_kernel(samples: Samples) -> Samples:
+    return _keep_frames(samples, kernel=False)
+
+
+def kernel_only(samples: Samples) -> Samples:
+    return _keep_frames(samples, kernel=True)
+
+
+def threshold(profile: Profile, min_percent: float) -> Profile:
+    if min_percent <= 0 or not profile.total:
+        return profile
+    limit = profile.total * min_percent / 100.0
+    hidden = {frame for frame, fn in profile.functions.items()
+              if (fn.inclusive if profile.has_stacks else fn.self) < limit}
+    return dataclasses.replace(profile, hidden=hidden | profile.hidden, _adj=None)

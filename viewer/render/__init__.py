@@ -1,0 +1,1 @@
+"""Renderers: ``render(profile, out)`` writes one report format to a text stream."""

@@ -1,0 +1,30 @@
+"""How frames are named in text reports."""
+
+from __future__ import annotations
+
+from ..model import Frame, Profile
+
+
+class Namer:
+    """Display names: a name shared by functions of different objects gets its
+    object (``init<libfoo.so>``), and cycle members their ``<cycle N>`` tag."""
+
+    def __init__(self, profile: Profile, cycles: bool = True) -> None:
+        self.profile = profile
+        self.cycles = cycles
+        owners: dict[str, set[str]] = {}
+        for frame in profile.functions:
+            owners.setdefault(frame.name, set()).add(frame.object)
+        self.ambiguous = {name for name, objs in owners.items() if len(objs) > 1}
+
+    def plain(self, frame: Frame) -> str:
+        if frame.name in self.ambiguous and not frame.name.endswith(">"):
+            return f"{frame.name}<{frame.object}>"
+        return frame.name
+
+    def __call__(self, frame: Frame) -> str:
+        name = self.plain(frame)
+        fn = self.profile.functions.get(frame)
+        if self.cycles and fn is not None and fn.cycle is not None:
+            name += f" <cycle {fn.cycle}>"
+        return name

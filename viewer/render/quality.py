@@ -1,0 +1,25 @@
+"""The stack-quality section: how many user stacks reach a root frame."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from ..model import Profile
+from ..numfmt import si
+
+
+def render(profile: Profile, out: TextIO) -> None:
+    q = profile.samples.quality
+    out.write("\nStack quality: ")
+    share = q.overall.share
+    if not profile.has_stacks:
+        out.write("no call-stack data\n")
+        return
+    if share is None:
+        out.write("no user stacks\n")
+        return
+    out.write(f"{100 * share:.1f}% of user stacks reach a root frame "
+              "(_start, __libc_start_main, start_thread, clone)\n")
+    out.write(f"{'% rooted':>9} {'stacks':>8}  object of the innermost user frame\n")
+    for obj, c in sorted(q.by_object.items(), key=lambda kv: (-kv[1].stacks, kv[0])):
+        out.write(f"{100 * (c.share or 0):9.1f} {si(c.stacks):>8}  {obj}\n")

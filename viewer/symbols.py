@@ -1,0 +1,439 @@
+"""Symbolization from the copies in a `.q` directory.
+
+``Symbols`` loads each object copy once per run (and once per content
+across runs, through ``SymbolCache``), checks its crc, finds separate debug
+info for stripped copies, and reads kallsyms and JIT perf maps.
+``Symbols.space(qdir, info)`` gives the ``AddressSpace`` of one task set,
+which turns runtime addresses into ``Location``s:
+
+    runtime address -> mapping (q:maps) -> file offset -> PT_LOAD -> ELF vaddr
+    -> symbol (bisect) -> demangled name
+
+Nothing here prints: problems go to the ``warn`` callback, once each.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, NamedTuple
+
+from qtools.qformat import Info, MapRange, ObjectRef, QDir, check_plain_name, parse_copy_name
+from qtools.qformat.errors import QFormatError
+
+from .demangle import demangle
+from .elf import ElfObject, ElfProblem, Segment, read_elf
+from .symcache import SymbolCache
+from .symtab import RawSymbol, SymbolTable
+
+KERNEL_OBJECT = "[kernel.kallsyms]"
+KERNEL_UNKNOWN = "[kernel]"
+UNKNOWN_OBJECT = "[unknown]"
+JIT_OBJECT = "[jit]"
+SYSTEM_DEBUG_ROOT = "/usr/lib/debug"
+MAX_MEMO = 1 << 20  # addresses remembered per task set; cleared when full
+
+# Lowest kernel address per architecture (x86_64: the canonical upper half).
+_KERNEL_START = {"x86_64": 0xFFFF800000000000, "aarch64": 0xFFFF000000000000,
+                 "i386": 0xC0000000, "i686": 0xC0000000}
+_DEFAULT_KERNEL_START = 0x8000000000000000
+
+Warn = Callable[[str], None]
+
+
+class Location(NamedTuple):
+    """Where an address is: function name, object, and the address in the object."""
+
+    name: str
+    object: str
+    kernel: bool
+    offset: int  # link-time address in the object (absolute where there is no object)
+    start: int | None  # the symbol's start in the same space; None when unknown
+
+
+@dataclass
+class LoadedObject:
+    """Segments and symbols of one object copy (or of its debug file)."""
+
+    segments: list[Segment]
+    table: SymbolTable
+
+    def vaddr_of(self, file_offset: int) -> int | None:
+        for seg in self.segments:
+            v = seg.vaddr_of(file_offset)
+            if v is not None:
+                return v
+        return None
+
+
+@dataclass
+class Kallsyms:
+    table: SymbolTable
+    modules: dict[int, str]  # symbol start -> module name, for module symbols
+    restricted: bool  # all addresses zero (kptr_restrict): kernel frames stay unknown
+
+
+def debug_roots_from_env() -> list[str]:
+    """``Q_DEBUG_ROOT`` (colon-separated) before the system's /usr/lib/debug."""
+    extra = [p for p in os.environ.get("Q_DEBUG_ROOT", "").split(":") if p]
+    return extra + [SYSTEM_DEBUG_ROOT]
+
+
+class Symbols:
+    """Loads symbol sources for a whole run; each copy once."""
+
+    def __init__(self, cache: SymbolCache, debug_roots: list[str], warn: Warn) -> None:
+        self.cache = cache
+        self.debug_roots = debug_roots
+        self.warn = warn
+        self._objects: dict[tuple[str, str], LoadedObject | None] = {}
+        self._kallsyms: dict[tuple[str, str], Kallsyms | None] = {}
+        self._perf_maps: dict[tuple[str, str], SymbolTable | None] = {}
+        self._verified: dict[tuple[str, str], bool] = {}
+        self._qdirs: dict[str, QDir] = {}
+
+    def close(self) -> None:
+        for q in self._qdirs.values():
+            q.close()
+        self._qdirs.clear()
+
+    # ------------------------------------------------------------ copies
+
+    def _qdir(self, directory: str) -> QDir:
+        q = self._qdirs.get(directory)
+        if q is None:
+            # The viewer follows a symlinked .q (a writer never would).
+            fd = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            q = self._qdirs[directory] = QDir(directory or ".", fd)
+        return q
+
+    def _verify(self, directory: str, copy: str) -> bool:
+        """True if the copy is there with the crc its name says; warns once if not."""
+        key = (directory, copy)
+        if key not in self._verified:
+            try:
+                problem = self._qdir(directory).verify_copy(copy)
+            except OSError as e:
+                problem = f"{copy}: cannot open directory: {e.strerror}"  # type: ignore[assignment]
+            if problem is not None:
+                self.warn(f"{os.path.join(directory, str(problem))}; its symbols are unknown")
+            self._verified[key] = problem is None
+        return self._verified[key]
+
+    def _cache_key(self, path: str, copy: str, kind: str) -> str | None:
+        try:
+            _base, crc = parse_copy_name(copy)
+            size = os.stat(path).st_size
+        except (QFormatError, OSError):
+            return None
+        return f"{crc:08x}-{size}-{kind}"
+
+    # ------------------------------------------------------------ ELF objects
+
+    def object(self, directory: str, ref: ObjectRef, copy: str | None) -> LoadedObject | None:
+        key = (directory, copy or f"<{ref.name}:{ref.build_id}>")
+        if key not in self._objects:
+            loaded = self._objects[key] = self._load_object(directory, ref, copy)
+            if loaded is None and copy is None:
+                self.warn(f"{directory}: no copy of {ref.path or ref.name} was recorded; "
+                          "its symbols are unknown")
+        return self._objects[key]
+
+    def _load_object(self, directory: str, ref: ObjectRef, copy: str | None) -> LoadedObject | None:
+        if copy is None or not self._verify(directory, copy):
+            # No trustworthy copy, no symbols: a separate debug file alone
+            # cannot say where file offsets load (its PT_LOADs are rewritten).
+            return None
+        path = os.path.join(directory, copy)
+        cache_key = self._cache_key(path, copy, "elf")
+        if cache_key:
+            hit = self.cache.load(cache_key)
+            if hit is not None and not self._stale(hit[1], directory, ref):
+                table, meta = hit
+                return LoadedObject([Segment(*s) for s in meta["segments"]], table)
+        try:
+            elf = read_elf(path)
+        except ElfProblem as e:
+            self.warn(f"{path}: {e}; its symbols are unknown")
+            return None
+        debug = None
+        if not elf.has_symtab:
+            debug = self._debug_symbols(directory, ref, elf.build_id or ref.build_id,
+                                        elf.debuglink)
+        table = _merge(elf.symbols, debug[1]) if debug else elf.symbols
+        if cache_key:
+            self.cache.store(cache_key, table, {
+                "segments": [list(s.__dict__.values()) for s in elf.segments],
+                "stripped_without_debug": not elf.has_symtab and debug is None,
+                "build_id": elf.build_id or ref.build_id,
+                "debuglink": list(elf.debuglink) if elf.debuglink else None,
+            })
+        return LoadedObject(elf.segments, table)
+
+    def _stale(self, meta: dict[str, Any], directory: str, ref: ObjectRef) -> bool:
+        """A cached stripped table is stale once a debug file has appeared."""
+        try:
+            segments_ok = all(len(s) == 3 and all(isinstance(v, int) for v in s)
+                              for s in meta["segments"])
+        except (KeyError, TypeError):
+            return True
+        if not segments_ok:
+            return True
+        if not meta.get("stripped_without_debug"):
+            return False
+        link = meta.get("debuglink")
+        debuglink = (link[0], link[1]) if isinstance(link, list) and len(link) == 2 else None
+        build_id = meta.get("build_id") if isinstance(meta.get("build_id"), str) else None
+        return bool(self._debug_candidates(directory, ref, build_id, debuglink))
+
+    def _debug_candidates(self, directory: str, ref: ObjectRef, build_id: str | None,
+                          debuglink: tuple[str, int] | None) -> list[tuple[str, str]]:
+        """(path, how) of files that may hold the debug info, existing ones only."""
+        out: list[tuple[str, str]] = []
+        if build_id and len(build_id) > 2 and all(c in "0123456789abcdef" for c in build_id):
+            rel = os.path.join(".build-id", build_id[:2], build_id[2:] + ".debug")
+            for root in [directory, *self.debug_roots]:
+                out.append((os.path.join(root, rel), "build-id"))
+        if debuglink:
+            try:
+                name = check_plain_name(debuglink[0])
+            except QFormatError:
+                name = None  # a debuglink with a path in it could point anywhere
+            if name:
+                dirs = [directory]
+                if ref.path and os.path.isabs(ref.path):
+                    orig = os.path.dirname(ref.path)
+                    dirs += [orig, os.path.join(orig, ".debug")]
+                    dirs += [root + orig for root in self.debug_roots]
+                out += [(os.path.join(d, name), "debuglink") for d in dirs]
+        return [(p, how) for p, how in out if os.path.isfile(p)]
+
+    def _debug_symbols(self, directory: str, ref: ObjectRef, build_id: str | None,
+                       debuglink: tuple[str, int] | None) -> tuple[ElfObject, SymbolTable] | None:
+        for path, how in self._debug_candidates(directory, ref, build_id, debuglink):
+            try:
+                dbg = read_elf(path)
+            except ElfProblem:
+                continue
+            if how == "build-id" and dbg.build_id and dbg.build_id != build_id:
+                continue
+            if how == "debuglink" and debuglink and not _crc_matches(path, debuglink[1]):
+                if not (build_id and dbg.build_id == build_id):
+                    continue
+            return dbg, dbg.symbols
+        return None
+
+    # ------------------------------------------------------------ kallsyms, perf maps
+
+    def kallsyms(self, directory: str, copy: str) -> Kallsyms | None:
+        key = (directory, copy)
+        if key not in self._kallsyms:
+            self._kallsyms[key] = None
+            if self._verify(directory, copy):
+                self._kallsyms[key] = self._cached_kallsyms(directory, copy)
+        return self._kallsyms[key]
+
+    def _cached_kallsyms(self, directory: str, copy: str) -> Kallsyms | None:
+        # A kallsyms copy is 5 MB of text: parsing it dominates a warm run
+        # unless it is cached like any object's symbols.
+        path = os.path.join(directory, copy)
+        cache_key = self._cache_key(path, copy, "kallsyms")
+        hit = self.cache.load(cache_key) if cache_key else None
+        if hit is not None:
+            table, meta = hit
+            modules = meta.get("modules")
+            if isinstance(modules, list) and all(
+                    isinstance(m, list) and len(m) == 2 and isinstance(m[0], int)
+                    and isinstance(m[1], str) for m in modules):
+                return Kallsyms(table, dict((a, b) for a, b in modules),
+                                bool(meta.get("restricted")))
+        ks = self._load_kallsyms(path)
+        if ks is not None and cache_key:
+            self.cache.store(cache_key, ks.table, {
+                "restricted": ks.restricted, "modules": sorted(ks.modules.items())})
+        return ks
+
+    def _load_kallsyms(self, path: str) -> Kallsyms | None:
+        raw: list[RawSymbol] = []
+        modules: dict[str, str] = {}
+        restricted, bad = True, 0
+        try:
+            with open(path, "rb") as f:
+                for line in _lines(f):
+                    fields = line.split()
+                    if len(fields) < 3 or len(fields[1]) != 1:
+                        bad += 1
+                        continue
+                    try:
+                        address = int(fields[0], 16)
+                    except ValueError:
+                        bad += 1
+                        continue
+                    if address:
+                        restricted = False
+                    if fields[1] not in (b"t", b"T", b"w", b"W"):
+                        continue
+                    name = fields[2].decode("utf-8", "replace")
+                    raw.append(RawSymbol(address, 0, 0 if fields[1] in b"TW" else 1, name))
+                    if len(fields) > 3:
+                        modules[name] = fields[3].decode("utf-8", "replace").strip("[]")
+        except OSError as e:
+            self.warn(f"{path}: cannot read: {e.strerror}; kernel symbols are unknown")
+            return None
+        if bad:
+            self.warn(f"{path}: {bad} malformed line(s) ignored")
+        if restricted:
+            return Kallsyms(SymbolTable.empty(), {}, True)
+        table = SymbolTable.build(raw)
+        by_start = {s: modules[n] for s, n in zip(table.starts, table.names) if n in modules}
+        return Kallsyms(table, by_start, False)
+
+    def perf_map(self, directory: str, copy: str) -> SymbolTable | None:
+        key = (directory, copy)
+        if key not in self._perf_maps:
+            self._perf_maps[key] = None
+            if self._verify(directory, copy):
+                self._perf_maps[key] = self._load_perf_map(os.path.join(directory, copy))
+        return self._perf_maps[key]
+
+    def _load_perf_map(self, path: str) -> SymbolTable | None:
+        raw: list[RawSymbol] = []
+        bad = 0
+        try:
+            with open(path, "rb") as f:
+                for line in _lines(f):
+                    parts = line.rstrip(b"\r\n").split(None, 2)
+                    try:
+                        start, size = int(parts[0], 16), int(parts[1], 16)
+                        name = parts[2].decode("utf-8", "replace").replace("\0", "")
+                    except (ValueError, IndexError):
+                        bad += 1
+                        continue
+                    raw.append(RawSymbol(start, max(size, 1), 0, name))
+        except OSError as e:
+            self.warn(f"{path}: cannot read: {e.strerror}")
+            return None
+        if bad:
+            self.warn(f"{path}: {bad} malformed line(s) ignored")
+        return SymbolTable.build(raw)
+
+    # ------------------------------------------------------------ address spaces
+
+    def space(self, directory: str, info: Info) -> AddressSpace:
+        return AddressSpace(self, directory, info)
+
+
+MAX_LINE = 1 << 16
+
+
+def _lines(f: Any) -> Iterator[bytes]:
+    """Lines of a text copy, each at most MAX_LINE bytes (longer ones come in
+    pieces and count as malformed), so a hostile copy cannot exhaust memory."""
+    while True:
+        line = f.readline(MAX_LINE)
+        if not line:
+            return
+        yield line
+
+
+def _merge(a: SymbolTable, b: SymbolTable) -> SymbolTable:
+    """Symbols of a stripped copy (dynsym, PLT) completed by its debug file's."""
+    raw = [RawSymbol(s, e - s, 1, n) for s, e, n in zip(a.starts, a.ends, a.names)]
+    raw += [RawSymbol(s, e - s, 0, n) for s, e, n in zip(b.starts, b.ends, b.names)]
+    return SymbolTable.build(raw)
+
+
+def _crc_matches(path: str, expected: int) -> bool:
+    crc = 0
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                crc = zlib.crc32(chunk, crc)
+    except OSError:
+        return False
+    return crc == expected
+
+
+class _Mapping(NamedTuple):
+    start: int
+    end: int
+    map: MapRange
+    ref: ObjectRef
+    copy: str | None
+
+
+class AddressSpace:
+    """The address space of one task set, as its `.info` describes it."""
+
+    def __init__(self, symbols: Symbols, directory: str, info: Info) -> None:
+        self.symbols = symbols
+        self.directory = directory
+        self.kernel_start = _KERNEL_START.get(info.task.arch or "", _DEFAULT_KERNEL_START)
+        maps: list[_Mapping] = []
+        for ref in info.objects:
+            copy = ref.file or (info.vdso if ref.name == "[vdso]" else None)
+            for m in ref.maps:
+                if m.size > 0:
+                    maps.append(_Mapping(m.addr, m.addr + m.size, m, ref, copy))
+        maps.sort(key=lambda m: m.start)
+        self._maps = maps
+        self._starts = [m.start for m in maps]
+        self._kallsyms = info.kallsyms
+        self._perf_maps = list(info.perf_maps)
+        self._memo: dict[int, Location] = {}
+
+    def is_kernel(self, address: int) -> bool:
+        return address >= self.kernel_start
+
+    def lookup(self, address: int, is_return: bool = False) -> Location:
+        """The location of ``address``; a return address is looked up at address-1,
+        inside the call instruction, so a call at a function's end is not
+        mistaken for the next function."""
+        target = address - 1 if is_return and address > 0 else address
+        loc = self._memo.get(target)
+        if loc is None:
+            if len(self._memo) >= MAX_MEMO:
+                self._memo.clear()
+            loc = self._memo[target] = self._resolve(target)
+        if target != address and loc.start is None and loc.name.startswith("0x"):
+            # Unknown: show the address as it is in the stack (perf does too).
+            shown = loc.offset + (address - target)
+            loc = loc._replace(name=f"0x{shown:x}<{loc.object}>", offset=shown)
+        return loc
+
+    def _resolve(self, address: int) -> Location:
+        # Mappings first: a recorded [vsyscall] page lies above kernel_start.
+        i = bisect_right(self._starts, address) - 1
+        if i >= 0 and address < self._maps[i].end:
+            return self._user(address, self._maps[i])
+        if address >= self.kernel_start:
+            return self._kernel(address)
+        for copy in self._perf_maps:
+            table = self.symbols.perf_map(self.directory, copy)
+            hit = table.lookup(address) if table else None
+            if hit:
+                return Location(demangle(hit[0]), JIT_OBJECT, False, address, hit[1])
+        return Location(f"0x{address:x}<{UNKNOWN_OBJECT}>", UNKNOWN_OBJECT, False, address, None)
+
+    def _user(self, address: int, mapping: _Mapping) -> Location:
+        ref = mapping.ref
+        file_offset = mapping.map.file_offset(address)
+        obj = self.symbols.object(self.directory, ref, mapping.copy)
+        vaddr = obj.vaddr_of(file_offset) if obj else None
+        where = vaddr if vaddr is not None else file_offset
+        hit = obj.table.lookup(vaddr) if obj and vaddr is not None else None
+        if hit is None:
+            return Location(f"0x{where:x}<{ref.name}>", ref.name, False, where, None)
+        return Location(demangle(hit[0]), ref.name, False, where, hit[1])
+
+    def _kernel(self, address: int) -> Location:
+        ks = self.symbols.kallsyms(self.directory, self._kallsyms) if self._kallsyms else None
+        if ks is None or ks.restricted:
+            return Location(KERNEL_UNKNOWN, KERNEL_OBJECT, True, address, None)
+        hit = ks.table.lookup(address)
+        if hit is None:
+            return Location(f"0x{address:x}<{KERNEL_OBJECT}>", KERNEL_OBJECT, True, address, None)
+        module = ks.modules.get(hit[1])
+        return Location(hit[0], f"[{module}]" if module else KERNEL_OBJECT, True, address, hit[1])
