@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -51,13 +52,25 @@ def _prog_ok(prog: str) -> bool:
     return sanitize(prog) == prog and not _AMBIGUOUS_TAIL.search(prog)
 
 
-@dataclass(frozen=True, order=True)
+@functools.total_ordering
+@dataclass(frozen=True)
 class SetName:
-    """A task set: the part of a name before ``.TYPE#V``."""
+    """A task set: the part of a name before ``.TYPE#V``.
+
+    Sorts by program, CPU, then pid, the per-CPU sets (no pid) first.
+    """
 
     prog: str
     cpu: int
     pid: int | None = None
+
+    def _key(self) -> tuple[str, int, int]:
+        return (self.prog, self.cpu, -1 if self.pid is None else self.pid)
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, SetName):
+            return NotImplemented
+        return self._key() < other._key()
 
     def __post_init__(self) -> None:
         if self.cpu < 0 or (self.pid is not None and self.pid < 0):

@@ -88,15 +88,22 @@ class QDir:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, create: bool = False,
-             secure: bool = False) -> QDir:
+             secure: bool = False, reader: bool = False) -> QDir:
         """Open the directory at ``path``.
 
         ``create`` makes it (mode 0755) when missing. ``secure`` applies the
         rules for a writer running with privileges: the directory must be
         owned by the effective user and not writable by group or others.
-        A symlink is refused always: a writer never follows one.
+        A symlink is refused, as a writer never follows one, unless the
+        directory is opened only to read (``reader``).
         """
         path = os.fspath(path)
+        if reader:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError as e:
+                raise QFormatError(f"cannot open directory: {e.strerror}", path) from None
+            return cls(path, fd)
         if create:
             try:
                 os.mkdir(path, 0o755)

@@ -167,9 +167,7 @@ def sets_in(directory: str, all_versions: bool = False) -> list[TaskSet]:
         if q.type == "info" and q.version is not None:
             versions.setdefault(q.set, []).append(q.version)
     out = []
-    # SetName orders by (prog, cpu, pid), and pid is None for kernel and
-    # aggregate sets: sort with a key that compares.
-    for set_name in sorted(versions, key=lambda n: (n.prog, n.cpu, -1 if n.pid is None else n.pid)):
+    for set_name in sorted(versions):
         chosen = sorted(versions[set_name]) if all_versions else [max(versions[set_name])]
         for v in chosen:
             name = set_name.file("info", v)

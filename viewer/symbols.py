@@ -104,9 +104,7 @@ class Symbols:
     def _qdir(self, directory: str) -> QDir:
         q = self._qdirs.get(directory)
         if q is None:
-            # The viewer follows a symlinked .q (a writer never would).
-            fd = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            q = self._qdirs[directory] = QDir(directory or ".", fd)
+            q = self._qdirs[directory] = QDir.open(directory or ".", reader=True)
         return q
 
     def _verify(self, directory: str, copy: str) -> bool:

@@ -67,3 +67,9 @@ def test_copy_names():
     assert copy_name("we ird/..name", 1) == ".we_ird___name.crc32.00000001"
     with pytest.raises(QFormatError):
         parse_copy_name(".x.crc32.ABCDEF12")
+
+
+def test_set_names_sort_with_and_without_pid():
+    names = [SetName("a", 0, 5), SetName("a", 0), SetName("kernel", 1), SetName("a", 0, 2)]
+    assert sorted(names) == [SetName("a", 0), SetName("a", 0, 2), SetName("a", 0, 5),
+                             SetName("kernel", 1)]

@@ -282,3 +282,11 @@ def test_resolve_latest_version(tmp_path):
         resolve_info(tmp_path / "zzz-pid1-cpu0.info")
     with pytest.raises(QFormatError, match="not an .info"):
         resolve_info(tmp_path / "app-pid42-cpu0.hist#0")
+
+
+def test_a_reader_may_open_a_symlinked_directory(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    with QDir.open(tmp_path / "link", reader=True) as q:
+        assert q.names() == []
