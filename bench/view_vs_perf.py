@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""q-view against `perf report` on data of the same workload from the same run.
+
+One run of a busy workload (one p-fan per CPU) is recorded twice at once:
+`perf record -a -g` runs as the command q-syscollect waits for. Then each
+viewer reports the p-fan processes: q-view with a cold symbol cache and
+again warm, perf report twice likewise. CPU seconds (user + system of the
+viewer process) are compared; output goes to /dev/null.
+
+    sudo .venv/bin/python bench/view_vs_perf.py [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cpu_of(cmd: list[str], env: dict[str, str] | None = None) -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          env=env)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode:
+        raise SystemExit(f"{cmd[0]} failed: {proc.stderr}")
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=10.0)
+    args = ap.parse_args()
+    if shutil.which("perf") is None:
+        raise SystemExit("perf is not installed (Debian: linux-perf)")
+    work = Path(tempfile.mkdtemp(prefix="qtools-viewbench-"))
+    pfan = work / "p-fan"
+    subprocess.run(["cc", "-O2", "-fno-inline", "-o", str(pfan),
+                    str(ROOT / "tests/workloads/p-fan.c"), "-lm"], check=True)
+    ncpu = len(os.sched_getaffinity(0))
+    q, data = work / "q", work / "perf.data"
+    loads = " ".join(f"{pfan} {args.seconds} &" for _ in range(ncpu))
+    subprocess.run([sys.executable, "-m", "qtools.daemon.cli", "-d", str(q), "--",
+                    "perf", "record", "-q", "-a", "-g", "-F", "997", "-e", "cpu-clock",
+                    "-o", str(data), "--", "sh", "-c", f"{loads} wait"],
+                   check=True, capture_output=True)
+    env = dict(os.environ, Q_CACHE_DIR=str(work / "cache"))
+    q_view = [sys.executable, "-m", "qtools.viewer.cli", str(q), "--comm", "p-fan"]
+    perf_report = ["perf", "report", "-i", str(data), "--comm", "p-fan", "--stdio"]
+    rows = [("q-view, cold symbol cache", cpu_of(q_view, env)),
+            ("q-view, warm symbol cache", cpu_of(q_view, env)),
+            ("perf report, first", cpu_of(perf_report)),
+            ("perf report, again", cpu_of(perf_report))]
+    q_bytes = sum(p.stat().st_size for p in q.iterdir() if not p.name.startswith("."))
+    print(f"\np-fan on {ncpu} CPUs for {args.seconds:g} s, cpu-clock at 997 Hz with stacks; "
+          f"the p-fan processes reported (flat profile and call graph):\n")
+    print("| viewer | CPU seconds |")
+    print("|---|---|")
+    for name, cpu in rows:
+        print(f"| {name} | {cpu:.2f} |")
+    print(f"\nq-view warm / perf report again: {rows[1][1] / rows[3][1]:.2f}x; "
+          f"data read: .q sets {q_bytes / 1e6:.2f} MB, perf.data {data.stat().st_size / 1e6:.2f} MB")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
