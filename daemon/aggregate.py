@@ -125,6 +125,7 @@ class TaskSet:
     noted_version: int = -1  # the process's maps_version those were noted under
     stats_start: dict[str, float] | None = None  # task (or CPU) counters when the set began
     stats_last: dict[str, float] | None = None  # ... at the last look
+    stats_at: float = 0.0  # monotonic time of that look
     stats_folded: dict[str, float] = field(default_factory=dict)  # aggregates: folded tasks
 
     def task_stats(self) -> dict[str, float] | None:

@@ -24,6 +24,7 @@ from .source import EventSource
 from .tasks import Process, TaskTable, snapshot
 
 MAPS_REFRESH_SECONDS = 1.0
+STATS_SECONDS = 1.0
 
 
 class UserFrames(Protocol):
@@ -112,6 +113,14 @@ class CpuCollector:
         return stub
 
     def _ended(self, proc: Process) -> None:
+        ts = self.book.by_process.get(proc)
+        if ts is not None and ts.stats_start is not None:
+            # Until its parent reaps it, an exited task's final counters are
+            # still in /proc; a pid already reused shows smaller ones: ignored.
+            final = procfs.task_counters(proc.pid)
+            if final and final.get("user-seconds", 0) >= (ts.stats_last or {}).get(
+                    "user-seconds", 0):
+                ts.stats_last = final
         if not self.book.process_ended(proc):
             self.table.forget(proc)
 
@@ -166,6 +175,11 @@ class CpuCollector:
         ts = self.book.process_set(proc)
         if ts.profile.samples == 0:
             self._describe(proc, ts)
+        elif ts.stats_start is not None and not proc.ended:
+            now = time.monotonic()
+            if now - ts.stats_at >= STATS_SECONDS:  # keep up while it runs: it may end any time
+                ts.stats_at = now
+                ts.stats_last = procfs.task_counters(proc.pid) or ts.stats_last
         user = self.user_frames.frames(proc, s, user)
         stack = tuple(kernel + user) if self.opts.stacks and (kernel or user) else None
         arcs = [(b.source, b.target) for b in s.branches if b.is_call] if s.branches else []
@@ -179,6 +193,7 @@ class CpuCollector:
             proc.cmdline = procfs.cmdline(proc.pid)
             proc.exe = proc.exe or procfs.exe(proc.pid)
         ts.stats_start = ts.stats_last = procfs.task_counters(proc.pid)
+        ts.stats_at = time.monotonic()
 
     def _update_stats(self) -> None:
         """Counters of live tasks and of the CPU, for the sets about to be written."""

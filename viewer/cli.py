@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from typing import Sequence, TextIO
 
 from qtools.qformat import QFormatError
@@ -24,6 +25,7 @@ from .load import Selection, TaskSet, default_directory, select, sets_in
 from .render import collapsed, dot, flat, graph, jsonfmt, overview, quality
 from .symbols import Symbols, debug_roots_from_env
 from .symcache import SymbolCache, cache_dir
+from .timewin import parse_time
 
 FORMATS = ("text", "json", "collapsed", "dot")
 PROG = "q-view"
@@ -47,6 +49,10 @@ def parser() -> argparse.ArgumentParser:
     sel.add_argument("--cpu", type=int, metavar="N", help="sets of this CPU")
     sel.add_argument("--all-versions", action="store_true",
                      help="from directories, merge every version, not only the latest")
+    sel.add_argument("--since", metavar="TIME",
+                     help="only time slices that reach past TIME ('2h ago', '03:00', "
+                          "'2026-11-22 03:00', '@UNIXSECONDS'); every version is a candidate")
+    sel.add_argument("--until", metavar="TIME", help="only time slices that began before TIME")
     rep = p.add_argument_group("report")
     rep.add_argument("--flat", action="store_true",
                      help="the flat profile (default: flat profile and call graph)")
@@ -65,6 +71,8 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--by", choices=BY_CHOICES, default="function",
                      help="what a node is: a function (default), an object, an address")
     rep.add_argument("--format", choices=FORMATS, default="text", help="output format")
+    rep.add_argument("--watch", action="store_true",
+                     help="redraw, like top, whenever a checkpoint lands (until Ctrl-C)")
     sym = p.add_argument_group("symbols")
     sym.add_argument("--debug-root", action="append", default=[], metavar="DIR",
                      help="look for DIR/.build-id/xx/rest.debug and debuglink files here "
@@ -129,12 +137,19 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
 
 
 def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    selection = Selection(args.comm, args.pid, args.cpu)
+    now = time.time()
+    selection = Selection(args.comm, args.pid, args.cpu,
+                          parse_time(args.since, now) if args.since else None,
+                          parse_time(args.until, now) if args.until else None)
     directory = default_directory(args.directory)
     inputs = [_locate(item, directory) for item in args.inputs] or [directory]
+    if args.watch:
+        from .watch import watch
+        args.watch = False
+        return watch(inputs, lambda o: _run(args, o, err), out)
     if not selection.active and all(os.path.isdir(i) for i in inputs):
         for directory in inputs:
-            _overview(directory, args, out)
+            _overview(directory, selection, args, out)
         return 0
     sets = select(inputs, selection, args.all_versions)
     warn = _Warnings(err)
@@ -191,26 +206,60 @@ def _report(profile: Profile, args: argparse.Namespace, out: TextIO) -> None:
             quality.render(profile, out)
 
 
-def _overview(directory: str, args: argparse.Namespace, out: TextIO) -> None:
-    sets = sets_in(directory, all_versions=False)
-    rows = [_row(ts) for ts in sets]
+def _overview(directory: str, selection: Selection, args: argparse.Namespace,
+              out: TextIO) -> None:
+    found = sets_in(directory, all_versions=selection.windowed)
+    if selection.windowed:
+        found = [ts for ts in found if selection.in_window(ts)]
+    groups: dict[object, list[TaskSet]] = {}
+    for ts in found:  # a set's slices in the window make one row
+        groups.setdefault(ts.set_name or ts.name, []).append(ts)
+    rows = [_row(group) for group in groups.values()]
+    cpus = [_cpu_row(group) for group in groups.values() if group[-1].is_kernel]
+    cpus = [c for c in cpus if c is not None]
     if args.format == "json":
         import json
-        json.dump({"directory": directory, "sets": [r.__dict__ for r in rows]}, out, indent=1)
+        json.dump({"directory": directory, "sets": [r.__dict__ for r in rows],
+                   "cpus": [c.__dict__ for c in cpus]}, out, indent=1)
         out.write("\n")
         return
     if not rows:
-        out.write(f"No task sets (*.info#N) in {directory}.\n")
+        what = f" in {selection.describe()}" if selection.windowed else ""
+        out.write(f"No task sets (*.info#N) in {directory}{what}.\n")
         return
-    overview.render(rows, directory, out)
+    window = selection.describe() if selection.windowed else None
+    overview.render(rows, directory, out, cpus, window)
 
 
-def _row(ts: TaskSet) -> overview.Row:
-    pid = str(ts.pid) if ts.pid is not None else (
-        f"{len(ts.info.task.pids)} pids" if ts.info.task.pids else "-")
+def _row(group: list[TaskSet]) -> overview.Row:
+    ts = group[-1]  # the latest slice names the row
+    pids = {p for t in group for p in (t.info.task.pids or [])}
+    pid = str(ts.pid) if ts.pid is not None else (f"{len(pids)} pids" if pids else "-")
     cpu = str(ts.cpu) if ts.cpu is not None else "-"
-    command = ts.comm or ts.name
-    return overview.Row(command, pid, cpu, ts.total(), ts.unit, ts.name)
+    stats: dict[str, float] = {}
+    for t in group:
+        for key, value in (t.info.task.task_stats or {}).items():
+            if isinstance(value, (int, float)):
+                name = key.removeprefix("q:")
+                stats[name] = stats.get(name, 0) + value
+    return overview.Row(ts.comm or ts.name, pid, cpu, sum(t.total() for t in group), ts.unit,
+                        ts.name, len(group), stats)
+
+
+def _cpu_row(group: list[TaskSet]) -> overview.CpuRow | None:
+    """Busy share (weighted by each slice's length) and latest clock of a CPU."""
+    seconds = busy = 0.0
+    mhz = None
+    for ts in group:
+        cs = ts.info.task.cpu_stats or {}
+        if isinstance(cs.get("q:busy"), (int, float)) and isinstance(cs.get("q:seconds"), (int, float)):
+            seconds += cs["q:seconds"]
+            busy += cs["q:busy"] * cs["q:seconds"]
+        if isinstance(cs.get("q:frequency-mhz"), (int, float)):
+            mhz = float(cs["q:frequency-mhz"])
+    if not seconds and mhz is None or group[-1].cpu is None:
+        return None
+    return overview.CpuRow(group[-1].cpu, busy / seconds if seconds else None, mhz)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import time
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -17,6 +18,7 @@ from qtools.qformat import Info, QFormatError, SetName, Stack, parse_name, read_
 from qtools.qformat.data import Arc
 
 from .errors import ViewError
+from .timewin import overlaps
 
 DEFAULT_DIR = ".q"
 
@@ -181,10 +183,19 @@ class Selection:
     comm: str | None = None
     pid: int | None = None
     cpu: int | None = None
+    since: float | None = None  # Unix seconds: only slices that overlap [since, until]
+    until: float | None = None
 
     @property
     def active(self) -> bool:
         return self.comm is not None or self.pid is not None or self.cpu is not None
+
+    @property
+    def windowed(self) -> bool:
+        return self.since is not None or self.until is not None
+
+    def in_window(self, ts: TaskSet) -> bool:
+        return overlaps(ts.info.task.start_time, ts.info.task.end_time, self.since, self.until)
 
     def matches(self, ts: TaskSet) -> bool:
         if self.comm is not None:
@@ -201,22 +212,44 @@ class Selection:
     def describe(self) -> str:
         parts = [f"--comm {self.comm}" if self.comm is not None else "",
                  f"--pid {self.pid}" if self.pid is not None else "",
-                 f"--cpu {self.cpu}" if self.cpu is not None else ""]
-        return " ".join(p for p in parts if p)
+                 f"--cpu {self.cpu}" if self.cpu is not None else "",
+                 f"--since {_when(self.since)}" if self.since is not None else "",
+                 f"--until {_when(self.until)}" if self.until is not None else ""]
+        return " ".join(p for p in parts if p) or "the selection"
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def versions_of(path: str) -> list[TaskSet]:
+    """Every version of the set an `.info` name (without ``#N``) names."""
+    directory, name = os.path.split(path)
+    set_name = _set_name(name)
+    if set_name is None:
+        return [open_info(path)]
+    return [ts for ts in sets_in(directory or ".", all_versions=True)
+            if ts.set_name == set_name] or [open_info(path)]
 
 
 def select(inputs: list[str], selection: Selection, all_versions: bool) -> list[TaskSet]:
-    """Task sets named by ``inputs`` (files or directories) that match ``selection``."""
+    """Task sets named by ``inputs`` (files or directories) that match ``selection``.
+
+    With a time window every version (time slice) is a candidate, and those
+    that overlap the window are merged.
+    """
     candidates: list[TaskSet] = []
     for item in inputs:
         if os.path.isdir(item):
-            found = sets_in(item, all_versions)
+            found = sets_in(item, all_versions or selection.windowed)
             if not found:
                 raise ViewError("no task sets (*.info#N) in this directory", item)
             candidates += found
+        elif selection.windowed and "#" not in os.path.basename(item):
+            candidates += versions_of(item)
         else:
             candidates.append(open_info(item))
-    chosen = [ts for ts in candidates if selection.matches(ts)]
+    chosen = [ts for ts in candidates if selection.matches(ts) and selection.in_window(ts)]
     if not chosen:
         raise ViewError(f"no task set matches {selection.describe()}",
                         inputs[0] if len(inputs) == 1 else None)
