@@ -33,7 +33,7 @@ class ObjectCFI:
 
     __slots__ = ("_data", "_info", "arch", "_loaded", "_kind", "_base", "_locs", "_fdes",
                  "_fde_is_offset", "_section", "_cies", "_cie_states", "_fde_rows", "_rules",
-                 "fdes_decoded", "source")
+                 "fdes_decoded", "_source")
 
     def __init__(self, data: Buffer, info: ElfInfo | None) -> None:
         self._data = data
@@ -52,8 +52,7 @@ class ObjectCFI:
         self._rules: dict[int, Rule] = {}
         #: number of FDEs parsed and decoded so far (they are decoded only when hit)
         self.fdes_decoded = 0
-        #: "eh_frame_hdr", "eh_frame", "debug_frame" or "" (no CFI); set when the table loads
-        self.source = ""
+        self._source = ""
 
     # -- construction ---------------------------------------------------------------------
 
@@ -110,6 +109,12 @@ class ObjectCFI:
     def loads(self) -> tuple[Segment, ...]:
         """PT_LOAD segments."""
         return self._info.loads if self._info else ()
+
+    @property
+    def source(self) -> str:
+        """Where the search table came from: "eh_frame_hdr", "eh_frame", "debug_frame" or ""."""
+        self._load()
+        return self._source
 
     @property
     def has_cfi(self) -> bool:
@@ -195,7 +200,7 @@ class ObjectCFI:
         table = parse_hdr(self._data, hdr.offset, hdr.filesz, hdr.vaddr)
         if table.locs:
             self._base, self._locs, self._fdes = table.base, table.locs, table.fdes
-            self.source = "eh_frame_hdr"
+            self._source = "eh_frame_hdr"
             return
         if table.eh_frame is not None:
             # a hdr without table still points at .eh_frame: scan it, no section headers needed
@@ -204,7 +209,7 @@ class ObjectCFI:
                 seg_end = next(s.offset + s.filesz for s in info.loads
                                if s.offset <= start < s.offset + s.filesz)
                 self._build_table(start, seg_end, EH_FRAME)
-                self.source = "eh_frame" if self._locs else ""
+                self._source = "eh_frame" if self._locs else ""
 
     def _scan(self, info: ElfInfo) -> None:
         by_name = {s.name: s for s in sections(self._data, info)}
@@ -213,7 +218,7 @@ class ObjectCFI:
             if sec is not None and sec.size:
                 self._build_table(sec.offset, sec.offset + sec.size, kind)
                 if self._locs:
-                    self.source = name[1:]
+                    self._source = name[1:]
                     return
 
     def _build_table(self, start: int, end: int, kind: int) -> None:

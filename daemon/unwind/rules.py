@@ -71,5 +71,11 @@ def compile_row(row: Row, arch: ArchRegs, ip_value: int) -> tuple[Rule, bool]:
     sp = row.rule(arch.sp)
     if sp is not None and not (sp[0] == VAL_OFFSET and sp[1] == 0):
         return general, pc_dependent
-    assert isinstance(ra[1], int) and (fp_off is None or isinstance(fp_off, int))
-    return (kind, cfa_off, ra[1], fp_off, row), pc_dependent
+    ra_off = ra[1]
+    if not isinstance(ra_off, int) or not isinstance(fp_off, (int, type(None))):
+        return general, pc_dependent
+    # the fast walker relies on this: whole words at 8-aligned offsets, and a return
+    # address saved below the CFA (so the CFA is above SP and every frame moves up)
+    if ra_off >= 0 or (cfa_off | ra_off | (fp_off or 0)) & (arch.word - 1):
+        return general, pc_dependent
+    return (kind, cfa_off, ra_off, fp_off, row), pc_dependent

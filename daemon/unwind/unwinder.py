@@ -60,6 +60,21 @@ class UnwindResult:
 
 _NO_REGS = UnwindResult((), False, NO_REGS)
 
+_new = object.__new__
+_set_frames = UnwindResult.frames.__set__  # type: ignore[attr-defined]
+_set_complete = UnwindResult.complete.__set__  # type: ignore[attr-defined]
+_set_reason = UnwindResult.reason.__set__  # type: ignore[attr-defined]
+
+
+def _result(frames: tuple[int, ...], complete: bool, reason: str) -> UnwindResult:
+    """UnwindResult(frames, complete, reason) at half the cost of the frozen __init__
+    (which goes through object.__setattr__ per field); same object, same invariants."""
+    r = _new(UnwindResult)
+    _set_frames(r, frames)
+    _set_complete(r, complete)
+    _set_reason(r, reason)
+    return r
+
 
 class StackCopy:
     """Random access to the copied stack: u64 words at absolute addresses.
@@ -103,7 +118,6 @@ class Unwinder:
         #: the sample_regs_user mask to request (x86_64: 0xff0fff)
         self.regs_mask: int = regs_mask if regs_mask is not None else self.arch.sample_mask
         self.max_frames = max(1, max_frames)
-        self._fast = fast
         a = self.arch
         pos = sample_positions(a, self.regs_mask)
         if a.sp not in pos or a.ip not in pos:
@@ -111,6 +125,8 @@ class Unwinder:
         self._nregs = self.regs_mask.bit_count()
         self._pos_sp, self._pos_ip = pos[a.sp], pos[a.ip]
         self._pos_fp = pos.get(a.fp)
+        # the fast walker needs the frame pointer; without it every sample goes generic
+        self._fast = fast and self._pos_fp is not None
         #: (DWARF number, sample position) of every sampled register the walker tracks
         self._tracked = tuple((dw, p) for dw, p in pos.items() if dw < a.nregs)
 
@@ -127,13 +143,13 @@ class Unwinder:
         if len(regs) != self._nregs:
             return _NO_REGS
         try:
-            if self._fast and self._pos_fp is not None:
+            if self._fast:
                 result = self._walk_fast(space, regs, stack)
                 if result is not None:
                     return result
             return self._walk_generic(space, regs, stack)
         except _WALK_ERRORS:
-            return UnwindResult((regs[self._pos_ip] & MASK64,), False, BAD_FRAME)
+            return _result((regs[self._pos_ip] & MASK64,), False, BAD_FRAME)
 
     # -- rule lookup ----------------------------------------------------------------------
 
@@ -161,56 +177,66 @@ class Unwinder:
 
     def _walk_fast(self, space: AddressSpace, regs: Sequence[int],
                    stack: bytes | bytearray | memoryview) -> UnwindResult | None:
-        """Unwind with SP/FP-based rules only; None hands the sample to the generic walker."""
+        """Unwind with SP/FP-based rules only; None hands the sample to the generic walker.
+
+        compile_row only emits fast rules whose offsets are multiples of 8 and
+        whose return-address slot lies below the CFA, so with an 8-aligned SP
+        every slot is a whole word of the copy and the CFA always moves up.
+        """
         pc = regs[self._pos_ip]
         sp = regs[self._pos_sp]
         fp = regs[self._pos_fp]  # type: ignore[index]
-        copy = StackCopy(stack, sp)
-        words, nwords, base = copy.words, copy.nwords, copy.base
+        if sp & 7 or len(stack) & 7:
+            return None
+        words = memoryview(stack).cast("Q")
+        nwords = len(words)
         cget = space.rule_cache.get
         frames = [pc]
         append = frames.append
         maxf = self.max_frames
         key = pc
+        base = sp
         while True:
             rule = cget(key)
             if rule is None:
                 rule = self._lookup(space, key, len(frames) == 1)
             kind, off, ra_off, fp_off, _row = rule
-            if kind == SP_BASED:
+            if kind == 0:                     # SP_BASED
                 cfa = sp + off
-            elif kind == FP_BASED:
+            elif kind == 1:                   # FP_BASED
+                if fp & 7:
+                    return None
                 cfa = fp + off
             elif kind == ROOT:
-                return UnwindResult(tuple(frames), True, ROOT_REASON)
+                return _result(tuple(frames), True, ROOT_REASON)
             elif kind == BAD:
-                return UnwindResult(tuple(frames), False, BAD_FRAME)
+                return _result(tuple(frames), False, BAD_FRAME)
             elif kind == NO_MAP and len(frames) > 1:
                 frames.pop()  # a return address outside every executable mapping is garbage
-                return UnwindResult(tuple(frames), False, BAD_FRAME)
+                return _result(tuple(frames), False, BAD_FRAME)
             else:
                 return None
             a = cfa + ra_off
-            if cfa <= sp or a < sp or a & 7:
+            if a < sp:
                 return None
             i = (a - base) >> 3
             if i >= nwords:
-                return UnwindResult(tuple(frames), False, END_OF_STACK)
+                return _result(tuple(frames), False, END_OF_STACK)
             ra = words[i]
             if fp_off is not None:
                 a = cfa + fp_off
                 # a save slot below SP was already popped: the register holds the caller's value
                 if a >= sp:
                     i = (a - base) >> 3
-                    if a & 7 or i >= nwords:
+                    if i >= nwords:
                         return None
                     fp = words[i]
             sp = cfa
             if not ra:
-                return UnwindResult(tuple(frames), True, ROOT_REASON)
+                return _result(tuple(frames), True, ROOT_REASON)
             append(ra)
             if len(frames) >= maxf:
-                return UnwindResult(tuple(frames), False, MAX_FRAMES)
+                return _result(tuple(frames), False, MAX_FRAMES)
             key = ra - 1
 
     # -- generic walker -------------------------------------------------------------------
@@ -241,7 +267,7 @@ class Unwinder:
                 frames.pop()
                 return UnwindResult(tuple(frames), False, BAD_FRAME)
             if kind in (NO_CFI, NO_MAP):
-                step = self._fp_step(state, copy)
+                step = self._fp_step(state, copy, len(frames) == 1)
                 signal = False
             else:
                 row = rule[4]
@@ -270,21 +296,23 @@ class Unwinder:
             pc = ra
             exact = signal  # the frame a signal interrupted resumes at its exact pc
 
-    def _fp_step(self, state: list[int | None],
-                 copy: StackCopy) -> tuple[list[int | None], int] | str:
+    def _fp_step(self, state: list[int | None], copy: StackCopy,
+                 leaf: bool) -> tuple[list[int | None], int] | str:
         """Frame-pointer fallback: the frame record at FP gives the caller's FP and pc."""
         a = self.arch
         fp, sp = state[a.fp], state[a.sp]
-        if fp == 0:
-            return ROOT_REASON  # the ABI marks the outermost frame with a zero frame pointer
+        if fp == 0 and not leaf:
+            # the ABI ends the frame-pointer chain with a zero saved FP (_start, clone);
+            # in a leaf the register may just be in use as a general register
+            return ROOT_REASON
         if fp is None or sp is None or fp < sp or fp & 7:
             return NO_CFI_REASON
         saved_fp = copy.read(fp + a.fp_slot)
         ra = copy.read(fp + a.ra_slot)
         if saved_fp is None or ra is None:
             return END_OF_STACK
-        if saved_fp and saved_fp <= fp:
-            return NO_CFI_REASON  # frame records must move up the stack
+        # the saved frame pointer is checked when it is used: it must then lie at or
+        # above the caller's SP (fp + 16), so frame records can only move up the stack
         new = list(state)
         new[a.fp] = saved_fp
         new[a.sp] = fp + a.caller_sp
