@@ -55,6 +55,20 @@ class Row:
         return None
 
 
+_new = object.__new__
+_ROW_SLOTS = tuple(getattr(Row, name).__set__ for name in
+                   ("cfa_reg", "cfa_offset", "cfa_expr", "rules", "ra_column", "signal"))
+
+
+def _row(*values: object) -> Row:
+    """Row(*values) without the frozen dataclass's per-field object.__setattr__ (a third
+    of a decode's time); same object, same invariants."""
+    row = _new(Row)
+    for setter, value in zip(_ROW_SLOTS, values):
+        setter(row, value)
+    return row
+
+
 @dataclass(frozen=True, slots=True)
 class FdeRows:
     """All rows of one FDE: rows[i] applies from locs[i] up to locs[i+1] (or pc_end)."""
@@ -223,31 +237,38 @@ def cie_state(cie: Cie) -> CfaState:
     return state
 
 
-def decode_fde(fde: Fde, initial: CfaState | None = None) -> FdeRows:
-    """The full row table of an FDE. `initial` is the cached `cie_state(fde.cie)`."""
+def decode_fde(fde: Fde, initial: CfaState | None = None,
+               interned: dict[tuple[object, ...], Row] | None = None) -> FdeRows:
+    """The full row table of an FDE.
+
+    `initial` is the cached `cie_state(fde.cie)`; `interned` maps a row's
+    contents to one shared Row (most FDEs of an object repeat the same few
+    rows), so equal rows are the same object and cost their memory once.
+    """
     cie = fde.cie
     if initial is None:
         initial = cie_state(cie)
+    if interned is None:
+        interned = {}
     pc_end = fde.pc_begin + fde.pc_range
     raw: list[tuple[int, CfaState]] = []
     _execute(fde.instructions, cie, initial.copy(), initial.regs, fde.pc_begin, pc_end,
              fde.insn_vaddr, raw)
     locs: list[int] = []
     rows: list[Row] = []
-    keys: list[object] = []
     for loc, st in raw:
         if loc >= pc_end and locs:
             break
-        key = (st.cfa_reg, st.cfa_offset, st.cfa_expr, tuple(st.regs.items()))
+        rules = tuple(sorted([(r, k, a) for r, (k, a) in st.regs.items()]))
+        key = (st.cfa_reg, st.cfa_offset, st.cfa_expr, rules, cie.ra_column, cie.signal)
+        row = interned.get(key)
+        if row is None:
+            row = interned[key] = _row(*key)
         if locs and locs[-1] == loc:            # several advances of 0: the last state wins
             locs.pop()
             rows.pop()
-            keys.pop()
-        if keys and keys[-1] == key:
+        if rows and rows[-1] is row:
             continue                            # same rules as the previous row: extend it
         locs.append(loc)
-        rows.append(Row(st.cfa_reg, st.cfa_offset, st.cfa_expr,
-                        tuple(sorted((r, k, a) for r, (k, a) in st.regs.items())),
-                        cie.ra_column, cie.signal))
-        keys.append(key)
+        rows.append(row)
     return FdeRows(fde.pc_begin, pc_end, tuple(locs), tuple(rows))

@@ -32,7 +32,8 @@ class ObjectCFI:
     """Unwind information of one object file's content (see the module doc)."""
 
     __slots__ = ("_data", "_info", "arch", "_loaded", "_kind", "_base", "_locs", "_fdes",
-                 "_fde_is_offset", "_section", "_cies", "_cie_states", "_fde_rows", "_rules",
+                 "_fde_is_offset", "_section", "_cies", "_cie_states", "_parsed", "_fde_rows", "_rules",
+                 "_interned", "_compiled",
                  "fdes_decoded", "_source")
 
     def __init__(self, data: Buffer, info: ElfInfo | None) -> None:
@@ -48,8 +49,11 @@ class ObjectCFI:
         self._section = (0, 0)        # (file offset, size) of the scanned section, if any
         self._cies: dict[int, Cie] = {}
         self._cie_states: dict[int, CfaState] = {}
+        self._parsed: dict[int, Fde | None] = {}      # table index -> FDE (None: corrupt)
         self._fde_rows: dict[int, FdeRows | None] = {}
         self._rules: dict[int, Rule] = {}
+        self._interned: dict[tuple[object, ...], Row] = {}   # row contents -> the shared Row
+        self._compiled: dict[int, Rule] = {}                  # id(shared Row) -> pc-independent rule
         #: number of FDEs parsed and decoded so far (they are decoded only when hit)
         self.fdes_decoded = 0
         self._source = ""
@@ -100,8 +104,11 @@ class ObjectCFI:
             self._data.close()
         self._data, self._info = b"", None
         self._locs, self._fdes, self._loaded = (), (), True
+        self._parsed.clear()
         self._fde_rows.clear()
         self._rules.clear()
+        self._compiled.clear()
+        self._interned.clear()
 
     # -- queries --------------------------------------------------------------------------
 
@@ -167,10 +174,14 @@ class ObjectCFI:
             if row is None:
                 rule = RULE_BAD if rows is None else RULE_NO_CFI
             else:
-                # expressions see the frame's pc: the return address itself, not ra - 1
-                rule, pc_dependent = compile_row(row, arch, vaddr if exact else vaddr + 1)
-                if pc_dependent and not exact:
-                    return rule, False
+                rule = self._compiled.get(id(row))   # rows are interned: id is stable
+                if rule is None:
+                    # expressions see the frame's pc: the return address itself, not ra - 1
+                    rule, pc_dependent = compile_row(row, arch, vaddr if exact else vaddr + 1)
+                    if pc_dependent and not exact:
+                        return rule, False
+                    if not pc_dependent:
+                        self._compiled[id(row)] = rule
         self._rules[key] = rule
         return rule, True
 
@@ -263,13 +274,17 @@ class ObjectCFI:
         return vaddr_to_offset(self._info.loads, self._base + value) if self._info else None
 
     def _parse_fde(self, index: int) -> Fde | None:
+        if index in self._parsed:
+            return self._parsed[index]
         off = self._fde_offset(index)
-        if off is None:
-            return None
-        try:
-            return self._parse_fde_at(off)
-        except _PARSE_ERRORS:
-            return None
+        fde: Fde | None = None
+        if off is not None:
+            try:
+                fde = self._parse_fde_at(off)
+            except _PARSE_ERRORS:
+                fde = None
+        self._parsed[index] = fde
+        return fde
 
     def _parse_fde_at(self, off: int) -> Fde:
         data = self._data
@@ -301,7 +316,7 @@ class ObjectCFI:
                 if state is None:
                     state = cie_state(fde.cie)
                     self._cie_states[fde.cie.offset] = state
-                rows = decode_fde(fde, state)
+                rows = decode_fde(fde, state, self._interned)
             except _PARSE_ERRORS:
                 rows = None
             self.fdes_decoded += 1

@@ -153,3 +153,19 @@ def test_frame_pointer_fallback_for_code_without_cfi(exe_fp, build_dir, objects)
     assert r.complete and r.reason == "root"
     got = collapse(names(H.Symbolizer(out), r.frames))
     assert got == ["capture_regs", "leaf3", "cmp", LIBC, "level2", "level1", "main", LIBC, "_start"]
+
+
+def test_signal_handler_samples_at_any_interrupted_pc(exe, build_dir, objects):
+    """A SIGPROF handler captures its own stack: every capture crosses __restore_rt into a
+    frame interrupted at an arbitrary pc (looked up exactly, not at pc - 1)."""
+    out = build_dir / "handler"
+    caps = H.run(exe, "handler", out, 200, 2)
+    assert len(caps) == 200
+    results = unwind_all(out, caps, objects)
+    sym = H.Symbolizer(out)
+    for c, r in zip(caps, results):
+        assert r.complete and r.reason == "root", r
+        assert r.frames[2:] == c.backtrace[1:]
+        got = names(sym, r.frames)
+        assert got[:4] == ["capture_regs", "hlevel", "on_prof_handler", LIBC]
+        assert got[-6:] == ["descend", "descend", "main", LIBC, LIBC, "_start"]

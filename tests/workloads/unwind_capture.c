@@ -13,6 +13,8 @@
  *   unwind_capture thread  OUT     the direct chain in a second pthread (stack ends at clone3)
  *   unwind_capture samples OUT N D SIGPROF every ms of CPU: N samples of a p-fan-like loop D
  *                                  calls deep, registers from the ucontext (any pc, like perf)
+ *   unwind_capture handler OUT N D the same workload, but the SIGPROF handler captures its own
+ *                                  stack: every capture crosses __restore_rt at a random pc
  *
  * OUT receives cap-NNN.bin (header: u64 magic "QUNWCAP1", kind (0 capture_regs, 1 ucontext),
  * nregs, nbt, stack_len; then regs, backtrace, stack bytes), maps (/proc/self/maps) and
@@ -236,6 +238,15 @@ NOIPA unsigned long descend(int depth)
     return r ^ (unsigned long)depth;
 }
 
+NOIPA void on_prof_handler(int sig)
+{
+    if (ncaps >= maxcaps)
+        done = 1;
+    else
+        hlevel();
+    g_sink += sig;
+}
+
 static void on_prof(int sig, siginfo_t *si, void *ucv)
 {
     (void)sig; (void)si;
@@ -311,14 +322,14 @@ static void write_outputs(const char *dir)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s direct|signal|thread|samples OUTDIR [N [DEPTH]]\n", argv[0]);
+        fprintf(stderr, "usage: %s direct|signal|thread|samples|handler OUTDIR [N [DEPTH]]\n", argv[0]);
         return 2;
     }
     const char *mode = argv[1], *out = argv[2];
     void *warm[4];
     backtrace(warm, 4);  /* loads libgcc_s now, not inside a signal handler */
     set_stack_top();
-    maxcaps = strcmp(mode, "samples") == 0 && argc > 3 ? atoi(argv[3]) : 4;
+    maxcaps = (strcmp(mode, "samples") == 0 || strcmp(mode, "handler") == 0) && argc > 3 ? atoi(argv[3]) : 4;
     caps = calloc(maxcaps, sizeof *caps);
     if (!caps)
         return 1;
@@ -336,11 +347,16 @@ int main(int argc, char **argv)
         struct itimerval it = {{0, 0}, {0, 20000}};
         setitimer(ITIMER_REAL, &it, NULL);
         g_sink += spin_outer(1.0);
-    } else if (strcmp(mode, "samples") == 0) {
+    } else if (strcmp(mode, "samples") == 0 || strcmp(mode, "handler") == 0) {
         int depth = argc > 4 ? atoi(argv[4]) : 0;
         struct sigaction sa = {0};
-        sa.sa_sigaction = on_prof;
-        sa.sa_flags = SA_SIGINFO | SA_RESTART;
+        if (mode[0] == 's') {
+            sa.sa_sigaction = on_prof;
+            sa.sa_flags = SA_SIGINFO | SA_RESTART;
+        } else {
+            sa.sa_handler = on_prof_handler;
+            sa.sa_flags = SA_RESTART;
+        }
         sigaction(SIGPROF, &sa, NULL);
         struct itimerval it = {{0, 1000}, {0, 1000}};
         setitimer(ITIMER_PROF, &it, NULL);
