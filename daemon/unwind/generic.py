@@ -238,43 +238,53 @@ def _fp_step(frames: _Frames, k: int) -> tuple[int | None, int | None, int] | st
     return fp + a.caller_sp, saved_fp, ra
 
 
-def core_step(plan: Plan, arch: ArchRegs, pc: int, sp: int, fp: int,
-              read: Callable[[int], int | None]) -> tuple[int, int | None, int] | str | None:
+def core_step(plan: Plan, arch: ArchRegs, pc: int, sp: int, fp: int, words: memoryview,
+              base: int) -> tuple[int, int | None, int] | str | None:
     """Apply a plan knowing only the frame's pc, SP and FP (the fast walker's state).
 
-    (caller's SP, caller's FP, return address), a reason to stop, or None when
-    the plan needs more than that (then the generic walker takes over).
+    words: the stack copy as u64 words from address base. Returns (caller's SP,
+    caller's FP, return address), a reason to stop, or None when the plan needs
+    more than that (then the generic walker takes over).
     """
     if not plan.core:
         return None
-    core = {arch.sp: sp, arch.fp: fp, arch.ip: pc}
-    cfa = (core[plan.cfa_reg] + plan.cfa_offset) & MASK64
-    if plan.cfa_kind == CFA_DEREF:
-        deref = read(cfa)
-        if deref is None:
-            return END_OF_STACK
-        cfa = deref
+    nwords = len(words)
+    asp, afp = arch.sp, arch.fp
+
+    def reg(r: int) -> int:
+        return sp if r == asp else fp if r == afp else pc
+
+    def read(addr: int) -> int | None:
+        i = (addr - base) >> 3
+        return words[i] if not addr & 7 and 0 <= i < nwords else None
 
     def caller(op: tuple[int, int, int | bytes], r: int) -> int | None:
         code, x, y = op
-        if code == OP_OFFSET:
-            return core.get(r) if cfa + x < sp else read(cfa + x)
         if code == OP_AT_BREG:
-            return read((core[x] + y) & MASK64)  # type: ignore[operator]
+            return read((reg(x) + y) & MASK64)  # type: ignore[operator]
+        if code == OP_OFFSET:
+            return reg(r) if cfa + x < sp else read(cfa + x)
         if code == OP_VAL_OFFSET:
             return (cfa + x) & MASK64
         if code == OP_REGISTER:
-            return core[x]
+            return reg(x)
         if code == OP_VAL_BREG:
-            return (core[x] + y) & MASK64  # type: ignore[operator]
+            return (reg(x) + y) & MASK64  # type: ignore[operator]
         if code == OP_SAME:
-            return core.get(r)
+            return reg(r)
         return None
 
-    op = plan.regs.get(arch.sp)
-    new_sp = cfa if op is None else caller(op, arch.sp)
-    op = plan.regs.get(arch.fp)
-    new_fp = fp if op is None else caller(op, arch.fp)
+    cfa = (reg(plan.cfa_reg) + plan.cfa_offset) & MASK64
+    if plan.cfa_kind == CFA_DEREF:
+        deref = read(cfa)
+        if deref is None:
+            return None   # outside the copy or unaligned: the generic walker decides
+        cfa = deref
+    regs = plan.regs
+    op = regs.get(asp)
+    new_sp = cfa if op is None else caller(op, asp)
+    op = regs.get(afp)
+    new_fp = fp if op is None else caller(op, afp)
     assert plan.ra is not None  # plan.core implies a rule for the RA column
     code, x, _ = plan.ra
     if code == OP_UNDEFINED:
@@ -282,10 +292,8 @@ def core_step(plan: Plan, arch: ArchRegs, pc: int, sp: int, fp: int,
     if code == OP_OFFSET and cfa + x < sp:
         return BAD_FRAME
     ra = caller(plan.ra, plan.ra_column)
-    if ra is None:
-        return END_OF_STACK if code in (OP_OFFSET, OP_AT_BREG) else BAD_FRAME
-    if new_sp is None:
-        return None
+    if ra is None or new_sp is None:
+        return None   # outside the copy or unaligned: the generic walker decides
     return new_sp, new_fp, ra
 
 

@@ -11,6 +11,7 @@ import bisect
 from typing import Protocol
 
 from .objcfi import ObjectCFI
+from .rules import Rule
 
 
 class AddressSpace(Protocol):
@@ -18,7 +19,7 @@ class AddressSpace(Protocol):
 
     #: per-process cache the unwinder fills (lookup address -> compiled rule);
     #: the owner clears it whenever the executable mappings change
-    rule_cache: dict[int, tuple[object, ...]]
+    rule_cache: dict[int, Rule]
 
     def find(self, ip: int) -> tuple[ObjectCFI | None, int, int] | None:
         """(cfi, map_start, map_file_offset) of the executable mapping containing ip.
@@ -39,7 +40,7 @@ class Mappings:
     def __init__(self) -> None:
         self._starts: list[int] = []
         self._maps: list[tuple[int, int, int, ObjectCFI | None]] = []  # (start, end, offset, cfi)
-        self.rule_cache: dict[int, tuple[object, ...]] = {}
+        self.rule_cache: dict[int, Rule] = {}
 
     def add(self, start: int, end: int, offset: int, cfi: ObjectCFI | None) -> None:
         """Map [start, end) at file offset `offset`, replacing any overlapped mapping."""

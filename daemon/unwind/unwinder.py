@@ -4,15 +4,16 @@ Two walkers share the compiled rules:
 
 - the fast walker handles the rules that cover nearly every pc of compiled
   code (CFA = SP or frame pointer + constant, return address and saved frame
-  pointer at constant offsets from the CFA). It tracks three values, reads
+  pointer at constant offsets from the CFA) and rows that need nothing but
+  SP, FP and the pc (signal trampolines). It tracks those three values, reads
   stack words through one `memoryview.cast('Q')`, and finds rules in the
   per-process cache with one dict lookup per frame;
 - the generic walker (generic.py) evaluates any row: expressions, register
-  rules, signal trampolines, the return address in a register, and the
-  frame-pointer fallback. When the fast walker meets something it does not
-  handle it hands the whole sample to the generic walker, which starts again
-  from the leaf (rare: signal frames, pcs without CFI, stack realignment).
-  The generic walker is also the reference the tests compare the fast one with.
+  rules, the return address in a register, and the frame-pointer fallback.
+  When the fast walker meets something it does not handle it hands the whole
+  sample to the generic walker, which starts again from the leaf (rare: pcs
+  without CFI, stack realignment, aarch64 leaves). The generic walker is also
+  the reference the tests compare the fast one with.
 
 Neither raises on hostile data: bad CFI, truncated stacks and loops end the
 walk with a reason.
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .errors import CfiError
-from .generic import (BAD_FRAME, END_OF_STACK, MAX_FRAMES, ROOT_REASON, StackCopy, core_step,
+from .generic import (BAD_FRAME, END_OF_STACK, MAX_FRAMES, ROOT_REASON, core_step,
                       sample_registers, walk_generic)
 from .regs import ArchRegs, arch_by_name, sample_positions
 from .rules import BAD, GENERAL, NO_MAP, ROOT, RULE_NO_CFI, RULE_NO_MAP, Rule
@@ -55,9 +56,10 @@ class UnwindResult:
 _NO_REGS = UnwindResult((), False, NO_REGS)
 
 _new = object.__new__
-_set_frames = UnwindResult.frames.__set__  # type: ignore[attr-defined]
-_set_complete = UnwindResult.complete.__set__  # type: ignore[attr-defined]
-_set_reason = UnwindResult.reason.__set__  # type: ignore[attr-defined]
+# the slot descriptors: setting through them skips the frozen class's __setattr__
+_set_frames = getattr(UnwindResult, "frames").__set__
+_set_complete = getattr(UnwindResult, "complete").__set__
+_set_reason = getattr(UnwindResult, "reason").__set__
 
 
 def _result(frames: tuple[int, ...], complete: bool, reason: str) -> UnwindResult:
@@ -178,7 +180,7 @@ class Unwinder:
                 return _result(tuple(frames), False, BAD_FRAME)
             elif kind == GENERAL and plan is not None and plan.core:
                 # e.g. a signal trampoline: everything it needs is SP-relative
-                step = core_step(plan, self.arch, frames[-1], sp, fp, StackCopy(words, base).read)
+                step = core_step(plan, self.arch, frames[-1], sp, fp, words, base)
                 if step is None:
                     return None
                 if isinstance(step, str):

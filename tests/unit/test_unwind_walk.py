@@ -341,3 +341,16 @@ def test_rule_kinds(image):
     assert cfi.rule_at(START + 0x10, False)[0][0] == ROOT
     assert cfi.rule_at(MID + 0x20, False)[0][:3] == (SP_BASED, 56, -8)
     assert cfi.rule_at(RESTORE_RT - 1, False)[0][0] == GENERAL
+
+
+def test_mappings_add_replace_remove_find():
+    space = Mappings()
+    a, b = ObjectCFI.from_bytes(b""), ObjectCFI.from_bytes(b"")
+    space.add(0x1000, 0x2000, 0, a)
+    space.add(0x3000, 0x5000, 0x2000, b)
+    space.rule_cache[0x1234] = (0, 8, -8, None, None)
+    assert space.find(0x1FFF) == (a, 0x1000, 0) and space.find(0x4000) == (b, 0x3000, 0x2000)
+    assert space.find(0x2000) is None and space.find(0xFFF) is None and space.find(0x5000) is None
+    space.add(0x1800, 0x3800, 0x800, None)        # overlaps both: they are replaced
+    assert len(space) == 1 and space.find(0x1000) is None and space.find(0x1800) == (None, 0x1800, 0x800)
+    assert not space.rule_cache
