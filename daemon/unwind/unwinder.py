@@ -149,9 +149,14 @@ class Unwinder:
         pc = regs[self._pos_ip]
         sp = regs[self._pos_sp]
         fp = regs[self._pos_fp]  # type: ignore[index]
-        if sp & 7 or len(stack) & 7:
+        if sp & 7:
             return None
-        words = memoryview(stack).cast("Q")
+        mv = memoryview(stack)
+        if mv.format != "B":
+            mv = mv.cast("B")
+        if len(mv) & 7:
+            mv = mv[:len(mv) & ~7]   # a trailing partial word can hold no saved slot we use
+        words = mv.cast("Q")
         nwords = len(words)
         cget = space.rule_cache.get
         frames = [pc]

@@ -169,3 +169,21 @@ def test_signal_handler_samples_at_any_interrupted_pc(exe, build_dir, objects):
         got = names(sym, r.frames)
         assert got[:4] == ["capture_regs", "hlevel", "on_prof_handler", LIBC]
         assert got[-6:] == ["descend", "descend", "main", LIBC, LIBC, "_start"]
+
+
+def test_vdso_image_has_usable_cfi(exe, build_dir):
+    """The collector unwinds [vdso] frames from its own copy of the vdso (no file to open)."""
+    out = build_dir / "direct"
+    if not (out / "vdso.bin").exists():
+        H.run(exe, "direct", out)
+    from qtools.daemon.unwind import ObjectCFI
+
+    cfi = ObjectCFI.from_bytes((out / "vdso.bin").read_bytes())
+    assert cfi.source == "eh_frame_hdr" and cfi.fde_count > 0
+    vdso = next(m for m in H.read_maps(out) if m.path == "[vdso]")
+    assert vdso.offset == 0
+    for start in sorted({cfi._base + loc for loc in cfi._locs}):  # noqa: SLF001
+        row = cfi.row_at(start)
+        assert row is not None and row.cfa_reg == 7 and row.cfa_offset == 8   # entry: CFA = rsp + 8
+        # what the unwinder computes for a pc at map start + start (map offset 0)
+        assert cfi.vaddr_of_offset(start) == start

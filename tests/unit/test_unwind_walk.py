@@ -354,3 +354,15 @@ def test_mappings_add_replace_remove_find():
     space.add(0x1800, 0x3800, 0x800, None)        # overlaps both: they are replaced
     assert len(space) == 1 and space.find(0x1000) is None and space.find(0x1800) == (None, 0x1800, 0x800)
     assert not space.rule_cache
+
+
+def test_stack_as_a_memoryview_of_another_format(unwinder, image):
+    import array
+
+    st, _ = standard_stack()
+    regs = x86_regs(rt(LEAF + 0x10), SP0)
+    want = walk(unwinder, image, regs, st.bytes())
+    assert want.complete
+    as_u32 = memoryview(array.array("I", st.bytes()))
+    assert unwinder.unwind(space_of(image), regs, as_u32) == want
+    assert unwinder.unwind(space_of(image), regs, memoryview(st.bytes()).cast("Q")) == want
