@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from .errors import CfiError
 from .expr import MemoryUnavailable, evaluate
 from .regs import ArchRegs
-from .rules import (BAD, CFA_DEREF, CFA_EXPR, FP_BASED, NO_CFI, NO_MAP, SP_BASED, OP_AT_BREG, OP_EXPR, OP_OFFSET,
-                    OP_REGISTER, OP_SAME, OP_UNDEFINED, OP_VAL_BREG, OP_VAL_EXPR, OP_VAL_OFFSET, ROOT,
-                    Plan, Rule)
+from .rules import (BAD, CFA_DEREF, CFA_EXPR, FP_BASED, NO_CFI, NO_MAP, OP_AT_BREG, OP_EXPR,
+                    OP_OFFSET, OP_REGISTER, OP_SAME, OP_UNDEFINED, OP_VAL_BREG, OP_VAL_EXPR,
+                    OP_VAL_OFFSET, ROOT, SP_BASED, Plan, Rule)
 
 MASK64 = (1 << 64) - 1
 

@@ -25,8 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .cfi import (EXPRESSION, OFFSET, REGISTER, SAME_VALUE, UNDEFINED, VAL_EXPRESSION,
-                  VAL_OFFSET, Row)
+from .cfi import EXPRESSION, OFFSET, REGISTER, SAME_VALUE, UNDEFINED, VAL_OFFSET, Row
 from .ehframe import sleb, uleb
 from .errors import CfiError
 from .expr import linearize

@@ -103,7 +103,8 @@ def test_def_cfa_expression_then_def_cfa_back():
     cfi = rows_of(insns)
     row = cfi.row_at(TEXT)
     assert row is not None and row.cfa_expr == Op.breg(RBP, -8) + Op.deref and row.cfa_reg == -1
-    assert cfa(cfi, TEXT + 4) == (RSP, 8) and cfi.row_at(TEXT + 4).cfa_expr is None  # type: ignore[union-attr]
+    after = cfi.row_at(TEXT + 4)
+    assert cfa(cfi, TEXT + 4) == (RSP, 8) and after is not None and after.cfa_expr is None
 
 
 def test_restore_and_restore_extended_go_back_to_the_cie_rules():
