@@ -24,6 +24,7 @@ import platform
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "workloads"))
@@ -56,7 +57,23 @@ def run_passes(unwinder: Unwinder, space, caps, min_seconds: float) -> tuple[flo
             return dt, n
 
 
-def bench_set(label: str, outdir: Path, caps: list[H.Capture], seconds: float) -> dict[str, object]:
+@dataclass(frozen=True)
+class SetResult:
+    set: str
+    samples: int
+    frames: float
+    complete: float
+    reasons: dict[str, int]
+    cold: float
+    new_process: float
+    warm: float
+    rate: float
+    generic: float
+    fdes: int
+    rules: int
+
+
+def bench_set(label: str, outdir: Path, caps: list[H.Capture], seconds: float) -> SetResult:
     unwinder = Unwinder()
     # cold: everything from scratch, including opening and mapping the objects
     t0 = time.process_time()
@@ -73,20 +90,20 @@ def bench_set(label: str, outdir: Path, caps: list[H.Capture], seconds: float) -
     warm_s, warm_n = run_passes(unwinder, space, caps, seconds)
     gen_s, gen_n = run_passes(Unwinder(fast=False), space, caps, seconds / 2)
     reasons = collections.Counter(r.reason for r in results)
-    return {
-        "set": label,
-        "samples": len(caps),
-        "frames": sum(len(r.frames) for r in results) / len(results),
-        "complete": sum(r.complete for r in results) / len(results),
-        "reasons": dict(reasons),
-        "cold": per_sample(cold, len(caps)),
-        "new_process": per_sample(new_process, len(caps)),
-        "warm": per_sample(warm_s, warm_n),
-        "rate": warm_n / warm_s,
-        "generic": per_sample(gen_s, gen_n),
-        "fdes": sum(o.fdes_decoded for o in objects.by_path.values()),
-        "rules": len(space.rule_cache),
-    }
+    return SetResult(
+        set=label,
+        samples=len(caps),
+        frames=sum(len(r.frames) for r in results) / len(results),
+        complete=sum(r.complete for r in results) / len(results),
+        reasons=dict(reasons),
+        cold=per_sample(cold, len(caps)),
+        new_process=per_sample(new_process, len(caps)),
+        warm=per_sample(warm_s, warm_n),
+        rate=warm_n / warm_s,
+        generic=per_sample(gen_s, gen_n),
+        fdes=sum(o.fdes_decoded for o in objects.by_path.values()),
+        rules=len(space.rule_cache),
+    )
 
 
 def object_costs(outdir: Path) -> list[tuple[str, float, int]]:
@@ -157,13 +174,13 @@ def main(argv: list[str] | None = None) -> int:
           "| warm µs/sample | warm samples/CPU-s | generic walker µs/sample |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['set']} | {r['samples']} | {r['frames']:.1f} | {100 * r['complete']:.1f}% "
-              f"| {r['cold']:.1f} | {r['new_process']:.1f} | {r['warm']:.2f} | {r['rate']:,.0f} "
-              f"| {r['generic']:.1f} |")
+        print(f"| {r.set} | {r.samples} | {r.frames:.1f} | {100 * r.complete:.1f}% "
+              f"| {r.cold:.1f} | {r.new_process:.1f} | {r.warm:.2f} | {r.rate:,.0f} "
+              f"| {r.generic:.1f} |")
     print()
     for r in rows:
-        print(f"- {r['set']}: stop reasons {r['reasons']}, {r['fdes']} FDEs decoded, "
-              f"{r['rules']} rules cached for the process")
+        print(f"- {r.set}: stop reasons {r.reasons}, {r.fdes} FDEs decoded, "
+              f"{r.rules} rules cached for the process")
     print(f"- libc.so.6, first rule inside a new FDE (parse + decode + compile): {first:.1f} µs; "
           f"another pc of a decoded FDE: {again:.1f} µs")
     for name, ms, n in costs:
