@@ -273,11 +273,10 @@ def test_symlinked_output_directory_is_refused(perf, tmp_path):
     assert os.listdir(real) == []
 
 
-def test_latest_version_resolves_after_two_runs(perf, build, tmp_path):
-    pfan = build("p-fan")
+def test_a_second_run_claims_the_next_version(perf, tmp_path):
     q = tmp_path / "q"
     for _ in range(2):
-        assert q_syscollect("-d", str(q), "-i", "--", str(pfan), "0.5").returncode == 0
-    names = [n for n, _i in sets_of(q, pfan.name)]
-    assert len(names) == 2  # different pids, two sets
-    assert resolve_info(q / names[0].split("#")[0]) == str(q / names[0])
+        assert q_syscollect("-d", str(q), "-k", "-t", "0.5", "--cpus", "0").returncode == 0
+    assert sorted(n for n in os.listdir(q) if n.startswith("kernel-cpu0.info")) == [
+        "kernel-cpu0.info#0", "kernel-cpu0.info#1"]
+    assert resolve_info(q / "kernel-cpu0.info") == str(q / "kernel-cpu0.info#1")

@@ -1,0 +1,17 @@
+"""The unwinder's exceptions. None of them escapes `Unwinder.unwind` or
+`ObjectCFI.from_fd`/`from_bytes`: they mark malformed unwind data internally
+and are turned into "no rules" or a clean stop."""
+
+from __future__ import annotations
+
+
+class UnwindError(Exception):
+    """Base of the unwinder's exceptions."""
+
+
+class ElfError(UnwindError):
+    """The object is not an ELF file this unwinder understands."""
+
+
+class CfiError(UnwindError):
+    """A CIE, FDE, CFA program or DWARF expression is malformed or unsupported."""
