@@ -10,16 +10,17 @@ from typing import TextIO
 
 from qtools.qformat import QDir
 
-from . import syscalls
+from . import procfs, syscalls
 from .checkpoint import RunInfo
 from .collector import CpuCollector, Flags, Options
 from .config import Config
+from .dwarf import DwarfFrames
 from .objects import ObjectCopier
 from .source import PerfSource, SourceSpec
 
 
 def collector_main(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, status_w: int,
-                   out: TextIO) -> int:
+                   out: TextIO, siblings: set[int] | None = None) -> int:
     """Open this CPU's events, say "ok" (or the error) on ``status_w``, then
     collect until SIGTERM, writing a heartbeat byte to ``status_w`` about
     once a second so the parent can tell a stuck collector from a busy one."""
@@ -48,7 +49,13 @@ def collector_main(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, st
                    verbose=cfg.verbose, min_samples=cfg.min_samples,
                    stacks=cfg.call_graph != "none", rotate=cfg.rotate,
                    compress=cfg.compress_closed, cpu_stats=source.target_pid == -1)
-    collector = CpuCollector(opts, run, perf, qdir, ObjectCopier(qdir, cfg.symlink), out=out)
+    copier = ObjectCopier(qdir, cfg.symlink)
+    frames = None
+    if source.regs_user_mask:
+        vdso = procfs.own_vdso()
+        own = {parent, os.getpid(), *(siblings or ())}
+        frames = DwarfFrames(qdir, copier, vdso[1] if vdso else None, own, parent)
+    collector = CpuCollector(opts, run, perf, qdir, copier, user_frames=frames, out=out)
     if source.target_pid == -1:
         collector.seed()
     perf.enable()

@@ -39,6 +39,16 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _stack_size(text: str) -> int:
+    try:
+        value = parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if not 0 < value < 65536 or value % 8:
+        raise argparse.ArgumentTypeError("must be a multiple of 8 below 65536")
+    return value
+
+
 def _age(text: str) -> float:
     try:
         value = parse_age(text)
@@ -75,8 +85,12 @@ def parser() -> argparse.ArgumentParser:
                    help="only the command and the tasks it creates (works unprivileged)")
     p.add_argument("--checkpoint", type=_positive_float, default=10.0, metavar="SECS",
                    help="write everything collected every SECS seconds (default 10)")
-    p.add_argument("--call-graph", choices=("fp", "none"), default="fp",
-                   help="user stacks from frame pointers, or no stacks")
+    p.add_argument("--call-graph", choices=("dwarf", "fp", "none"), default="dwarf",
+                   help="user stacks: unwound with DWARF CFI from a copy of the stack "
+                        "(default; right for plain cc -O2 binaries), from frame pointers, "
+                        "or none; the kernel part is always the kernel's callchain")
+    p.add_argument("--stack-size", type=_stack_size, default=16384, metavar="BYTES",
+                   help="user stack bytes copied per sample for dwarf (default 16384)")
     p.add_argument("--min-samples", type=_positive_int, default=100, metavar="N",
                    help="a task needs N samples for a set of its own; tasks that end with "
                         "fewer go into their program's PROG-cpuN set (default 100)")
@@ -127,6 +141,7 @@ def config_from(args: argparse.Namespace, argv: list[str]) -> Config:
                   verbose=args.verbose, kernel_only=args.kernel_only, user_only=args.user_only,
                   frequency=args.frequency, event=args.event, inherit_only=args.inherit_only,
                   checkpoint=args.checkpoint, call_graph=args.call_graph,
+                  stack_size=args.stack_size,
                   min_samples=args.min_samples, symlink=args.symlink,
                   ring_pages=args.ring_pages, rotate=args.rotate, max_size=args.max_size,
                   max_age=args.max_age, compress=args.compress, stuck_after=args.stuck_after,

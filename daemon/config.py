@@ -40,7 +40,8 @@ class Config:
     event: str | None = None
     inherit_only: bool = False
     checkpoint: float = 10.0
-    call_graph: str = "fp"
+    call_graph: str = "dwarf"  # user stacks: "dwarf", "fp" or "none"
+    stack_size: int = 16384  # bytes of user stack copied per sample for dwarf
     min_samples: int = 100
     symlink: bool = False
     ring_pages: int | None = None

@@ -120,12 +120,12 @@ def maps(pid: int) -> list[MapsLine] | None:
     return parse_maps(text) if text is not None else None
 
 
-def tgid(tid: int) -> int | None:
-    text = _read(f"/proc/{tid}/status")
-    if text is None:
+def ppid(pid: int) -> int | None:
+    text = _read(f"/proc/{pid}/stat")
+    if not text:
         return None
-    m = re.search(r"^Tgid:\s*(\d+)", text, re.M)
-    return int(m[1]) if m else None
+    fields = text[text.rfind(")") + 2:].split()
+    return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
 
 
 def open_mapped_file(pid: int, start: int, end: int, path: str) -> int | None:

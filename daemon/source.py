@@ -48,6 +48,7 @@ class SourceSpec:
     exclude_kernel: bool = False
     exclude_user: bool = False
     callchain: bool = True
+    user_callchain: bool = True  # False: the kernel's callchain stops at user space (dwarf)
     branches: bool = False
     regs_user_mask: int = 0
     stack_user: int = 0
@@ -85,8 +86,10 @@ class SourceSpec:
         if self.exclude_kernel:
             flags |= abi.FLAG_EXCLUDE_KERNEL | abi.FLAG_EXCLUDE_HV | \
                 abi.FLAG_EXCLUDE_CALLCHAIN_KERNEL
+        if self.exclude_user or not self.user_callchain:
+            flags |= abi.FLAG_EXCLUDE_CALLCHAIN_USER
         if self.exclude_user:
-            flags |= abi.FLAG_EXCLUDE_USER | abi.FLAG_EXCLUDE_CALLCHAIN_USER
+            flags |= abi.FLAG_EXCLUDE_USER
         if self.target_pid != -1:
             flags |= abi.FLAG_INHERIT
             if self.enable_on_exec:
@@ -207,3 +210,18 @@ class ReplaySource:
 
 def is_permission_error(err: OSError) -> bool:
     return err.errno in (errno.EACCES, errno.EPERM)
+
+
+def ring_pages(frequency: int, record_bytes: int, privileged: bool, ncpus: int) -> int:
+    """Data pages for one CPU's ring: room for about half a second of samples
+    (the reader drains every 0.5 s, or earlier at the half-full watermark).
+
+    Unprivileged users share kernel.perf_event_mlock_kb per CPU plus
+    RLIMIT_MEMLOCK (8 MiB by default), so their rings stay small.
+    """
+    want = max(16, frequency * record_bytes // 2 // 4096)
+    cap = 4096 if privileged else max(16, (6 << 20) // max(1, ncpus) // 4096)
+    pages = 16
+    while pages * 2 <= min(want, cap):
+        pages *= 2
+    return pages

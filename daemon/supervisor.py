@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import platform
 import select
 import signal
 import sys
@@ -26,7 +27,8 @@ from .child import collector_main
 from .config import Config
 from .notify import Notifier
 from .objects import ObjectCopier
-from .source import SourceSpec
+from .source import SourceSpec, ring_pages
+from .unwind import Unwinder
 
 RESTARTS_PER_MINUTE = 5
 STOP_TIMEOUT = 120.0
@@ -87,9 +89,14 @@ class Supervisor:
     def _spec_for(self, spec: EventSpec, cpu: int, target: int, exclude_kernel: bool,
                   branches: bool, pages: int) -> SourceSpec:
         cfg = self.cfg
+        dwarf = cfg.call_graph == "dwarf" and not cfg.kernel_only
+        stacks = cfg.call_graph != "none"
         return SourceSpec(spec, cpu, cfg.cpus, cfg.frequency, target,
                           exclude_kernel=exclude_kernel, exclude_user=cfg.kernel_only,
-                          callchain=cfg.call_graph != "none", branches=branches,
+                          callchain=stacks and not (dwarf and exclude_kernel),
+                          user_callchain=not dwarf, branches=branches,
+                          regs_user_mask=Unwinder(platform.machine()).regs_mask if dwarf else 0,
+                          stack_user=cfg.stack_size if dwarf else 0,
                           enable_on_exec=target != -1, ring_pages=pages,
                           sideband_pages=16 if len(cfg.cpus) <= 16 else 4)
 
@@ -110,7 +117,8 @@ class Supervisor:
         except events.EventError as e:
             raise CollectError(str(e)) from None
         root = os.geteuid() == 0
-        pages = cfg.ring_pages or (256 if root else 32)
+        record = 600 + (cfg.stack_size if cfg.call_graph == "dwarf" else 1024)
+        pages = cfg.ring_pages or ring_pages(cfg.frequency, record, root, len(cfg.cpus))
         target = 0 if cfg.inherit_only else -1
         exclude_kernel = cfg.user_only
         branches = spec.is_hardware and cfg.call_graph != "none"
@@ -207,7 +215,8 @@ class Supervisor:
         try:
             for child in self.children.values():
                 os.close(child.status_fd)
-            code = collector_main(self.cfg, source, run, qdir, status_w, self.out)
+            code = collector_main(self.cfg, source, run, qdir, status_w, self.out,
+                                  set(self.children))
         except BaseException as e:  # a child must never return into the parent's code
             try:
                 print(f"q-syscollect: collector for cpu {source.cpu} failed: {e!r}",

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -128,6 +127,8 @@ class Process:
     maps_loaded_at: float = 0.0  # monotonic seconds of the last /proc maps read
     maps_version: int = 0  # bumped whenever the maps change
     stub: bool = False  # made up for a sample before any record or /proc told about it
+    ppid: int | None = None
+    unwind: object = None  # the user-stack unwinder's per-process state
 
     def __hash__(self) -> int:
         return self.serial
@@ -154,6 +155,7 @@ class ProcSnapshot:
     threads: list[int]
     cmdline: list[str] | None = None
     exe: str | None = None
+    ppid: int | None = None
 
 
 class TaskTable:
@@ -177,7 +179,7 @@ class TaskTable:
             return old
         proc = Process(snap.pid, snap.comm, AddressMap(mappings_from_proc(snap.maps)),
                        set(snap.threads) | {snap.pid}, since=now, cmdline=snap.cmdline,
-                       exe=snap.exe, exec_seen=True)
+                       exe=snap.exe, exec_seen=True, ppid=snap.ppid)
         self._install(proc, old)
         return proc
 
@@ -227,6 +229,7 @@ class TaskTable:
         stub.comm = comm
         stub.stub = False
         if parent is not None:
+            stub.ppid = parent.pid
             stub.maps = parent.maps.copy()
             stub.maps_version += 1
             stub.cmdline = stub.cmdline or parent.cmdline
@@ -251,7 +254,8 @@ class TaskTable:
         elif c.exec:
             # exec: same pid, new program, empty address space (the new
             # image's MMAP2 records follow).
-            new = Process(c.pid, c.comm, since=c.sid.time, threads={c.pid}, exec_seen=True)
+            new = Process(c.pid, c.comm, since=c.sid.time, threads={c.pid}, exec_seen=True,
+                          ppid=proc.ppid if proc else None)
             self._install(new, proc)
         elif proc is None:
             self._install(Process(c.pid, c.comm, since=c.sid.time, threads={c.pid, c.tid}),
@@ -274,7 +278,7 @@ class TaskTable:
             return
         child = Process(t.pid, parent.comm if parent else "", since=t.time,
                         threads={t.tid}, cmdline=parent.cmdline if parent else None,
-                        exe=parent.exe if parent else None)
+                        exe=parent.exe if parent else None, ppid=t.ppid)
         if parent is not None:
             child.maps = parent.maps.copy()
         self._install(child, existing)
@@ -298,8 +302,4 @@ def snapshot(pid: int) -> ProcSnapshot | None:
     if comm is None or maps is None:
         return None
     return ProcSnapshot(pid, comm, maps, procfs.threads(pid), procfs.cmdline(pid),
-                        procfs.exe(pid))
-
-
-def own_pids() -> set[int]:
-    return {os.getpid(), os.getppid()}
+                        procfs.exe(pid), procfs.ppid(pid))

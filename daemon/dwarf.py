@@ -1,0 +1,129 @@
+"""User stacks through DWARF CFI: the collector's side of the unwinder.
+
+Each sample's copied user stack (REGS_USER + STACK_USER) is unwound at once,
+so only addresses reach `.stack`. Unwind tables are loaded per object
+content from the object's copy in `.q` (a file of ours: it cannot be
+truncated under the mmap) and shared by every process that maps it; each
+process keeps its own rule cache, dropped when its maps change.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass
+
+from qtools.qformat import QDir
+
+from . import procfs
+from .objects import ObjectCopier
+from .records import Sample
+from .tasks import Mapping, ObjectKey, Process
+from .unwind import ObjectCFI, Unwinder
+from .unwind.regs import sample_positions
+from .unwind.rules import Rule
+
+DEFAULT_STACK_BYTES = 16384  # 8 KiB cut ~4% of deep stacks short (unwinding-measurements.md)
+
+
+class ProcessSpace:
+    """The unwinder's view of one process (the AddressSpace protocol)."""
+
+    __slots__ = ("proc", "tables", "rule_cache", "version")
+
+    def __init__(self, proc: Process, tables: CfiTables) -> None:
+        self.proc = proc
+        self.tables = tables
+        self.rule_cache: dict[int, Rule] = {}
+        self.version = proc.maps_version
+
+    def find(self, ip: int) -> tuple[ObjectCFI | None, int, int] | None:
+        m = self.proc.maps.find(ip)
+        if m is None:
+            return None
+        return self.tables.cfi_for(self.proc, m), m.start, m.pgoff
+
+
+class CfiTables:
+    """ObjectCFI per object content, made on first use."""
+
+    def __init__(self, qdir: QDir, copier: ObjectCopier, vdso: bytes | None) -> None:
+        self.qdir = qdir
+        self.copier = copier
+        self.vdso = ObjectCFI.from_bytes(vdso) if vdso else None
+        self._tables: dict[ObjectKey, ObjectCFI | None] = {}
+
+    def cfi_for(self, proc: Process, m: Mapping) -> ObjectCFI | None:
+        obj = m.obj
+        if obj in self._tables:
+            return self._tables[obj]
+        if obj.path == "[vdso]":
+            cfi = self.vdso
+        elif obj.special:
+            cfi = None  # JIT or anonymous code: frame pointers through it
+        else:
+            cfi = self._load(proc, m)
+        self._tables[obj] = cfi
+        return cfi
+
+    def _load(self, proc: Process, m: Mapping) -> ObjectCFI | None:
+        try:
+            copy = self.copier.copy(proc, m)
+        except OSError:
+            copy = None  # .q is full: read the task's own mapping instead
+        fd = None
+        if copy is not None and copy.name:
+            try:
+                fd = self.qdir.open_read(copy.name)
+            except OSError:
+                fd = None
+        if fd is None and not proc.ended:
+            fd = procfs.open_mapped_file(proc.pid, m.start, m.end, m.obj.path)
+        if fd is None:
+            return None
+        try:
+            return ObjectCFI.from_fd(fd)
+        finally:
+            os.close(fd)
+
+
+@dataclass
+class UnwindStats:
+    stacks: int = 0
+    complete: int = 0
+
+
+class DwarfFrames:
+    """User frames by DWARF CFI (the collector's UserFrames seam)."""
+
+    name = "dwarf"
+
+    def __init__(self, qdir: QDir, copier: ObjectCopier, vdso: bytes | None,
+                 own_pids: set[int], supervisor: int, arch: str | None = None) -> None:
+        self.unwinder = Unwinder(arch or platform.machine())
+        regs = self.unwinder.arch
+        self._ip_pos = sample_positions(regs, self.unwinder.regs_mask)[regs.ip]
+        self.tables = CfiTables(qdir, copier, vdso)
+        self.own_pids = own_pids
+        self.supervisor = supervisor
+        self.stats = UnwindStats()
+
+    @property
+    def regs_mask(self) -> int:
+        return self.unwinder.regs_mask
+
+    def frames(self, proc: Process, sample: Sample, fp_user: list[int]) -> list[int]:
+        if not sample.regs:
+            return fp_user  # a kernel thread, or idle: no user context
+        if proc.pid in self.own_pids or (proc.ppid == self.supervisor and not proc.exec_seen):
+            # The collector's own processes (the supervisor, and what it forked
+            # without exec: collectors; the command it runs execs): their deep
+            # interpreter stacks are not what anybody profiles, and cost most.
+            return [sample.regs[self._ip_pos]]
+        space = proc.unwind
+        if not isinstance(space, ProcessSpace) or space.version != proc.maps_version:
+            space = proc.unwind = ProcessSpace(proc, self.tables)
+        result = self.unwinder.unwind(space, sample.regs, sample.stack)
+        self.stats.stacks += 1
+        self.stats.complete += result.complete
+        return list(result.frames)
