@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-"""q-syscollect against `perf record -a -g` on the same busy workload.
+"""q-syscollect against `perf record` on the same busy workload, in the same run.
 
-Both tools sample the same event at the same rate on every CPU while one
-p-fan per CPU keeps the machine busy. For each tool: CPU seconds it used
-(itself and its children), samples, lost samples, and output bytes per
-minute. Then the highest rate at which q-syscollect lost no samples.
+One p-fan per CPU keeps the machine busy while q-syscollect and perf record
+sample it at the same time, same event and rate, with stacks the same way
+(frame pointers: `perf record -a -g`; DWARF: `--call-graph dwarf`). For each
+tool: CPU seconds it used (itself and its children, from wait4), samples,
+lost samples, output bytes per minute. Then each viewer reports the p-fan
+processes, so "collect + view" can be compared as a whole. Finally the
+highest rate at which q-syscollect loses no samples.
 
-    .venv/bin/python bench/collect_vs_perf.py [--seconds 10] [--rate 997]
+    sudo .venv/bin/python bench/collect_vs_perf.py [--seconds 10] [--rate 997]
+        [--call-graph dwarf|fp|both] [--skip-rates]
 
-Run as root (system-wide sampling). Prints a Markdown table for README.
+Prints Markdown tables for README.
 """
 
 from __future__ import annotations
@@ -21,60 +25,92 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def child_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
+@dataclass
+class Result:
+    cpu: float
+    samples: int
+    lost: int
+    bytes: int
+    view_cpu: float = 0.0
 
 
-def run_measured(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess]:
-    before = child_cpu()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    return child_cpu() - before, proc
+def _cpu(usage: resource.struct_rusage) -> float:
+    return usage.ru_utime + usage.ru_stime
 
 
-def q_syscollect(out: Path, seconds: float, rate: int, event: str) -> dict:
-    shutil.rmtree(out, ignore_errors=True)
-    cpu, proc = run_measured([sys.executable, "-m", "qtools.daemon.cli", "-v", "-d", str(out),
-                              "-t", str(seconds), "-c", str(rate), "-e", event])
-    if proc.returncode:
-        raise SystemExit(f"q-syscollect failed: {proc.stderr}")
-    counts = re.findall(r"collected (\d+) samples \((\d+) lost\)", proc.stderr)
-    data = sum(p.stat().st_size for p in out.iterdir() if not p.name.startswith("."))
-    copies = sum(p.stat().st_size for p in out.iterdir() if p.name.startswith("."))
-    return {"cpu": cpu, "samples": sum(int(s) for s, _ in counts),
-            "lost": sum(int(lost) for _, lost in counts), "bytes": data, "copies": copies}
+def run_together(q_cmd: list[str], perf_cmd: list[str]) -> tuple[float, float, str]:
+    """Start both, wait for both; CPU seconds of each (with its children)."""
+    q = subprocess.Popen(q_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(perf_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    q_err = q.stderr.read()
+    cpu: dict[int, float] = {}
+    for proc in (q, p):
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        cpu[proc.pid] = _cpu(usage)
+    if q.returncode or p.returncode:
+        raise SystemExit(f"a collector failed: q-syscollect {q.returncode} perf {p.returncode}\n"
+                         f"{q_err}")
+    return cpu[q.pid], cpu[p.pid], q_err
 
 
-def perf_record(out: Path, seconds: float, rate: int, event: str) -> dict:
-    data = out / "perf.data"
-    out.mkdir(parents=True, exist_ok=True)
-    cpu, proc = run_measured(["perf", "record", "-a", "-g", "-e", event, "-F", str(rate),
-                              "-o", str(data), "--", "sleep", str(seconds)])
-    if proc.returncode:
-        raise SystemExit(f"perf record failed: {proc.stderr}")
+def cpu_of(cmd: list[str]) -> float:
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"{cmd[0]} failed")
+    return _cpu(usage)
+
+
+def perf_stats(data: Path) -> tuple[int, int]:
     stats = subprocess.run(["perf", "report", "-i", str(data), "--stats"], capture_output=True,
                            text=True).stdout
     samples = re.search(r"SAMPLE events:\s+(\d+)", stats)
-    lost = re.search(r"LOST events:\s+(\d+)", stats)
-    lost_samples = re.search(r"LOST_SAMPLES events:\s+(\d+)", stats)
-    return {"cpu": cpu, "samples": int(samples[1]) if samples else 0,
-            "lost": (int(lost[1]) if lost else 0) + (int(lost_samples[1]) if lost_samples else 0),
-            "bytes": data.stat().st_size, "copies": 0}
+    lost = sum(int(n) for n in re.findall(r"LOST(?:_SAMPLES)? events:\s+(\d+)", stats))
+    return (int(samples[1]) if samples else 0), lost
 
 
-def highest_lossless_rate(work: Path, event: str, seconds: float) -> tuple[int, int | None]:
+def compare(work: Path, seconds: float, rate: int, event: str, mode: str) -> tuple[Result, Result]:
+    q, data = work / f"q-{mode}", work / f"perf-{mode}.data"
+    shutil.rmtree(q, ignore_errors=True)
+    q_cmd = [sys.executable, "-m", "qtools.daemon.cli", "-v", "-d", str(q), "-t", str(seconds),
+             "-c", str(rate), "-e", event, "--call-graph", mode]
+    stacks = ["-g"] if mode == "fp" else ["--call-graph", "dwarf"]
+    perf_cmd = ["perf", "record", "-q", "-a", *stacks, "-e", event, "-F", str(rate),
+                "-o", str(data), "--", "sleep", str(seconds)]
+    q_cpu, perf_cpu, q_err = run_together(q_cmd, perf_cmd)
+    counts = re.findall(r"collected (\d+) samples \((\d+) lost\)", q_err)
+    q_bytes = sum(p.stat().st_size for p in q.iterdir() if not p.name.startswith("."))
+    samples, lost = perf_stats(data)
+    ours = Result(q_cpu, sum(int(s) for s, _ in counts), sum(int(x) for _, x in counts),
+                  q_bytes)
+    theirs = Result(perf_cpu, samples, lost, data.stat().st_size)
+    ours.view_cpu = cpu_of([sys.executable, "-m", "qtools.viewer.cli", str(q), "--comm", "p-fan",
+                            "--no-cache"])
+    theirs.view_cpu = cpu_of(["perf", "report", "-i", str(data), "--comm", "p-fan", "--stdio"])
+    return ours, theirs
+
+
+def highest_lossless_rate(work: Path, event: str, seconds: float, mode: str
+                          ) -> tuple[int, int | None]:
     best, first_lossy = 0, None
     limit = int(Path("/proc/sys/kernel/perf_event_max_sample_rate").read_text())
     for rate in (997, 1999, 4999, 9973, 19997, 49999, 99991):
         if rate > limit:
             break
-        r = q_syscollect(work / f"rate{rate}", seconds, rate, event)
-        if r["lost"]:
+        q = work / f"rate{rate}"
+        r = subprocess.run([sys.executable, "-m", "qtools.daemon.cli", "-v", "-d", str(q),
+                            "-t", str(seconds), "-c", str(rate), "-e", event,
+                            "--call-graph", mode], capture_output=True, text=True)
+        lost = sum(int(x) for x in re.findall(r"\((\d+) lost\)", r.stderr))
+        shutil.rmtree(q, ignore_errors=True)
+        if r.returncode or lost:
             first_lossy = rate
             break
         best = rate
@@ -86,6 +122,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--rate", type=int, default=997)
     ap.add_argument("--event", default="cpu-clock")
+    ap.add_argument("--call-graph", choices=("dwarf", "fp", "both"), default="both")
     ap.add_argument("--skip-rates", action="store_true", help="skip the lossless-rate search")
     args = ap.parse_args()
     if shutil.which("perf") is None:
@@ -96,33 +133,41 @@ def main() -> int:
                     str(ROOT / "tests/workloads/p-fan.c"), "-lm"], check=True)
     ncpu = len(os.sched_getaffinity(0))
     loads = [subprocess.Popen([str(pfan)]) for _ in range(ncpu)]
+    modes = ("fp", "dwarf") if args.call_graph == "both" else (args.call_graph,)
+    results = {}
+    rates = {}
     try:
-        q = q_syscollect(work / "q", args.seconds, args.rate, args.event)
-        # The start-up cost (imports, /proc scan, kallsyms copy), from a short run:
-        q_short = q_syscollect(work / "q-short", 1.0, args.rate, args.event)
-        p = perf_record(work / "perf", args.seconds, args.rate, args.event)
-        rates = None if args.skip_rates else highest_lossless_rate(work, args.event, 3.0)
+        for mode in modes:
+            results[mode] = compare(work, args.seconds, args.rate, args.event, mode)
+        if not args.skip_rates:
+            for mode in modes:
+                rates[mode] = highest_lossless_rate(work, args.event, 3.0, mode)
     finally:
         for load in loads:
             load.kill()
             load.wait()
     per_minute = 60.0 / args.seconds
-    steady = (q["cpu"] - q_short["cpu"]) / (args.seconds - 1.0)
-    print(f"\n{args.seconds:g} s, {args.event} at {args.rate} Hz on {ncpu} busy CPUs "
-          f"(one p-fan each), same run:\n")
-    print("| | CPU seconds | samples | lost | output per minute |")
-    print("|---|---|---|---|---|")
-    for name, r in (("q-syscollect", q), ("perf record -a -g", p)):
-        print(f"| {name} | {r['cpu']:.2f} | {r['samples']} | {r['lost']} | "
-              f"{r['bytes'] * per_minute / 1e6:.2f} MB |")
-    print(f"\nq-syscollect / perf record CPU: {q['cpu'] / p['cpu']:.2f}x; "
-          f"q-syscollect steady state {100 * steady / ncpu:.2f}% of a core per CPU "
-          f"(start-up {q_short['cpu']:.2f} s); object copies {q['copies'] / 1e6:.1f} MB "
-          "(once per content, mostly hard links)")
-    if rates:
-        best, lossy = rates
-        print(f"highest rate without lost samples (3 s runs): {best} Hz"
-              + (f" (first loss at {lossy} Hz)" if lossy else " (no loss up to the kernel's limit)"))
+    print(f"\n{args.seconds:g} s, {args.event} at {args.rate} Hz on {ncpu} busy CPUs (one p-fan "
+          "each); both collectors sampling the same run at once; the viewers report p-fan:\n")
+    print("| stacks | collector | CPU s | samples | lost | output/min | viewer CPU s | "
+          "collect + view |")
+    print("|---|---|---|---|---|---|---|---|")
+    for mode, (ours, theirs) in results.items():
+        perf_name = "perf record -a -g" if mode == "fp" else "perf record --call-graph dwarf"
+        for name, r, viewer in (("q-syscollect", ours, "q-view"), (perf_name, theirs,
+                                                                   "perf report")):
+            print(f"| {mode} | {name} | {r.cpu:.2f} | {r.samples} | {r.lost} | "
+                  f"{r.bytes * per_minute / 1e6:.2f} MB | {viewer} {r.view_cpu:.2f} | "
+                  f"{r.cpu + r.view_cpu:.2f} |")
+    print()
+    for mode, (ours, theirs) in results.items():
+        print(f"- {mode}: q-syscollect uses {ours.cpu / theirs.cpu:.2f}x perf record's CPU, "
+              f"{100 * ours.cpu / args.seconds / ncpu:.2f}% of a core per CPU (start-up included);"
+              f" collect + view {(ours.cpu + ours.view_cpu) / (theirs.cpu + theirs.view_cpu):.2f}x")
+    for mode, (best, lossy) in rates.items():
+        print(f"- {mode}: highest rate without lost samples (3 s runs): {best} Hz"
+              + (f" (first loss at {lossy} Hz)" if lossy else " (none lost up to the kernel's "
+                 "limit)"))
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

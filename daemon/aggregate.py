@@ -27,6 +27,7 @@ from .tasks import Mapping, ObjectKey, Process
 KERNEL_START = 0xFFFF_8000_0000_0000  # x86_64 and aarch64 kernel half
 SYNTHETIC_BASE = 0x4000_0000_0000_0000  # never a user or kernel address
 MAX_PIDS = 1024
+MAX_UNWRITTEN = 128  # ended tasks kept apart while .q cannot be written; then folded
 
 
 @dataclass
@@ -121,6 +122,7 @@ class TaskSet:
     lost_at_end: int | None = None
     dirty: bool = True
     finished: bool = False  # ended; forget it once written
+    fold: bool = False  # to be folded into its program's set (could not be written)
     noted: set[int] = field(default_factory=set)  # addresses whose mapping is in the profile
     noted_version: int = -1  # the process's maps_version those were noted under
     stats_start: dict[str, float] | None = None  # task (or CPU) counters when the set began
@@ -155,6 +157,7 @@ class SetBook:
         self.aggregates: dict[str, TaskSet] = {}
         self.kernel: TaskSet | None = None
         self.closing: list[TaskSet] = []  # closed sets of an earlier slice not yet written
+        self.dropped = 0  # closed sets given up while .q could not be written
         self.lost = 0  # records this CPU's ring dropped so far
 
     def kernel_set(self) -> TaskSet:
@@ -198,27 +201,18 @@ class SetBook:
         into an aggregate (the caller may forget them).
         """
         folded: list[Process] = []
+        self._bound_unwritten()
         for proc, ts in list(self.by_process.items()):
             if ts.version is None:  # named now: a stub may have learnt its name since
                 ts.name = SetName(sanitize_prog(proc.comm), self.cpu, proc.pid)
             if not ts.promoted and ts.profile.samples >= self.min_samples:
                 ts.promoted = True
-            if ts.promoted:
+            if ts.promoted and not ts.fold:
                 if proc.ended or final:
                     ts.finished = True
                 continue
-            if proc.ended or final:
-                agg = self._aggregate_for(proc)
-                assert agg.layout is not None
-                agg.profile.merge(ts.profile, agg.layout, proc)
-                agg.profile.mappings = agg.layout.mappings()
-                agg.add_pid(proc.pid)
-                for k, v in (ts.task_stats() or {}).items():
-                    agg.stats_folded[k] = round(agg.stats_folded.get(k, 0) + v, 6)
-                if proc.ended:
-                    agg.end_time = time.time()
-                agg.dirty = True
-                del self.by_process[proc]
+            if proc.ended or final or ts.fold:
+                self._fold(proc, ts)
                 folded.append(proc)
         sets = list(self.closing)
         sets += [ts for ts in self.by_process.values() if ts.promoted and ts.dirty]
@@ -231,6 +225,34 @@ class SetBook:
                     ts.finished = True
                     ts.end_time = ts.end_time or time.time()
         return sets, folded
+
+    def _fold(self, proc: Process, ts: TaskSet) -> None:
+        """Move a task's samples into its program's aggregate set."""
+        agg = self._aggregate_for(proc)
+        assert agg.layout is not None
+        agg.profile.merge(ts.profile, agg.layout, proc)
+        agg.profile.mappings = agg.layout.mappings()
+        agg.add_pid(proc.pid)
+        for k, v in (ts.task_stats() or {}).items():
+            agg.stats_folded[k] = round(agg.stats_folded.get(k, 0) + v, 6)
+        if proc.ended:
+            agg.end_time = time.time()
+        agg.dirty = True
+        del self.by_process[proc]
+
+    def _bound_unwritten(self) -> None:
+        """While .q cannot be written, ended tasks' sets wait in memory; past
+        MAX_UNWRITTEN the oldest are folded into their program's set (bounded
+        by code, not by the number of tasks). Closed sets of earlier slices
+        beyond the bound are dropped, the oldest first."""
+        waiting = [ts for p, ts in self.by_process.items() if p.ended and ts.dirty]
+        if len(waiting) > MAX_UNWRITTEN:
+            waiting.sort(key=lambda ts: ts.end_time or 0.0)
+            for ts in waiting[:len(waiting) - MAX_UNWRITTEN]:
+                ts.fold = True
+        if len(self.closing) > MAX_UNWRITTEN:
+            self.dropped += len(self.closing) - MAX_UNWRITTEN
+            self.closing = self.closing[-MAX_UNWRITTEN:]
 
     def start_slice(self) -> None:
         """After a final write: the next samples go to new sets (new versions).

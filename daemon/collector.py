@@ -266,6 +266,10 @@ class CpuCollector:
             proc = self.book.written(ts)
             if proc is not None and proc.ended:
                 self.table.forget(proc)
+        if self.book.dropped:
+            print(f"q-syscollect: cpu {self.opts.cpu}: gave up {self.book.dropped} closed sets "
+                  f"that could not be written to {self.qdir.path}", file=self.out, flush=True)
+            self.book.dropped = 0
         if errors:
             self._report_write_error(errors[0])
             return False

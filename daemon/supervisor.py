@@ -78,6 +78,7 @@ class Supervisor:
         self.children: dict[int, Child] = {}
         self.restarts: dict[int, list[float]] = {}
         self.upkeep_error: str | None = None
+        self.directory_gone = False
         self.stopping = False
         self.checkpoint_requested = False
         self.cmd_pid: int | None = None
@@ -276,6 +277,9 @@ class Supervisor:
             self.notifier.ready(self._status(source))
             self._loop(source, run, qdir, wake_r)
             self.notifier.stopping("writing the final checkpoint")
+            if self.directory_gone:
+                self._stop_children()
+                return 1
         except CollectError:
             self._stop_children()
             if self.cmd_pid:
@@ -317,6 +321,10 @@ class Supervisor:
             _drain(wake_r)
             self._heartbeats(readable)
             self._reap(source, run, qdir)
+            if os.fstat(qdir.fd).st_nlink == 0:
+                self._note(f"the output directory {qdir.path} was removed; stopping")
+                self.directory_gone = True
+                self.stopping = True
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 self.stopping = True

@@ -80,22 +80,25 @@ def test_kill_9_leaves_nothing_that_trips_a_reader(perf, build, tmp_path):
     pfan = build("p-fan")
     q = tmp_path / "q"
     load = subprocess.Popen([str(pfan), "20"])
+    proc = q_syscollect_popen("-d", str(q), "--checkpoint", "1", start_new_session=True,
+                              stderr=subprocess.DEVNULL)
     try:
-        proc = q_syscollect_popen("-d", str(q), "--checkpoint", "1", start_new_session=True,
-                                  stderr=subprocess.DEVNULL)
         _wait_for(lambda: sets_of(q, pfan.name), 30, proc)
         time.sleep(1.3)
         os.killpg(proc.pid, signal.SIGKILL)  # parent and collectors at once
         proc.wait()
         for info in infos(q).values():  # every .info parses and names files that parse
-            for name in info.data_files():
-                list(read_hist(q / name)) if name.split(".")[-1].startswith("hist") else None
+            if info.histogram:
+                list(read_hist(q / info.histogram.file))
         assert sets_of(q, pfan.name)  # at most one checkpoint interval was lost
         r = q_syscollect("-d", str(q), "-t", "1")  # a new run starts cleanly on the remains
         assert r.returncode == 0, r.stderr
         assert not [n for n in os.listdir(q) if n.startswith(".tmp-")]
         check_complete(q)
     finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
         load.kill()
         load.wait()
 
@@ -187,3 +190,18 @@ def test_the_unit_verifies(tmp_path):
     rate = int(exec_start[exec_start.index("-c") + 1])
     assert 90 <= rate <= 110 and all(rate % d for d in range(2, rate))  # a prime near 100
     assert "/var/lib/q-tools" in exec_start
+
+
+def test_a_removed_output_directory_stops_the_run(perf, tmp_path):
+    q = tmp_path / "q"
+    proc = q_syscollect_popen("-d", str(q))
+    try:
+        _wait_for(lambda: len(_collectors(proc)) == len(os.sched_getaffinity(0)), 30, proc)
+        shutil.rmtree(q)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    assert f"the output directory {q} was removed; stopping" in err
+    assert "Traceback" not in err

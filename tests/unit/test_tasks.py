@@ -170,3 +170,19 @@ def test_a_stub_is_completed_in_place_by_late_records():
     book.process_set(stub).profile.add(0x400100, 1, None)
     (ts,), _ = book.plan(final=False)
     assert str(ts.name) == "make-pid77-cpu0"
+
+
+def test_unwritable_q_keeps_memory_bounded_by_folding_ended_tasks():
+    from qtools.daemon.aggregate import MAX_UNWRITTEN
+    table = TaskTable()
+    book = SetBook(cpu=0, min_samples=1)
+    for pid in range(1000, 1000 + 3 * MAX_UNWRITTEN):
+        p = _proc(table, pid, 0x7f0000000000, comm="job")
+        book.process_set(p).profile.add(0x7f0000000100, 1, None)
+        table.apply(Task(False, pid, 1, pid, 1, 10_000 + pid))
+        book.process_ended(p)
+        book.plan(final=False)  # every write fails: nothing is ever marked written
+    waiting = [ts for ts in book.by_process.values() if ts.dirty]
+    assert len(waiting) <= MAX_UNWRITTEN + 1
+    agg = book.aggregates["job"]
+    assert agg.profile.samples + sum(ts.profile.samples for ts in waiting) == 3 * MAX_UNWRITTEN
