@@ -399,7 +399,7 @@ def _regs(rec: bytes | memoryview, off: int, mask: int, values: list | None,
     if values is not None:
         values[abi_slot] = regs_abi
         if n:
-            values[regs_slot] = struct.unpack_from(f"<{n}Q", rec, off)
+            values[regs_slot] = _u64s(n).unpack_from(rec, off)
     return off + 8 * n
 
 

@@ -32,8 +32,9 @@ class ObjectKey:
 
     @property
     def special(self) -> bool:
-        """``[vdso]``, ``[heap]``, anonymous memory: no file to copy."""
-        return not self.path.startswith("/")
+        """``[vdso]``, ``[heap]``, anonymous memory (perf calls it ``//anon``):
+        no file to copy."""
+        return not self.path.startswith("/") or self.path.startswith("//")
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -280,3 +280,66 @@ def test_a_second_run_claims_the_next_version(perf, tmp_path):
     assert sorted(n for n in os.listdir(q) if n.startswith("kernel-cpu0.info")) == [
         "kernel-cpu0.info#0", "kernel-cpu0.info#1"]
     assert resolve_info(q / "kernel-cpu0.info") == str(q / "kernel-cpu0.info#1")
+
+
+def test_deleted_binary_is_copied_from_the_running_task(perf, build, tmp_path):
+    exe = tmp_path / "doomed"
+    exe.write_bytes(build("p-fan").read_bytes())
+    exe.chmod(0o755)
+    content = exe.read_bytes()
+    load = subprocess.Popen([str(exe), "4"])
+    try:
+        time.sleep(0.5)
+        exe.unlink()  # replaced by an upgrade, say: only the running task still has it
+        q = tmp_path / "q"
+        r = q_syscollect("-d", str(q), "-t", "2")
+    finally:
+        load.kill()
+        load.wait()
+    assert r.returncode == 0, r.stderr
+    copies = [o for _n, i in sets_of(q, "doomed") for o in i.objects if o.path == str(exe)]
+    assert copies and copies[0].file == f".doomed.crc32.{zlib.crc32(content):08x}"
+    assert (q / copies[0].file).read_bytes() == content
+
+
+def test_jit_perf_map_is_copied_and_names_jitted_code(perf, build, tmp_path):
+    if os.uname().machine != "x86_64":
+        pytest.skip("the JIT workload writes x86_64 machine code")
+    jit = build("jit")
+    q = tmp_path / "q"
+    r = q_syscollect("-d", str(q), "--", str(jit), "2")
+    try:
+        assert r.returncode == 0, r.stderr
+        (name, info), = [(n, i) for n, i in sets_of(q, jit.name)][:1]
+        assert info.perf_maps and info.perf_maps[0].startswith(f".perf-{info.task.pid}.map.")
+        assert b"jitted_spin_loop" in (q / info.perf_maps[0]).read_bytes()
+        view = subprocess.run([sys.executable, "-m", "qtools.viewer.cli", str(q), "--comm",
+                               jit.name, "--flat"], capture_output=True, text=True)
+        assert view.returncode == 0, view.stderr
+        rows = view.stdout.split("self/call  tot/call  name\n", 1)[1].splitlines()
+        assert rows[0].endswith("jitted_spin_loop"), view.stdout  # most time in the JIT code
+    finally:
+        for pid in {i.task.pid for _n, i in sets_of(q, jit.name)}:
+            Path(f"/tmp/perf-{pid}.map").unlink(missing_ok=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root for a private mount namespace")
+def test_binary_in_another_mount_namespace_is_copied(perf, build, tmp_path):
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare (util-linux) is not installed")
+    pfan = build("p-fan")
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    # The binary exists only inside the namespace, on a tmpfs mounted there.
+    script = (f"mount -t tmpfs none {hidden} && cp {pfan} {hidden}/ns-fan && "
+              f"exec {hidden}/ns-fan 2")
+    q = tmp_path / "q"
+    r = q_syscollect("-d", str(q), "--", "unshare", "--mount", "--propagation", "private",
+                     "sh", "-c", script)
+    if r.returncode and "unshare failed" in r.stderr:
+        pytest.skip("cannot create a mount namespace here")
+    assert r.returncode == 0, r.stderr
+    assert not os.listdir(hidden)  # outside the namespace the binary is not there
+    copies = [o for _n, i in sets_of(q, "ns-fan") for o in i.objects
+              if o.path == f"{hidden}/ns-fan"]
+    assert copies and copies[0].file == f".ns-fan.crc32.{zlib.crc32(pfan.read_bytes()):08x}"

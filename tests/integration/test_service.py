@@ -3,6 +3,7 @@ collector, thousands of short-lived processes, and the systemd unit."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -46,6 +47,15 @@ def test_rotation_cuts_closed_compressed_slices(perf, build, tmp_path):
     versions = {n.split("#")[1] for n, _i in sets_of(q, pfan.name)}
     assert len(versions) == len(slices)  # each slice a new version
     check_complete(q)
+    # q-view --since selects the later slices and merges them
+    later = slices[1:]
+    since = f"@{later[0].task.start_time + 0.01}"
+    view = subprocess.run([sys.executable, "-m", "qtools.viewer.cli", str(q), "--comm",
+                           pfan.name, "--since", since, "--format", "json"],
+                          capture_output=True, text=True)
+    assert view.returncode == 0, view.stderr
+    expected = sum(sum(c for _a, c in read_hist(q / i.histogram.file)) for i in later) * 1e-9
+    assert abs(json.loads(view.stdout)["total"] - expected) < 1e-6
 
 
 def _listener(tmp_path: Path) -> tuple[socket.socket, str]:

@@ -186,3 +186,8 @@ def test_unwritable_q_keeps_memory_bounded_by_folding_ended_tasks():
     assert len(waiting) <= MAX_UNWRITTEN + 1
     agg = book.aggregates["job"]
     assert agg.profile.samples + sum(ts.profile.samples for ts in waiting) == 3 * MAX_UNWRITTEN
+
+
+def test_anonymous_and_bracketed_mappings_have_no_file():
+    assert ObjectKey("//anon").special and ObjectKey("[vdso]").special
+    assert ObjectKey("[anon:v8]").special and not ObjectKey("/usr/lib/libc.so.6").special

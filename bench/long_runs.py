@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""How q-syscollect's output and q-view's time grow with the length of a run,
+next to perf record / perf report on the same runs.
+
+For each duration (default 1, 5 and 10 minutes) one p-fan per CPU plus a
+stream of short-lived processes (a shell starting `true` 20 times a second)
+run while q-syscollect (997 Hz, DWARF stacks) and `perf record -a -g`
+(997 Hz, frame-pointer stacks) sample them at the same time. Then: the size
+of `.q` (sets, and object copies apart) against perf.data, and the CPU time
+of q-view against perf report on the p-fan processes.
+
+perf's own DWARF mode is left out here: it stores every sampled stack, about
+1 GB per 10 s on two CPUs (bench/collect_vs_perf.py measures it on short
+runs), which would take tens of GB for these durations.
+
+    sudo .venv/bin/python bench/long_runs.py [--minutes 1 5 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from collect_vs_perf import cpu_of, run_together  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--minutes", type=float, nargs="+", default=[1, 5, 10])
+    args = ap.parse_args()
+    if shutil.which("perf") is None:
+        raise SystemExit("perf is not installed (Debian: linux-perf)")
+    work = Path(tempfile.mkdtemp(prefix="qtools-longbench-"))
+    pfan = work / "p-fan"
+    subprocess.run(["cc", "-O2", "-fno-inline", "-o", str(pfan),
+                    str(ROOT / "tests/workloads/p-fan.c"), "-lm"], check=True)
+    ncpu = len(os.sched_getaffinity(0))
+    rows = []
+    for minutes in args.minutes:
+        seconds = minutes * 60
+        loads = [subprocess.Popen([str(pfan)]) for _ in range(ncpu)]
+        churn = subprocess.Popen(["sh", "-c", "while :; do /bin/true; sleep 0.05; done"])
+        q, data = work / f"q-{minutes:g}", work / f"perf-{minutes:g}.data"
+        try:
+            q_cpu, perf_cpu, _err = run_together(
+                [sys.executable, "-m", "qtools.daemon.cli", "-v", "-d", str(q), "-t",
+                 str(seconds)],
+                ["perf", "record", "-q", "-a", "-g", "-F", "997", "-e", "cpu-clock", "-o",
+                 str(data), "--", "sleep", str(seconds)])
+        finally:
+            for p in (*loads, churn):
+                p.kill()
+                p.wait()
+        sets = sum(p.stat().st_size for p in q.iterdir() if not p.name.startswith("."))
+        copies = sum(p.stat().st_blocks * 512 for p in q.iterdir()
+                     if p.name.startswith(".") and p.stat().st_nlink == 1)
+        n_sets = len([p for p in q.iterdir() if ".info#" in p.name])
+        view = cpu_of([sys.executable, "-m", "qtools.viewer.cli", str(q), "--comm", "p-fan",
+                       "--no-cache"])
+        overview = cpu_of([sys.executable, "-m", "qtools.viewer.cli", str(q)])
+        report = cpu_of(["perf", "report", "-i", str(data), "--comm", "p-fan", "--stdio"])
+        rows.append((minutes, q_cpu, perf_cpu, sets, copies, n_sets, data.stat().st_size, view,
+                     overview, report))
+        shutil.rmtree(q, ignore_errors=True)
+        data.unlink()
+        print(f"done: {minutes:g} min", file=sys.stderr, flush=True)
+    print(f"\nOne p-fan per CPU ({ncpu}) plus 20 short-lived processes a second, sampled at "
+          "997 Hz by both tools at once:\n")
+    print("| run | q-syscollect CPU s | perf record CPU s | .q sets (files) | .q own copies | "
+          "perf.data | q-view p-fan CPU s | q-view overview CPU s | perf report p-fan CPU s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for m, qc, pc, sets, copies, n, pdata, view, over, rep in rows:
+        print(f"| {m:g} min | {qc:.1f} | {pc:.1f} | {sets / 1e6:.1f} MB ({n}) | "
+              f"{copies / 1e6:.1f} MB | {pdata / 1e6:.0f} MB | {view:.2f} | {over:.2f} | "
+              f"{rep:.2f} |")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
