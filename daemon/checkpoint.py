@@ -42,8 +42,8 @@ def _objects(ts: TaskSet, run: RunInfo, copier: ObjectCopier) -> list[ObjectRef]
         by_obj.setdefault(m.obj, []).append(m)
     refs = []
     for obj, maps in by_obj.items():
-        ranges = sorted({(m.start, m.end - m.start, m.pgoff) for m in maps})
-        ranges = [MapRange(*r) for r in ranges]
+        ranges = [MapRange(*r) for r in sorted({(m.start, m.end - m.start, m.pgoff)
+                                                for m in maps})]
         if obj.path == "[vdso]":  # type: ignore[attr-defined]
             refs.append(ObjectRef("[vdso]", file=run.vdso, maps=ranges))
             continue

@@ -19,7 +19,7 @@ from . import procfs
 from .aggregate import KERNEL_START, SetBook, TaskSet
 from .checkpoint import RunInfo, write_sets
 from .objects import ObjectCopier
-from .records import Comm, Lost, Mmap, RecordError, Sample, Task, split_callchain
+from .records import Comm, Lost, Mmap, Record, RecordError, Sample, Task, split_callchain
 from .source import EventSource
 from .tasks import Process, TaskTable, snapshot
 
@@ -140,11 +140,11 @@ class CpuCollector:
     def step(self) -> int:
         """Drain what the source holds; returns the number of records."""
         raw = self.source.read()
-        decoded = []
+        decoded: list[Record] = []
         decode = self.layout.decode
-        for rec in raw:
+        for data in raw:
             try:
-                decoded.append(decode(rec))
+                decoded.append(decode(data))
             except (RecordError, ValueError, IndexError):
                 self.corrupt += 1
         decoded.sort(key=_time)
@@ -263,9 +263,9 @@ class CpuCollector:
             run = replace(run, compress=True)
         written, errors = write_sets(self.qdir, sets, run, self.copier, self.lost)
         for ts in written:
-            proc = self.book.written(ts)
-            if proc is not None and proc.ended:
-                self.table.forget(proc)
+            done = self.book.written(ts)
+            if done is not None and done.ended:
+                self.table.forget(done)
         if self.book.dropped:
             print(f"q-syscollect: cpu {self.opts.cpu}: gave up {self.book.dropped} closed sets "
                   f"that could not be written to {self.qdir.path}", file=self.out, flush=True)

@@ -251,10 +251,11 @@ class SampleLayout:
         _type, misc, size = _HEADER.unpack_from(rec, 0)
         if size > len(rec):
             raise RecordError("sample shorter than its header says")
-        values = self._gather((misc, *self._prefix.unpack_from(rec, 8), *_DEFAULTS))
-        if self._steps:
-            values = list(values)
-            self._variable(rec, 8 + self._prefix.size, size, values)
+        fixed = self._gather((misc, *self._prefix.unpack_from(rec, 8), *_DEFAULTS))
+        if not self._steps:
+            return _new_sample(Sample, fixed)
+        values = list(fixed)
+        self._variable(rec, 8 + self._prefix.size, size, values)
         return _new_sample(Sample, values)
 
     def _variable(self, rec: bytes | memoryview, off: int, size: int, values: list) -> None:

@@ -426,8 +426,8 @@ class Supervisor:
                 break
             if pid == 0:
                 if time.monotonic() > give_up:
-                    for child in self.children:
-                        _kill(child, signal.SIGKILL)
+                    for stuck in self.children:
+                        _kill(stuck, signal.SIGKILL)
                     code = 1
                 time.sleep(0.02)
                 continue

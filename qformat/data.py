@@ -35,7 +35,7 @@ class Arc(NamedTuple):
 
     caller: int
     callee: int
-    count: int
+    calls: int  # sampled call branches (not `count`: that is a tuple method)
 
 
 class Stack(NamedTuple):
@@ -61,14 +61,14 @@ def _open(source: Source) -> tuple[IO[bytes], str, list[IO[bytes]]]:
         owned = [raw]
     else:
         raw, owned = source, []
-        name = getattr(source, "name", None)
-        name = name if isinstance(name, str) else "<stream>"
-    buffered: IO[bytes] = raw if isinstance(raw, io.BufferedReader) \
-        else io.BufferedReader(raw)  # type: ignore[arg-type]
+        label = getattr(source, "name", None)
+        name = label if isinstance(label, str) else "<stream>"
+    buffered = raw if isinstance(raw, io.BufferedReader) \
+        else io.BufferedReader(raw)  # type: ignore[arg-type,type-var]
     if buffered.peek(2)[:2] == GZIP_MAGIC:
-        gz = gzip_ng.GzipFile(fileobj=buffered, mode="rb")
-        return gz, name, [gz, *owned]  # type: ignore[list-item]
-    return buffered, name, owned
+        gz: IO[bytes] = gzip_ng.GzipFile(fileobj=buffered, mode="rb")  # type: ignore[assignment]
+        return gz, name, [gz, *owned]
+    return buffered, name, owned  # type: ignore[return-value]
 
 
 def iter_lines(source: Source) -> Iterator[tuple[int, bytes, str]]:
@@ -82,7 +82,7 @@ def iter_lines(source: Source) -> Iterator[tuple[int, bytes, str]]:
             except EOFError:
                 raise QFormatError("compressed data ends early (truncated file)", name,
                                    number + 1) from None
-            except (gzip_ng.BadGzipFile, zlib_ng.error, zlib.error) as e:
+            except (gzip_ng.BadGzipFile, zlib_ng.error, zlib.error) as e:  # type: ignore[misc]
                 raise QFormatError(f"corrupt compressed data: {e}", name, number + 1) from None
             except OSError as e:
                 raise QFormatError(f"cannot read: {e.strerror or e}", name, number + 1) from None

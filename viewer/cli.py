@@ -215,8 +215,8 @@ def _overview(directory: str, selection: Selection, args: argparse.Namespace,
     for ts in found:  # a set's slices in the window make one row
         groups.setdefault(ts.set_name or ts.name, []).append(ts)
     rows = [_row(group) for group in groups.values()]
-    cpus = [_cpu_row(group) for group in groups.values() if group[-1].is_kernel]
-    cpus = [c for c in cpus if c is not None]
+    cpus = [c for group in groups.values() if group[-1].is_kernel
+            if (c := _cpu_row(group)) is not None]
     if args.format == "json":
         import json
         json.dump({"directory": directory, "sets": [r.__dict__ for r in rows],

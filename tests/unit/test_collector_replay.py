@@ -73,7 +73,7 @@ def test_branch_stacks_become_call_arcs(tmp_path, binary):
         assert info.task.pid == PID and info.task.samples == 150
         assert info.task.lost_samples == 7
         assert info.call_stacks.unwinder == "fp"
-        edges = {(a.caller, a.callee): a.count for a in read_edges(qd / info.call_counts.file)}
+        edges = {(a.caller, a.callee): a.calls for a in read_edges(qd / info.call_counts.file)}
         assert edges == {(BASE + 0x100, BASE + 0x200): 150, (BASE + 0x300, BASE + 0x400): 150}
         hist = dict(read_hist(qd / info.histogram.file))
         assert sum(hist.values()) == 150 * 1_000_000

@@ -36,7 +36,7 @@ def test_hist_round_trip(tmp_path_factory, hist, compress):
 @settings(max_examples=100, deadline=None)
 def test_edge_round_trip(tmp_path_factory, arcs, compress):
     path = _write(tmp_path_factory.mktemp("e"), "a-pid1-cpu0.edge#0", edge_lines(arcs), compress)
-    assert {(a.caller, a.callee): a.count for a in read_edges(path)} == arcs
+    assert {(a.caller, a.callee): a.calls for a in read_edges(path)} == arcs
 
 
 @given(st.dictionaries(st.lists(u64, min_size=1, max_size=40).map(tuple), counts, max_size=30),
