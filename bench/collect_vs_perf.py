@@ -40,6 +40,14 @@ class Result:
     view_cpu: float = 0.0
 
 
+def build_pfan(work: Path) -> Path:
+    """The example workload, built with plain cc -O2 (no frame pointers)."""
+    pfan = work / "p-fan"
+    subprocess.run(["cc", "-O2", "-fno-inline", "-o", str(pfan),
+                    str(ROOT / "tests/workloads/p-fan.c"), "-lm"], check=True)
+    return pfan
+
+
 def _cpu(usage: resource.struct_rusage) -> float:
     return usage.ru_utime + usage.ru_stime
 
@@ -60,8 +68,9 @@ def run_together(q_cmd: list[str], perf_cmd: list[str]) -> tuple[float, float, s
     return cpu[q.pid], cpu[p.pid], q_err
 
 
-def cpu_of(cmd: list[str]) -> float:
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def cpu_of(cmd: list[str], env: dict[str, str] | None = None) -> float:
+    """CPU seconds of a command (with its children); its output is thrown away."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     _pid, status, usage = os.wait4(proc.pid, 0)
     if os.waitstatus_to_exitcode(status):
         raise SystemExit(f"{cmd[0]} failed")
@@ -128,9 +137,7 @@ def main() -> int:
     if shutil.which("perf") is None:
         raise SystemExit("perf is not installed (Debian: linux-perf)")
     work = Path(tempfile.mkdtemp(prefix="qtools-bench-"))
-    pfan = work / "p-fan"
-    subprocess.run(["cc", "-O2", "-fno-inline", "-o", str(pfan),
-                    str(ROOT / "tests/workloads/p-fan.c"), "-lm"], check=True)
+    pfan = build_pfan(work)
     ncpu = len(os.sched_getaffinity(0))
     loads = [subprocess.Popen([str(pfan)]) for _ in range(ncpu)]
     modes = ("fp", "dwarf") if args.call_graph == "both" else (args.call_graph,)

@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from collect_vs_perf import cpu_of, run_together  # noqa: E402
+from collect_vs_perf import build_pfan, cpu_of, run_together  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,9 +39,7 @@ def main() -> int:
     if shutil.which("perf") is None:
         raise SystemExit("perf is not installed (Debian: linux-perf)")
     work = Path(tempfile.mkdtemp(prefix="qtools-longbench-"))
-    pfan = work / "p-fan"
-    subprocess.run(["cc", "-O2", "-fno-inline", "-o", str(pfan),
-                    str(ROOT / "tests/workloads/p-fan.c"), "-lm"], check=True)
+    pfan = build_pfan(work)
     ncpu = len(os.sched_getaffinity(0))
     rows = []
     for minutes in args.minutes:

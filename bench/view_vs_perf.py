@@ -14,24 +14,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def cpu_of(cmd: list[str], env: dict[str, str] | None = None) -> float:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                          env=env)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode:
-        raise SystemExit(f"{cmd[0]} failed: {proc.stderr}")
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from collect_vs_perf import build_pfan, cpu_of  # noqa: E402
 
 
 def main() -> int:
@@ -41,9 +31,7 @@ def main() -> int:
     if shutil.which("perf") is None:
         raise SystemExit("perf is not installed (Debian: linux-perf)")
     work = Path(tempfile.mkdtemp(prefix="qtools-viewbench-"))
-    pfan = work / "p-fan"
-    subprocess.run(["cc", "-O2", "-fno-inline", "-o", str(pfan),
-                    str(ROOT / "tests/workloads/p-fan.c"), "-lm"], check=True)
+    pfan = build_pfan(work)
     ncpu = len(os.sched_getaffinity(0))
     q, data = work / "q", work / "perf.data"
     loads = " ".join(f"{pfan} {args.seconds} &" for _ in range(ncpu))

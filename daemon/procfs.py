@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import psutil
 
+from qtools.qformat.store import read_at_most
+
 from . import syscalls
 
 
@@ -67,21 +69,11 @@ def parse_cpu_list(text: str) -> list[int]:
 
 
 def _read(path: str, limit: int = 1 << 26) -> str | None:
-    # In chunks: a sysctl read with a huge count fails with ENOMEM (the
-    # kernel allocates the whole count), and proc files have no size.
-    parts: list[bytes] = []
-    size = 0
     try:
         with open(path, "rb", buffering=0) as f:
-            while size < limit:
-                chunk = f.read(min(1 << 16, limit - size))
-                if not chunk:
-                    break
-                parts.append(chunk)
-                size += len(chunk)
+            return read_at_most(f, limit).decode("utf-8", "surrogateescape")
     except OSError:
         return None
-    return b"".join(parts).decode("utf-8", "surrogateescape")
 
 
 def pids() -> list[int]:

@@ -10,8 +10,8 @@ from .data import Arc, Stack, edge_lines, hist_lines, iter_lines, read_edges, re
 from .errors import QFormatError
 from .info import FORMAT_VERSION, CallCounts, CallStacks, Histogram, Info, MapRange, \
     ObjectRef, TaskInfo, dump_info, parse_info, read_info
-from .names import QName, SetName, check_plain_name, copy_name, parse_copy_name, parse_name, \
-    parse_set, sanitize, sanitize_prog
+from .names import QName, SetName, check_plain_name, copy_name, info_versions, parse_copy_name, \
+    parse_name, parse_set, sanitize, sanitize_prog
 from .sexp import Form, Symbol
 from .store import CopyProblem, QDir, UnsafeDirectory, crc32_of_fd, resolve_info
 
@@ -19,7 +19,7 @@ __all__ = [
     "Arc", "CallCounts", "CallStacks", "CopyProblem", "FORMAT_VERSION", "Form", "Histogram",
     "Info", "MapRange", "ObjectRef", "QDir", "QFormatError", "QName", "SetName", "Stack",
     "Symbol", "TaskInfo", "UnsafeDirectory", "check_plain_name", "copy_name", "crc32_of_fd",
-    "dump_info", "edge_lines", "hist_lines", "iter_lines", "parse_copy_name", "parse_info",
+    "dump_info", "edge_lines", "hist_lines", "info_versions", "iter_lines", "parse_copy_name", "parse_info",
     "parse_name", "parse_set", "read_edges", "read_hist", "read_info", "read_stacks",
     "resolve_info", "sanitize", "sanitize_prog", "stack_lines",
 ]

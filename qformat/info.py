@@ -18,6 +18,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 from .errors import QFormatError
 from .names import check_plain_name
 from .sexp import MAX_INFO_BYTES, Form, dump_forms, parse_forms
+from .store import read_at_most
 
 FORMAT_VERSION = 1
 
@@ -335,24 +336,10 @@ def read_info(path: str | os.PathLike[str]) -> Info:
     """Read and parse an `.info` file."""
     try:
         with open(path, "rb") as f:
-            data = _read_at_most(f, MAX_INFO_BYTES + 1)
+            data = read_at_most(f, MAX_INFO_BYTES + 1, 1 << 20)
     except OSError as e:
         raise QFormatError(f"cannot read: {e.strerror}", path) from None
     return parse_info(data, path)
-
-
-def _read_at_most(f: Any, limit: int) -> bytes:
-    """Up to ``limit`` bytes, read in chunks: ``f.read(limit)`` would allocate
-    the whole limit (64 MiB) up front for every small `.info`."""
-    chunks: list[bytes] = []
-    size = 0
-    while size < limit:
-        chunk = f.read(min(1 << 20, limit - size))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
 
 
 def dump_info(info: Info) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from typing import Iterable
 
 from .errors import QFormatError
 
@@ -133,6 +134,23 @@ def parse_name(text: str) -> QName:
         raise QFormatError(f"not a q file name (PROG-pidN-cpuN.TYPE#V): {text!r}")
     version = int(m["version"]) if m["version"] is not None else None
     return QName(parse_set(m["set"]), m["type"], version)
+
+
+def info_versions(names: Iterable[str]) -> dict[SetName, list[int]]:
+    """The versions of every set that has an `.info#N` among ``names``, ascending."""
+    found: dict[SetName, list[int]] = {}
+    for name in names:
+        if name.startswith(".") or ".info#" not in name:
+            continue
+        try:
+            q = parse_name(name)
+        except QFormatError:
+            continue
+        if q.version is not None:
+            found.setdefault(q.set, []).append(q.version)
+    for versions in found.values():
+        versions.sort()
+    return found
 
 
 def check_plain_name(name: str) -> str:

@@ -20,12 +20,13 @@ import os
 import secrets
 import stat
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 from zlib_ng import gzip_ng, zlib_ng
 
 from .errors import QFormatError
-from .names import QName, SetName, check_plain_name, copy_name, parse_copy_name, parse_name
+from .names import SetName, check_plain_name, copy_name, info_versions, parse_copy_name, \
+    parse_name
 
 TEMP_PREFIX = ".tmp-"
 CHUNK = 1 << 20
@@ -66,6 +67,21 @@ def _chunks(fd: int) -> Iterator[memoryview]:
             return
         yield view[:n]
         offset += n
+
+
+def read_at_most(f: BinaryIO, limit: int, chunk: int = 1 << 16) -> bytes:
+    """Up to ``limit`` bytes of ``f``, read in chunks: ``f.read(limit)`` would
+    allocate the whole limit at once (and a /proc sysctl read with a huge
+    count fails with ENOMEM, the kernel allocating it too)."""
+    parts: list[bytes] = []
+    size = 0
+    while size < limit:
+        data = f.read(min(chunk, limit - size))
+        if not data:
+            break
+        parts.append(data)
+        size += len(data)
+    return b"".join(parts)
 
 
 def crc32_of_fd(fd: int) -> int:
@@ -162,18 +178,6 @@ class QDir:
             return False
         return True
 
-    def qnames(self) -> Iterator[QName]:
-        """Every well-formed versioned q file name in the directory."""
-        for name in self.names():
-            if name.startswith("."):
-                continue
-            try:
-                q = parse_name(name)
-            except QFormatError:
-                continue
-            if q.version is not None:
-                yield q
-
     def lstat(self, name: str) -> os.stat_result:
         return os.stat(check_plain_name(name), dir_fd=self.fd, follow_symlinks=False)
 
@@ -192,11 +196,7 @@ class QDir:
     def versions(self, set_name: SetName) -> list[int]:
         """Versions of a set that have an `.info`, ascending."""
         prefix = f"{set_name}.info#"
-        found = []
-        for name in self.names():
-            if name.startswith(prefix) and name[len(prefix):].isdigit():
-                found.append(int(name[len(prefix):]))
-        return sorted(found)
+        return info_versions(n for n in self.names() if n.startswith(prefix)).get(set_name, [])
 
     def latest_version(self, set_name: SetName) -> int | None:
         found = self.versions(set_name)

@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
-from qtools.qformat import Info, QFormatError, SetName, Stack, parse_name, read_edges, \
+from qtools.qformat import Info, QFormatError, SetName, Stack, info_versions, parse_name, \
+    read_edges, \
     read_hist, read_info, read_stacks, resolve_info, sanitize_prog
 from qtools.qformat.data import Arc
 
@@ -158,16 +159,7 @@ def sets_in(directory: str, all_versions: bool = False) -> list[TaskSet]:
         names = os.listdir(directory)
     except OSError as e:
         raise ViewError(f"cannot list directory: {e.strerror}", directory) from None
-    versions: dict[SetName, list[int]] = {}
-    for name in names:
-        if name.startswith("."):
-            continue
-        try:
-            q = parse_name(name)
-        except QFormatError:
-            continue
-        if q.type == "info" and q.version is not None:
-            versions.setdefault(q.set, []).append(q.version)
+    versions = info_versions(names)
     out = []
     for set_name in sorted(versions):
         chosen = sorted(versions[set_name]) if all_versions else [max(versions[set_name])]

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 
-import pytest
-
 from tests.conftest import q_syscollect
-from tests.integration.test_view_e2e import q_view
+from tests.integration.test_view_e2e import q_view, record_with_perf
 
 CALLERS = {"f06": "main", "f07": "main", "f08": "main", "f09": "main"}
 
@@ -57,14 +54,7 @@ def _perf_children(path: str) -> dict[str, float]:
 
 
 def test_inclusive_percent_agrees_with_perf_dwarf(perf, build, tmp_path):
-    if shutil.which("perf") is None:
-        pytest.skip("perf is not installed")
-    pfan = build("p-fan")
-    q = tmp_path / "q"
-    data = tmp_path / "perf.data"
-    r = q_syscollect("-d", str(q), "--", "perf", "record", "-q", "-F", "997", "-e", "cpu-clock",
-                     "--call-graph", "dwarf", "-o", str(data), "--", str(pfan), "3")
-    assert r.returncode == 0, r.stderr
+    q, data = record_with_perf(build, tmp_path, "--call-graph", "dwarf")
     theirs = _perf_children(str(data))
     ours_json = _pfan_json(q)
     total = ours_json["total"]

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -46,19 +47,24 @@ def _perf_self_percent(data: str) -> dict[str, float]:
                                                    out, re.M)}
 
 
-def test_self_percent_agrees_with_perf_report(perf, build, tmp_path):
+def record_with_perf(build, tmp_path, *perf_options: str) -> tuple[Path, Path]:
+    """One run of p-fan recorded by both tools: perf records p-fan (the
+    command q-syscollect waits for) while q-syscollect samples the machine.
+    Returns the .q directory and the perf.data file."""
     if shutil.which("perf") is None:
         pytest.skip("perf is not installed")
     pfan = build("p-fan")
-    q = tmp_path / "q"
-    data = tmp_path / "perf.data"
-    # One run of the workload, recorded by both: perf records p-fan while
-    # q-syscollect samples the whole machine.
+    q, data = tmp_path / "q", tmp_path / "perf.data"
     r = q_syscollect("-d", str(q), "--", "perf", "record", "-q", "-F", "997", "-e", "cpu-clock",
-                     "-o", str(data), "--", str(pfan), "3")
+                     *perf_options, "-o", str(data), "--", str(pfan), "3")
     assert r.returncode == 0, r.stderr
+    return q, data
+
+
+def test_self_percent_agrees_with_perf_report(perf, build, tmp_path):
+    q, data = record_with_perf(build, tmp_path)
     theirs = _perf_self_percent(str(data))
-    view = q_view(str(q), "--comm", pfan.name, "--format", "json")
+    view = q_view(str(q), "--comm", "p-fan", "--format", "json")
     assert view.returncode == 0, view.stderr
     ours_json = json.loads(view.stdout)
     total = ours_json["total"]
