@@ -44,17 +44,21 @@ def perf() -> None:
 
 @pytest.fixture(scope="session")
 def build(tmp_path_factory):
-    """build(name, *flags) -> path of tests/workloads/NAME.c compiled with cc."""
+    """build(name, *flags) -> path of tests/workloads/NAME.c compiled with cc,
+    named NAME-TAG (under 16 characters for p-fan and jit, so it is the comm)."""
     out = tmp_path_factory.mktemp("workloads")
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.fail("a C compiler (cc) is needed to build the test workloads")
     made: dict[tuple[str, ...], Path] = {}
+    # A name of this session's own: collections are system-wide, and a test
+    # that selects its sets by command name must not pick up another p-fan.
+    tag = f"{os.getpid() & 0xFFFF:04x}"
 
     def _build(name: str, *flags: str) -> Path:
         key = (name, *flags)
         if key not in made:
-            exe = out / f"{name}{len(made) or ''}"
+            exe = out / f"{name}-{tag}{len(made) or ''}"
             source = WORKLOADS / f"{name}.c"
             subprocess.run([cc, "-O2", "-fno-inline", *flags, "-o", str(exe), str(source),
                             "-lm", "-lpthread"], check=True)

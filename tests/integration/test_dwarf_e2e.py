@@ -14,8 +14,8 @@ from tests.integration.test_view_e2e import q_view, record_with_perf
 CALLERS = {"f06": "main", "f07": "main", "f08": "main", "f09": "main"}
 
 
-def _pfan_json(q) -> dict:
-    r = q_view(str(q), "--comm", "p-fan", "--format", "json")
+def _pfan_json(q, comm: str) -> dict:
+    r = q_view(str(q), "--comm", comm, "--format", "json")
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -26,7 +26,7 @@ def test_plain_O2_program_gets_its_true_callers(perf, build, tmp_path):
     q = tmp_path / "q"
     r = q_syscollect("-d", str(q), "--", str(pfan), "2")
     assert r.returncode == 0, r.stderr
-    data = _pfan_json(q)
+    data = _pfan_json(q, pfan.name)
     arcs = {(a["caller"], a["callee"]): a for a in data["arcs"]}
     for callee, caller in CALLERS.items():
         assert (caller, callee) in arcs, sorted(arcs)
@@ -54,9 +54,9 @@ def _perf_children(path: str) -> dict[str, float]:
 
 
 def test_inclusive_percent_agrees_with_perf_dwarf(perf, build, tmp_path):
-    q, data = record_with_perf(build, tmp_path, "--call-graph", "dwarf")
+    q, data, comm = record_with_perf(build, tmp_path, "--call-graph", "dwarf")
     theirs = _perf_children(str(data))
-    ours_json = _pfan_json(q)
+    ours_json = _pfan_json(q, comm)
     total = ours_json["total"]
     ours: dict[str, float] = {}
     for f in ours_json["functions"]:  # _start is in the program and in ld.so: the larger

@@ -47,10 +47,10 @@ def _perf_self_percent(data: str) -> dict[str, float]:
                                                    out, re.M)}
 
 
-def record_with_perf(build, tmp_path, *perf_options: str) -> tuple[Path, Path]:
+def record_with_perf(build, tmp_path, *perf_options: str) -> tuple[Path, Path, str]:
     """One run of p-fan recorded by both tools: perf records p-fan (the
     command q-syscollect waits for) while q-syscollect samples the machine.
-    Returns the .q directory and the perf.data file."""
+    Returns the .q directory, the perf.data file and p-fan's command name."""
     if shutil.which("perf") is None:
         pytest.skip("perf is not installed")
     pfan = build("p-fan")
@@ -58,13 +58,13 @@ def record_with_perf(build, tmp_path, *perf_options: str) -> tuple[Path, Path]:
     r = q_syscollect("-d", str(q), "--", "perf", "record", "-q", "-F", "997", "-e", "cpu-clock",
                      *perf_options, "-o", str(data), "--", str(pfan), "3")
     assert r.returncode == 0, r.stderr
-    return q, data
+    return q, data, pfan.name
 
 
 def test_self_percent_agrees_with_perf_report(perf, build, tmp_path):
-    q, data = record_with_perf(build, tmp_path)
+    q, data, comm = record_with_perf(build, tmp_path)
     theirs = _perf_self_percent(str(data))
-    view = q_view(str(q), "--comm", "p-fan", "--format", "json")
+    view = q_view(str(q), "--comm", comm, "--format", "json")
     assert view.returncode == 0, view.stderr
     ours_json = json.loads(view.stdout)
     total = ours_json["total"]
