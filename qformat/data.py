@@ -20,6 +20,7 @@ from typing import IO, Iterable, Iterator, Mapping, NamedTuple, Union
 from zlib_ng import gzip_ng, zlib_ng
 
 from .errors import QFormatError
+from .store import open_regular
 
 MAX_LINE = 1 << 20
 """Longest accepted line: a stack of a few thousand frames fits easily."""
@@ -55,7 +56,7 @@ def _open(source: Source) -> tuple[IO[bytes], str, list[IO[bytes]]]:
     if isinstance(source, (str, os.PathLike)):
         name = os.fspath(source)
         try:
-            raw: IO[bytes] = open(name, "rb")
+            raw: IO[bytes] = os.fdopen(open_regular(name), "rb")
         except OSError as e:
             raise QFormatError(f"cannot read: {e.strerror}", name) from None
         owned = [raw]

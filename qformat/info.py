@@ -18,7 +18,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 from .errors import QFormatError
 from .names import check_plain_name
 from .sexp import MAX_INFO_BYTES, Form, dump_forms, parse_forms
-from .store import read_at_most
+from .store import open_regular, read_at_most
 
 FORMAT_VERSION = 1
 
@@ -335,7 +335,7 @@ def parse_info(data: str | bytes, path: str | os.PathLike[str] | None = None) ->
 def read_info(path: str | os.PathLike[str]) -> Info:
     """Read and parse an `.info` file."""
     try:
-        with open(path, "rb") as f:
+        with os.fdopen(open_regular(path), "rb") as f:
             data = read_at_most(f, MAX_INFO_BYTES + 1, 1 << 20)
     except OSError as e:
         raise QFormatError(f"cannot read: {e.strerror}", path) from None

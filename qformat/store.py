@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import secrets
@@ -67,6 +68,22 @@ def _chunks(fd: int) -> Iterator[memoryview]:
             return
         yield view[:n]
         offset += n
+
+
+def open_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> int:
+    """A read-only fd for ``path``, which must be a regular file (symlinks to
+    one are fine: object copies may be symlinks). A FIFO, device or socket
+    planted in a `.q` directory would otherwise block a reader forever or feed
+    it an endless stream; O_NONBLOCK keeps the open itself from blocking."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def read_at_most(f: BinaryIO, limit: int, chunk: int = 1 << 16) -> bytes:
@@ -190,8 +207,8 @@ class QDir:
         return True
 
     def open_read(self, name: str) -> int:
-        """A read-only fd for ``name`` (an object copy may be a symlink)."""
-        return os.open(check_plain_name(name), os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.fd)
+        """A read-only fd for the regular file ``name`` (an object copy may be a symlink)."""
+        return open_regular(check_plain_name(name), dir_fd=self.fd)
 
     def versions(self, set_name: SetName) -> list[int]:
         """Versions of a set that have an `.info`, ascending."""
@@ -399,7 +416,7 @@ class QDir:
         except QFormatError as e:
             return CopyProblem(name, e.message)
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.fd)
+            fd = self.open_read(name)
         except FileNotFoundError:
             return CopyProblem(name, "missing")
         except OSError as e:

@@ -19,6 +19,8 @@ from typing import BinaryIO, Iterator
 
 from elftools.elf.elffile import ELFFile
 
+from qtools.qformat import open_regular
+
 from .symtab import RawSymbol, SymbolTable
 
 SHN_UNDEF = 0
@@ -70,7 +72,7 @@ class ElfObject:
 def read_elf(path: str | os.PathLike[str], *, symbols: bool = True) -> ElfObject:
     """Read segments, build-id, debuglink and (with ``symbols``) the symbols."""
     try:
-        with open(path, "rb") as f:
+        with os.fdopen(open_regular(path), "rb") as f:
             return _read(f, symbols)
     except ElfProblem:
         raise

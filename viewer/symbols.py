@@ -20,7 +20,8 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, NamedTuple
 
-from qtools.qformat import Info, MapRange, ObjectRef, QDir, check_plain_name, parse_copy_name
+from qtools.qformat import Info, MapRange, ObjectRef, QDir, check_plain_name, open_regular, \
+    parse_copy_name
 from qtools.qformat.errors import QFormatError
 
 from .demangle import demangle
@@ -258,7 +259,7 @@ class Symbols:
         modules: dict[str, str] = {}
         restricted, bad = True, 0
         try:
-            with open(path, "rb") as f:
+            with os.fdopen(open_regular(path), "rb") as f:
                 for line in _lines(f):
                     fields = line.split()
                     if len(fields) < 3 or len(fields[1]) != 1:
@@ -300,7 +301,7 @@ class Symbols:
         raw: list[RawSymbol] = []
         bad = 0
         try:
-            with open(path, "rb") as f:
+            with os.fdopen(open_regular(path), "rb") as f:
                 for line in _lines(f):
                     parts = line.rstrip(b"\r\n").split(None, 2)
                     try:
@@ -346,7 +347,7 @@ def _merge(a: SymbolTable, b: SymbolTable) -> SymbolTable:
 def _crc_matches(path: str, expected: int) -> bool:
     crc = 0
     try:
-        with open(path, "rb") as f:
+        with os.fdopen(open_regular(path), "rb") as f:
             while chunk := f.read(1 << 20):
                 crc = zlib.crc32(chunk, crc)
     except OSError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tracemalloc
 from pathlib import Path
@@ -96,6 +97,35 @@ def test_corrupt_object_copy_is_a_warning_not_an_error(tmp_path, calls_pie):
     code, out, err = run(q.info_path(name))
     assert code == 0 and "Flat profile" in out
     assert err.count("\n") == 1 and "warning" in err and o.ref.file in err
+
+
+def _plant(path: Path, kind: str) -> None:
+    path.unlink(missing_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)  # opening it for reading would block forever
+    else:
+        path.symlink_to("/dev/zero")  # an endless stream
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_fifos_and_devices_are_refused_not_read(tmp_path, calls_pie, kind):
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    name = q.task("calls", 1, 0, stacks=[(MS, [o.at("main")])])
+    stack = q.path / name.replace(".info", ".stack")
+    stack_text = stack.read_text()
+    _plant(stack, kind)
+    line = _one_error_line(*run(q.info_path(name)), str(stack))
+    assert "not a regular file" in line
+    stack.unlink()
+    stack.write_text(stack_text)
+    _plant(q.path / o.ref.file, kind)  # an object copy: a warning, the profile still shows
+    code, out, err = run(q.info_path(name))
+    assert code == 0 and "Flat profile" in out
+    assert err.count("\n") == 1 and "not a regular file" in err and o.ref.file in err
+    _plant(q.path / name, kind)
+    line = _one_error_line(*run(str(q.path)), name)
+    assert "not a regular file" in line
 
 
 def _peak_of(argv: list[str]) -> tuple[int, int, str]:
