@@ -16,7 +16,7 @@ from qtools.qformat import Arc, Stack
 
 from .errors import ViewError
 from .load import TaskSet
-from .model import Frame, Samples, StackQuality, Task, root_name
+from .model import Frame, Samples, StackQuality, Task, printable, root_name
 from .symbols import MAX_MEMO, AddressSpace, Location, Symbols, Warn
 
 BY_CHOICES = ("function", "object", "address")
@@ -36,14 +36,15 @@ ROOT_FRAMES = frozenset({
 def frame_maker(by: str) -> Callable[[Location], Frame]:
     """How a location becomes a call-graph node for ``--by``."""
     if by == "function":
-        return lambda loc: Frame(loc.name, loc.object, loc.kernel)
+        return lambda loc: Frame(printable(loc.name), printable(loc.object), loc.kernel)
     if by == "object":
-        return lambda loc: Frame(loc.object, loc.object, loc.kernel)
+        return lambda loc: Frame(printable(loc.object), printable(loc.object), loc.kernel)
     if by == "address":
         def at_address(loc: Location) -> Frame:
-            if loc.start is None:
-                return Frame(loc.name, loc.object, loc.kernel)
-            return Frame(f"{loc.name}+0x{loc.offset - loc.start:x}", loc.object, loc.kernel)
+            name = printable(loc.name)
+            if loc.start is not None:
+                name += f"+0x{loc.offset - loc.start:x}"
+            return Frame(name, printable(loc.object), loc.kernel)
         return at_address
     raise ValueError(f"unknown grouping {by!r}")
 
@@ -159,9 +160,10 @@ class SampleBuilder:
         events = list(dict.fromkeys(ts.event for ts in self.sets))
         granularities = sorted({ts.info.histogram.y_granularity for ts in self.sets
                                 if ts.info.histogram and ts.info.histogram.y_granularity})
-        tasks = [Task(ts.name, ts.directory, ts.comm, ts.pid,
+        tasks = [Task(printable(ts.name), ts.directory, ts.comm and printable(ts.comm), ts.pid,
                       tuple(ts.info.task.pids) if ts.info.task.pids else None, ts.cpu,
-                      ts.command(), ts.info.histogram.file if ts.info.histogram else None)
+                      printable(ts.command()),
+                      printable(ts.info.histogram.file) if ts.info.histogram else None)
                  for ts in self.sets]
         lost = sum(ts.info.task.lost_samples or 0 for ts in self.sets)
         samples = Samples(",".join(events), units[0], granularities, self.sets[0].factor, lost,

@@ -20,7 +20,7 @@ from . import processors
 from .build import BY_CHOICES, build_samples
 from .callgraph import analyze
 from .errors import ViewError
-from .model import Profile
+from .model import Profile, printable
 from .load import Selection, TaskSet, default_directory, select, sets_in
 from .render import collapsed, dot, flat, graph, jsonfmt, overview, quality
 from .symbols import Symbols, debug_roots_from_env
@@ -100,7 +100,7 @@ class _Warnings:
     def __call__(self, message: str) -> None:
         if message not in self.seen:
             self.seen.add(message)
-            self.err.write(f"{PROG}: warning: {message}\n")
+            self.err.write(f"{PROG}: warning: {printable(message)}\n")
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
@@ -117,7 +117,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
     try:
         return _run(args, out, err)
     except (ViewError, QFormatError) as e:
-        err.write(f"{PROG}: {e}\n")
+        err.write(f"{PROG}: {printable(str(e))}\n")
         return 1
     except BrokenPipeError:  # q-view ... | head: the reader has seen enough
         try:
@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
         return 0
     except OSError as e:
         where = f"{e.filename}: " if e.filename else ""
-        err.write(f"{PROG}: {where}{e.strerror or e}\n")
+        err.write(f"{PROG}: {printable(f'{where}{e.strerror or e}')}\n")
         return 1
     except RecursionError:
         err.write(f"{PROG}: input nests too deeply\n")
@@ -242,8 +242,8 @@ def _row(group: list[TaskSet]) -> overview.Row:
             if isinstance(value, (int, float)):
                 name = key.removeprefix("q:")
                 stats[name] = stats.get(name, 0) + value
-    return overview.Row(ts.comm or ts.name, pid, cpu, sum(t.total() for t in group), ts.unit,
-                        ts.name, len(group), stats)
+    return overview.Row(printable(ts.comm or ts.name), pid, cpu, sum(t.total() for t in group),
+                        ts.unit, printable(ts.name), len(group), stats)
 
 
 def _cpu_row(group: list[TaskSet]) -> overview.CpuRow | None:

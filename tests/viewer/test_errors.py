@@ -169,3 +169,26 @@ def test_compressed_bomb_of_one_endless_line_is_refused(tmp_path, calls_pie):
     code, peak, err = _peak_of([q.info_path(name)])
     assert code == 1 and "longer than" in err and str(stack) in err
     assert peak < 16 << 20
+
+
+def test_control_characters_in_names_are_escaped_not_printed(tmp_path, calls_pie):
+    """A comm, a command line and a kernel symbol carrying a newline and a
+    terminal escape sequence: every report keeps one record per line and
+    sends no escape sequence to the terminal."""
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    q.add_kallsyms("ffffffff81000000 T _stext\nffffffff81001000 T evil\x1b]0;owned\x07sym\n"
+                   "ffffffff81002000 T _etext\n")
+    name = q.task("calls", 1, 0, comm="x\ny", cmdline=["./calls", "\x1b[2J"],
+                  stacks=[(MS, [0xFFFFFFFF81001010, o.at("main")])])
+    for argv in ([q.info_path(name)], [q.info_path(name), "--graph"], [str(q.path)],
+                 ["--format", "collapsed", q.info_path(name)]):
+        code, out, err = run(*argv)
+        assert code == 0, err
+        assert "\x1b" not in out and "\x07" not in out
+    code, out, _err = run(str(q.path))
+    row, = [line for line in out.splitlines() if line.endswith(name)]
+    assert row.startswith("x\\x0ay ")
+    code, out, _err = run(q.info_path(name))
+    assert out.startswith("Command: ./calls '\\x1b[2J'\n")
+    assert "evil\\x1b]0;owned\\x07sym" in out, out
