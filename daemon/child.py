@@ -15,12 +15,13 @@ from .checkpoint import RunInfo
 from .collector import CpuCollector, Flags, Options
 from .config import Config
 from .dwarf import DwarfFrames
-from .objects import ObjectCopier
+from .objects import KallsymsCopy, ObjectCopier
 from .source import PerfSource, SourceSpec
 
 
 def collector_main(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, status_w: int,
-                   out: TextIO, siblings: set[int] | None = None) -> int:
+                   out: TextIO, siblings: set[int] | None = None,
+                   kallsyms: KallsymsCopy | None = None) -> int:
     """Open this CPU's events, say "ok" (or the error) on ``status_w``, then
     collect until SIGTERM, writing a heartbeat byte to ``status_w`` about
     once a second so the parent can tell a stuck collector from a busy one."""
@@ -55,7 +56,8 @@ def collector_main(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, st
         vdso = procfs.own_vdso()
         own = {parent, os.getpid(), *(siblings or ())}
         frames = DwarfFrames(qdir, copier, vdso[1] if vdso else None, own, parent)
-    collector = CpuCollector(opts, run, perf, qdir, copier, user_frames=frames, out=out)
+    collector = CpuCollector(opts, run, perf, qdir, copier, user_frames=frames, out=out,
+                             kallsyms=kallsyms)
     if source.target_pid == -1:
         collector.seed()
     perf.enable()

@@ -18,7 +18,7 @@ from qtools.qformat import QDir
 from . import procfs
 from .aggregate import KERNEL_START, SetBook, TaskSet
 from .checkpoint import RunInfo, write_sets
-from .objects import ObjectCopier
+from .objects import KallsymsCopy, ObjectCopier
 from .records import Comm, Lost, Mmap, Record, RecordError, Sample, Task, split_callchain
 from .source import EventSource
 from .tasks import Process, TaskTable, snapshot
@@ -68,7 +68,7 @@ class Flags:
 class CpuCollector:
     def __init__(self, opts: Options, run: RunInfo, source: EventSource, qdir: QDir,
                  copier: ObjectCopier, user_frames: UserFrames | None = None,
-                 out: TextIO | None = None) -> None:
+                 out: TextIO | None = None, kallsyms: KallsymsCopy | None = None) -> None:
         self.opts = opts
         self.run_info = run
         self.source = source
@@ -76,6 +76,7 @@ class CpuCollector:
         self.qdir = qdir
         self.copier = copier
         self.user_frames = user_frames or FramePointerFrames()
+        self.kallsyms = kallsyms
         self.out = out or sys.stderr
         self.table = TaskTable(on_end=self._ended)
         self.book = SetBook(opts.cpu, opts.min_samples)
@@ -259,6 +260,12 @@ class CpuCollector:
             if proc.ended:
                 self.table.forget(proc)
         run = self.run_info
+        if self.kallsyms is not None:
+            try:
+                run = replace(run, kallsyms=self.kallsyms.current(self.copier))
+            except OSError as e:
+                self._report_write_error(e)
+                run = replace(run, kallsyms=self.kallsyms.name)
         if final and self.opts.compress:
             run = replace(run, compress=True)
         written, errors = write_sets(self.qdir, sets, run, self.copier, self.lost)

@@ -146,3 +146,25 @@ class ObjectCopier:
             return None
         finally:
             os.close(fd)
+
+
+class KallsymsCopy:
+    """The run's copy of kallsyms, made again when the loaded kernel modules
+    change, so that a module loaded after the start has its symbols too. (BPF
+    programs come and go too often to follow; their addresses stay unknown.)"""
+
+    def __init__(self, kallsyms: str = "/proc/kallsyms", modules: str = "/proc/modules") -> None:
+        self.kallsyms = kallsyms
+        self.modules = modules
+        self.name: str | None = None
+        self._modules: frozenset[tuple[str, str]] | None = None
+
+    def current(self, copier: ObjectCopier) -> str | None:
+        """The name of an up-to-date copy; the last good one if a new one
+        cannot be made. OSError (a full disk) is the caller's to report."""
+        modules = procfs.loaded_modules(self.modules)
+        if self.name is None or modules != self._modules:
+            name = copier.copy_file(self.kallsyms, "kallsyms")
+            if name is not None:
+                self.name, self._modules = name, modules
+        return self.name

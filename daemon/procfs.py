@@ -76,6 +76,15 @@ def _read(path: str, limit: int = 1 << 26) -> str | None:
         return None
 
 
+def loaded_modules(path: str = "/proc/modules") -> frozenset[tuple[str, str]] | None:
+    """(name, load address) of each loaded kernel module; None if unreadable.
+    Use counts are left out: they change all the time, the symbols do not."""
+    text = _read(path)
+    if text is None:
+        return None
+    return frozenset((f[0], f[-1]) for f in (line.split() for line in text.splitlines()) if f)
+
+
 def pids() -> list[int]:
     return [int(n) for n in os.listdir("/proc") if n.isdigit()]
 

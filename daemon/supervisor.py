@@ -26,7 +26,7 @@ from .checkpoint import RunInfo
 from .child import collector_main
 from .config import Config
 from .notify import Notifier
-from .objects import ObjectCopier
+from .objects import KallsymsCopy, ObjectCopier
 from .source import SourceSpec, ring_pages
 from .unwind import Unwinder
 
@@ -84,6 +84,7 @@ class Supervisor:
         self.cmd_pid: int | None = None
         self.cmd_status: int | None = None
         self.started = time.time()
+        self.kallsyms = KallsymsCopy()  # the children inherit it, and renew it
 
     # ------------------------------------------------------------ setup
 
@@ -161,7 +162,7 @@ class Supervisor:
         copier = ObjectCopier(qdir)
         kallsyms = vdso = None
         try:
-            kallsyms = copier.copy_file("/proc/kallsyms", "kallsyms")
+            kallsyms = self.kallsyms.current(copier)
             image = procfs.own_vdso()
             if image is not None:
                 fd = os.memfd_create("vdso", os.MFD_CLOEXEC)
@@ -217,7 +218,7 @@ class Supervisor:
             for child in self.children.values():
                 os.close(child.status_fd)
             code = collector_main(self.cfg, source, run, qdir, status_w, self.out,
-                                  set(self.children))
+                                  set(self.children), self.kallsyms)
         except BaseException as e:  # a child must never return into the parent's code
             try:
                 print(f"q-syscollect: collector for cpu {source.cpu} failed: {e!r}",

@@ -13,7 +13,7 @@ import pytest
 from qtools.daemon import abi, synth
 from qtools.daemon.checkpoint import RunInfo
 from qtools.daemon.collector import CpuCollector, Options
-from qtools.daemon.objects import ObjectCopier, build_id
+from qtools.daemon.objects import KallsymsCopy, ObjectCopier, build_id
 from qtools.daemon.records import Branch, Comm, Lost, Mmap, Sample, SampleId, SampleLayout, Task
 from qtools.daemon.source import ReplaySource
 from qtools.qformat import QDir, read_edges, read_hist, read_info, read_stacks
@@ -47,11 +47,12 @@ def _sample(t: int, ip: int, branches=()) -> bytes:
         callchain=(abi.CONTEXT_USER, ip, BASE + 0x900), branches=tuple(branches)))
 
 
-def _collector(qdir, batches, min_samples=100):
+def _collector(qdir, batches, min_samples=100, kallsyms=None):
     run = RunInfo(["q-syscollect", "-t", "1"], "cycles", "seconds", 1e-9, "fp")
     out = io.StringIO()
     c = CpuCollector(Options(cpu=0, min_samples=min_samples), run,
-                     ReplaySource(LAYOUT, batches), qdir, ObjectCopier(qdir), out=out)
+                     ReplaySource(LAYOUT, batches), qdir, ObjectCopier(qdir), out=out,
+                     kallsyms=kallsyms)
     while not c.source.exhausted:
         c.step()
     return c, out
@@ -105,3 +106,37 @@ def test_exec_and_pid_reuse_start_new_versions(tmp_path, binary):
                      "tool-pid4242-cpu0.info#0"]
     for n in names:
         assert read_info(qd / n).task.samples == 5
+
+
+def test_kallsyms_is_copied_again_when_a_module_is_loaded(tmp_path, binary):
+    """A module loaded mid-run has its symbols in the sets written after it;
+    a change of use counts alone copies nothing."""
+    kallsyms, modules = tmp_path / "kallsyms", tmp_path / "modules"
+    kallsyms.write_text("ffffffff81000000 T _stext\n")
+    modules.write_text("ext4 1007616 1 - Live 0xffffffffc0000000\n")
+    records = [synth.encode_comm(LAYOUT, Comm(PID, PID, "app", True, SampleId(PID, PID, 1))),
+               _mmap(binary, 2)]
+    more = [_sample(100 + i, BASE + 0x10) for i in range(5)]
+    qd = tmp_path / "q"
+    with QDir.open(qd, create=True) as qdir:
+        c, _ = _collector(qdir, [records + more[:2]], min_samples=1,
+                          kallsyms=KallsymsCopy(str(kallsyms), str(modules)))
+        later = [more[2:3], more[3:]]
+        assert c.checkpoint()
+        first = read_info(qd / "app-pid4242-cpu0.info#0").kallsyms
+        assert (qd / first).read_text() == "ffffffff81000000 T _stext\n"
+        # use counts change all the time; the symbols do not
+        modules.write_text("ext4 1007616 3 - Live 0xffffffffc0000000\n")
+        kallsyms.write_text("ffffffff81000000 T _stext\n# not copied\n")
+        c.source.batches = [later.pop(0)]
+        c.step()
+        assert c.checkpoint()
+        assert read_info(qd / "app-pid4242-cpu0.info#0").kallsyms == first
+        modules.write_text(modules.read_text() + "evil 16384 0 - Live 0xffffffffc0100000\n")
+        kallsyms.write_text("ffffffff81000000 T _stext\nffffffffc0100000 t evil_init\t[evil]\n")
+        c.source.batches = [later.pop(0)]
+        c.step()
+        assert c.checkpoint(final=True)
+        second = read_info(qd / "app-pid4242-cpu0.info#0").kallsyms
+        assert second != first and "evil_init" in (qd / second).read_text()
+        assert qdir.verify_copy(second) is None
