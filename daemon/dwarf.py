@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 from qtools.qformat import QDir
 
-from . import procfs
-from .objects import ObjectCopier
+from .objects import ObjectCopier, open_object
 from .records import Sample
 from .tasks import Mapping, ObjectKey, Process
 from .unwind import ObjectCFI, Unwinder
@@ -77,8 +76,8 @@ class CfiTables:
                 fd = self.qdir.open_read(copy.name)
             except OSError:
                 fd = None
-        if fd is None and not proc.ended:
-            fd = procfs.open_mapped_file(proc.pid, m.start, m.end, m.obj.path)
+        if fd is None:
+            fd = open_object(proc, m)
         if fd is None:
             return None
         try:

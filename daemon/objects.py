@@ -80,6 +80,40 @@ def _gnu_build_id(notes: bytes, endian: str) -> str | None:
     return None
 
 
+def open_object(proc: Process, mapping: Mapping) -> int | None:
+    """The file behind ``mapping``, checked to be the one the kernel reported.
+
+    Through the task while it lives (/proc/PID/map_files, then its own view
+    of the path), then the plain path. A path may name another file by now:
+    one put there to make a daemon running as root copy a secret, or a FIFO
+    to hang it. So every candidate must be a regular file with the mapping's
+    device and inode (or build-id); with neither known, only map_files is
+    taken."""
+    obj = mapping.obj
+    tries = []
+    if not proc.ended:
+        tries.append(lambda: procfs.open_mapped_file(proc.pid, mapping.start, mapping.end))
+        tries.append(lambda: procfs.open_in_root(proc.pid, obj.path))
+    tries.append(lambda: procfs.open_plain(obj.path))
+    for i, attempt in enumerate(tries):
+        fd = attempt()
+        if fd is None:
+            continue
+        if _is_object(fd, obj, trusted=i == 0 and not proc.ended):
+            return fd
+        os.close(fd)
+    return None
+
+
+def _is_object(fd: int, obj: ObjectKey, trusted: bool) -> bool:
+    if obj.ino:
+        st = os.fstat(fd)
+        return st.st_ino == obj.ino and (os.major(st.st_dev), os.minor(st.st_dev)) == obj.dev
+    if obj.build_id:
+        return build_id(fd) == obj.build_id.hex()
+    return trusted
+
+
 class ObjectCopier:
     """Makes and remembers the copy of each object a task set needs."""
 
@@ -104,7 +138,7 @@ class ObjectCopier:
             return done
         if obj.special or time.monotonic() < self._failed.get(obj, 0.0):
             return NO_COPY
-        fd = self._open(proc, mapping)
+        fd = open_object(proc, mapping)
         if fd is None:
             self._failed[obj] = time.monotonic() + RETRY_SECONDS
             return NO_COPY
@@ -119,21 +153,6 @@ class ObjectCopier:
         self._done[obj] = result
         return result
 
-    def _open(self, proc: Process, mapping: Mapping) -> int | None:
-        obj = mapping.obj
-        if not proc.ended:
-            fd = procfs.open_mapped_file(proc.pid, mapping.start, mapping.end, obj.path)
-            if fd is not None:
-                return fd
-        fd = procfs.open_plain(obj.path)
-        if fd is None:
-            return None
-        st = os.fstat(fd)
-        if obj.ino and (st.st_ino != obj.ino or
-                        (os.major(st.st_dev), os.minor(st.st_dev)) != obj.dev):
-            os.close(fd)  # the path now names another file
-            return None
-        return fd
 
     def copy_file(self, path: str, basename: str) -> str | None:
         """Copy a file that is not a mapping (kallsyms, a JIT map)."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from qtools.qformat.store import read_at_most
+from qtools.qformat.store import open_regular, read_at_most
 
 from . import syscalls
 
@@ -129,27 +129,28 @@ def ppid(pid: int) -> int | None:
     return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
 
 
-def open_mapped_file(pid: int, start: int, end: int, path: str) -> int | None:
-    """An fd for the file mapped at [start, end) in ``pid``, or None.
+def open_mapped_file(pid: int, start: int, end: int) -> int | None:
+    """The file mapped at [start, end) in ``pid``, through /proc/PID/map_files
+    (the kernel's own reference: deleted and replaced files, other mount
+    namespaces; needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE), or None."""
+    return _open_regular(f"/proc/{pid}/map_files/{start:x}-{end:x}")
 
-    /proc/PID/map_files reaches deleted and replaced files and other mount
-    namespaces; /proc/PID/root/PATH covers the rest while the task lives.
-    The plain path is the caller's last resort (it checks dev/inode).
-    """
-    for candidate in (f"/proc/{pid}/map_files/{start:x}-{end:x}", f"/proc/{pid}/root{path}"):
-        try:
-            return os.open(candidate, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            continue
-    return None
+
+def open_in_root(pid: int, path: str) -> int | None:
+    """``path`` as ``pid`` sees it (its mount namespace and root), or None.
+    The path may name another file by now: callers check what they got."""
+    return _open_regular(f"/proc/{pid}/root{path}", follow=False) if path.startswith("/") \
+        else None
 
 
 def open_plain(path: str) -> int | None:
-    """Open an absolute path without following a final symlink."""
-    if not path.startswith("/"):
-        return None
+    """A regular file at an absolute path, not through a final symlink, or None."""
+    return _open_regular(path, follow=False) if path.startswith("/") else None
+
+
+def _open_regular(path: str, follow: bool = True) -> int | None:
     try:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        return open_regular(path, follow=follow)
     except OSError:
         return None
 

@@ -70,12 +70,15 @@ def _chunks(fd: int) -> Iterator[memoryview]:
         offset += n
 
 
-def open_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> int:
+def open_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None,
+                 follow: bool = True) -> int:
     """A read-only fd for ``path``, which must be a regular file (symlinks to
-    one are fine: object copies may be symlinks). A FIFO, device or socket
-    planted in a `.q` directory would otherwise block a reader forever or feed
-    it an endless stream; O_NONBLOCK keeps the open itself from blocking."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=dir_fd)
+    one are fine unless ``follow`` is false: object copies may be symlinks).
+    A FIFO, device or socket planted where a file is expected would otherwise
+    block the reader forever or feed it an endless stream; O_NONBLOCK keeps
+    the open itself from blocking."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    fd = os.open(path, flags if follow else flags | os.O_NOFOLLOW, dir_fd=dir_fd)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))

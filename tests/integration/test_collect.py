@@ -322,6 +322,46 @@ def test_deleted_binary_is_copied_from_the_running_task(perf, build, tmp_path):
     assert (q / copies[0].file).read_bytes() == content
 
 
+def test_a_binary_path_replaced_after_exec_is_not_copied(perf, build, tmp_path):
+    """Two running programs whose paths are then replaced, by a symlink to a
+    root-only file and by a FIFO, while the collector cannot use
+    /proc/PID/map_files (no CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE, as on
+    kernels before 5.9 under the service's bounding set): the secret is not
+    copied into .q and the FIFO does not hang the collector."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to drop capabilities")
+    secret = tmp_path / "secret"
+    secret.write_text("root-only secret\n")
+    secret.chmod(0o600)
+    exes = {name: tmp_path / name for name in ("linked", "piped")}
+    loads = []
+    for exe in exes.values():
+        exe.write_bytes(build("p-fan").read_bytes())
+        exe.chmod(0o755)
+        loads.append(subprocess.Popen([str(exe), "6"]))
+    try:
+        time.sleep(0.5)
+        for exe in exes.values():
+            exe.unlink()
+        exes["linked"].symlink_to(secret)
+        os.mkfifo(exes["piped"])
+        q = tmp_path / "q"
+        r = subprocess.run(["setpriv", "--bounding-set", "-sys_admin,-checkpoint_restore",
+                            sys.executable, "-m", "qtools.daemon.cli", "-d", str(q), "-t", "2"],
+                           capture_output=True, text=True, timeout=120)
+    finally:
+        for load in loads:
+            load.kill()
+            load.wait()
+    assert r.returncode == 0, r.stderr
+    for name, exe in exes.items():
+        objects = [o for _n, i in sets_of(q, name) for o in i.objects if o.path == str(exe)]
+        assert objects and not any(o.file for o in objects)  # sampled, but no copy
+    for copy in q.iterdir():
+        assert b"root-only secret" not in copy.read_bytes()
+    check_complete(q)
+
+
 def test_jit_perf_map_is_copied_and_names_jitted_code(perf, build, tmp_path):
     if os.uname().machine != "x86_64":
         pytest.skip("the JIT workload writes x86_64 machine code")
