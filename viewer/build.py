@@ -111,10 +111,21 @@ class SampleBuilder:
             if first is None:
                 first = leaves[addresses[0]] = resolve(space, addresses[0], False)
             entries = [first]
+            in_kernel = first[1]
             for address in addresses[1:]:
-                entry = returns.get(address)
+                if in_kernel and not space.is_kernel(address):
+                    # The first user frame under kernel frames is where the
+                    # kernel was entered: a faulting or interrupted pc is
+                    # exact (a page fault often hits a function's first
+                    # byte), a syscall's is the next instruction. Not a
+                    # return address, so no address-1.
+                    memo, is_return = leaves, False
+                else:
+                    memo, is_return = returns, True
+                entry = memo.get(address)
                 if entry is None:
-                    entry = returns[address] = resolve(space, address, True)
+                    entry = memo[address] = resolve(space, address, is_return)
+                in_kernel = entry[1]
                 entries.append(entry)
             ids = [e[0] for e in entries]
             if self.collapse_runs:

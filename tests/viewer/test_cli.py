@@ -212,3 +212,23 @@ def test_lost_samples_are_reported(tmp_path, calls_pie):
                   extra_info={"lost_samples": 17})
     assert "Lost samples: 17\n" in run(q.info_path(name), "--flat")[1]
     assert json.loads(run(q.info_path(name), "--format", "json")[1])["lost_samples"] == 17
+
+
+def test_first_user_frame_under_kernel_frames_is_an_exact_pc(tmp_path, calls_pie):
+    """A page fault on the first byte of leaf2: the user pc under the kernel's
+    frames is where the fault happened, not a return address, so it is not
+    looked up at address-1 (which lies in the function before leaf2)."""
+    q = QBuilder(tmp_path / ".q")
+    q.add_kallsyms("ffffffff81000000 T _stext\nffffffff81001000 T asm_exc_page_fault\n"
+                   "ffffffff81002000 T _etext\n")
+    o = q.load(calls_pie)
+    name = q.task("calls", 1, 0, stacks=[
+        (MS, [0xFFFFFFFF81001010, o.at("leaf2", 0), o.ret("work"), o.ret("main")]),
+        (MS, [o.at("leaf2", 0), o.ret("work"), o.ret("main")])])  # a user-mode sample
+    code, out, err = run(q.info_path(name), "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    inclusive = {f["name"]: round(f["inclusive"] * 1000, 6) for f in doc["functions"]}
+    assert inclusive["leaf2"] == 2 and inclusive["asm_exc_page_fault"] == 1
+    arcs = {(a["caller"], a["callee"]) for a in doc["arcs"]}
+    assert ("leaf2", "asm_exc_page_fault") in arcs and ("work", "leaf2") in arcs
