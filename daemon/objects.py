@@ -114,6 +114,15 @@ def _is_object(fd: int, obj: ObjectKey, trusted: bool) -> bool:
     return trusted
 
 
+def _names(path: str, fd: int) -> bool:
+    """Does ``path``, as this process sees it, name the file open as ``fd``?"""
+    try:
+        st, mine = os.stat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
+
+
 class ObjectCopier:
     """Makes and remembers the copy of each object a task set needs."""
 
@@ -143,8 +152,11 @@ class ObjectCopier:
             self._failed[obj] = time.monotonic() + RETRY_SECONDS
             return NO_COPY
         try:
-            name = self.qdir.store_object(fd, os.path.basename(obj.path),
-                                          symlink_to=obj.path if self.symlink else None)
+            # A symlink only where the path still names this very file: a
+            # deleted binary, a memfd or another mount namespace's file would
+            # leave a dangling or, worse, a wrong link. Those are copied.
+            link = obj.path if self.symlink and _names(obj.path, fd) else None
+            name = self.qdir.store_object(fd, os.path.basename(obj.path), symlink_to=link)
             result = Copy(name, build_id(fd))
         except QFormatError:
             result = NO_COPY  # not a regular file

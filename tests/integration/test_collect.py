@@ -302,7 +302,9 @@ def test_a_second_run_claims_the_next_version(perf, tmp_path):
     assert resolve_info(q / "kernel-cpu0.info") == str(q / "kernel-cpu0.info#1")
 
 
-def test_deleted_binary_is_copied_from_the_running_task(perf, build, tmp_path):
+@pytest.mark.parametrize("extra", [[], ["--symlink"]])
+def test_deleted_binary_is_copied_from_the_running_task(perf, build, tmp_path, extra):
+    """Also with --symlink: a link to a deleted file would dangle."""
     exe = tmp_path / "doomed"
     exe.write_bytes(build("p-fan").read_bytes())
     exe.chmod(0o755)
@@ -312,13 +314,14 @@ def test_deleted_binary_is_copied_from_the_running_task(perf, build, tmp_path):
         time.sleep(0.5)
         exe.unlink()  # replaced by an upgrade, say: only the running task still has it
         q = tmp_path / "q"
-        r = q_syscollect("-d", str(q), "-t", "2")
+        r = q_syscollect("-d", str(q), "-t", "2", *extra)
     finally:
         load.kill()
         load.wait()
     assert r.returncode == 0, r.stderr
     copies = [o for _n, i in sets_of(q, "doomed") for o in i.objects if o.path == str(exe)]
     assert copies and copies[0].file == f".doomed.crc32.{zlib.crc32(content):08x}"
+    assert not (q / copies[0].file).is_symlink()
     assert (q / copies[0].file).read_bytes() == content
 
 
