@@ -40,6 +40,8 @@ def test_tarred_q_views_the_same_elsewhere(perf, build, tmp_path, mode):
     before = _profile(here / ".q", pfan.name)
     assert {"main", "f08"} <= {name for name, _o, _s in before["functions"]}
 
+    copy = next((here / ".q").glob(f".{pfan.name}.crc32.*"))
+    assert copy.is_symlink() == (mode == "symlinks")
     subprocess.run(["tar", "chf", "q.tar", ".q"], cwd=here, check=True)
     shutil.rmtree(pfan.parent)  # the program is gone, as on another machine
     there = tmp_path / "there"
