@@ -261,11 +261,7 @@ class CpuCollector:
                 self.table.forget(proc)
         run = self.run_info
         if self.kallsyms is not None:
-            try:
-                run = replace(run, kallsyms=self.kallsyms.current(self.copier))
-            except OSError as e:
-                self._report_write_error(e)
-                run = replace(run, kallsyms=self.kallsyms.name)
+            run = replace(run, kallsyms=self.kallsyms.current(self.copier))
         if final and self.opts.compress:
             run = replace(run, compress=True)
         written, errors = write_sets(self.qdir, sets, run, self.copier, self.lost)

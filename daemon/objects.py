@@ -189,13 +189,23 @@ class KallsymsCopy:
         self.modules = modules
         self.name: str | None = None
         self._modules: frozenset[tuple[str, str]] | None = None
+        self._retry_at = 0.0
 
-    def current(self, copier: ObjectCopier) -> str | None:
-        """The name of an up-to-date copy; the last good one if a new one
-        cannot be made. OSError (a full disk) is the caller's to report."""
+    def current(self, copier: ObjectCopier, report: bool = False) -> str | None:
+        """The name of an up-to-date copy, or the last good one while a new
+        one cannot be made (retried every RETRY_SECONDS). With ``report`` a
+        failure to write raises OSError; otherwise it passes in silence (the
+        start of the run has said it, and the sets' own writes say it again)."""
         modules = procfs.loaded_modules(self.modules)
-        if self.name is None or modules != self._modules:
-            name = copier.copy_file(self.kallsyms, "kallsyms")
+        if (self.name is None or modules != self._modules) and \
+                (report or time.monotonic() >= self._retry_at):
+            try:
+                name = copier.copy_file(self.kallsyms, "kallsyms")
+            except OSError:
+                self._retry_at = time.monotonic() + RETRY_SECONDS
+                if report:
+                    raise
+                return self.name
             if name is not None:
                 self.name, self._modules = name, modules
         return self.name

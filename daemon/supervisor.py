@@ -162,7 +162,7 @@ class Supervisor:
         copier = ObjectCopier(qdir)
         kallsyms = vdso = None
         try:
-            kallsyms = self.kallsyms.current(copier)
+            kallsyms = self.kallsyms.current(copier, report=True)
             image = procfs.own_vdso()
             if image is not None:
                 fd = os.memfd_create("vdso", os.MFD_CLOEXEC)
