@@ -192,7 +192,7 @@ def _from_alist(cls: type[_T], alist: Any, tag: str, line: int | None,
     if not isinstance(alist, dict):
         raise QFormatError(f"({tag} ...) needs an alist, found {_describe(alist)}", line=line)
     rest = dict(alist)
-    hints = get_type_hints(cls)
+    hints = _hints(cls)
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if f.name == "extra":
@@ -218,6 +218,18 @@ def _from_alist(cls: type[_T], alist: Any, tag: str, line: int | None,
         kwargs[f.name] = value
     kwargs["extra"] = rest
     return cls(**kwargs)
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    """The field types of a form's class: get_type_hints evaluates the
+    annotation strings anew at every call, which was half of reading an .info."""
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = get_type_hints(cls)
+    return hints
 
 
 def _optional(hint: Any) -> bool:
@@ -279,6 +291,7 @@ _SINGLE = {
     "q:call-stacks": ("call_stacks", CallStacks),
 }
 _NAMED = {"q:kallsyms": "kallsyms", "q:vdso": "vdso"}
+_OBJECT_TAGS = frozenset({"q:object"})
 
 
 def info_from_forms(forms: list[Form]) -> Info:
@@ -323,23 +336,25 @@ def info_to_forms(info: Info) -> list[Form]:
     return forms + list(info.extra_forms)
 
 
-def parse_info(data: str | bytes, path: str | os.PathLike[str] | None = None) -> Info:
-    """Parse the text of an `.info` file."""
+def parse_info(data: str | bytes, path: str | os.PathLike[str] | None = None,
+               objects: bool = True) -> Info:
+    """Parse the text of an `.info` file; without ``objects`` its q:object
+    forms are skipped (a listing of thousands of sets needs none of them)."""
     name = os.fspath(path) if path is not None else None
     try:
-        return info_from_forms(parse_forms(data, name))
+        return info_from_forms(parse_forms(data, name, frozenset() if objects else _OBJECT_TAGS))
     except QFormatError as e:
         raise e.located(name) from None
 
 
-def read_info(path: str | os.PathLike[str]) -> Info:
-    """Read and parse an `.info` file."""
+def read_info(path: str | os.PathLike[str], objects: bool = True) -> Info:
+    """Read and parse an `.info` file (see ``parse_info`` for ``objects``)."""
     try:
         with os.fdopen(open_regular(path), "rb") as f:
             data = read_at_most(f, MAX_INFO_BYTES + 1, 1 << 20)
     except OSError as e:
         raise QFormatError(f"cannot read: {e.strerror}", path) from None
-    return parse_info(data, path)
+    return parse_info(data, path, objects)
 
 
 def dump_info(info: Info) -> str:

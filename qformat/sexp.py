@@ -70,43 +70,62 @@ _NUMBERLIKE = re.compile(r"[+-]?(\d|\.\d)")
 
 # ---------------------------------------------------------------- reading
 
+_SPECIAL = re.compile(r'[\n;"()\[\]{}]')
+_IN_STRING = re.compile(r'["\\\n]')
+
+
 def _scan_top_level(text: str) -> Iterator[tuple[int, int, int]]:
     """Yield (start, end, line) of each top-level parenthesised form.
 
     Checks balance, string termination and depth, raising QFormatError with
-    the line of the offending character (or of the unclosed opening).
+    the line of the offending character (or of the unclosed opening). Jumps
+    from one special character to the next: a character-by-character loop
+    was the largest cost of reading a directory of thousands of `.info`s.
     """
     depth = 0
     line = 1
     i = 0
     n = len(text)
-    start = 0
-    start_line = 0
+    start = start_line = 0
     open_lines: list[int] = []
-    while i < n:
-        c = text[i]
+    search, in_string = _SPECIAL.search, _IN_STRING.search
+    while True:
+        m = search(text, i)
+        j = m.start() if m else n
+        if depth == 0 and j > i and not text[i:j].isspace():
+            k = i
+            while text[k].isspace():
+                k += 1
+            raise QFormatError(f"unexpected {text[k]!r} outside a form",
+                               line=line + text.count("\n", i, k))
+        if m is None:
+            break
+        c = text[j]
+        i = j + 1
         if c == "\n":
             line += 1
         elif c == ";":
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-            continue
+            k = text.find("\n", j)
+            i = n if k < 0 else k
         elif c == '"':
             string_line = line
-            i += 1
-            while i < n and text[i] != '"':
-                if text[i] == "\\":
-                    i += 1
+            while True:
+                sm = in_string(text, i)
+                if sm is None:
+                    raise QFormatError("unterminated string", line=string_line)
+                i = sm.end()
+                ch = sm.group()
+                if ch == '"':
+                    break
+                if ch == "\n":
+                    line += 1
+                else:  # a backslash escapes the next character, a newline too
                     if i < n and text[i] == "\n":
                         line += 1
-                elif text[i] == "\n":
-                    line += 1
-                i += 1
-            if i >= n:
-                raise QFormatError("unterminated string", line=string_line)
+                    i += 1
         elif c == "(":
             if depth == 0:
-                start, start_line = i, line
+                start, start_line = j, line
             depth += 1
             if depth > MAX_DEPTH:
                 raise QFormatError(f"nesting deeper than {MAX_DEPTH} levels", line=line)
@@ -117,12 +136,9 @@ def _scan_top_level(text: str) -> Iterator[tuple[int, int, int]]:
             depth -= 1
             open_lines.pop()
             if depth == 0:
-                yield start, i + 1, start_line
-        elif c in "[]{}":
+                yield start, j + 1, start_line
+        else:
             raise QFormatError(f"unexpected {c!r}", line=line)
-        elif depth == 0 and not c.isspace():
-            raise QFormatError(f"unexpected {c!r} outside a form", line=line)
-        i += 1
     if depth:
         raise QFormatError("unclosed '(' (file truncated?)", line=open_lines[0])
 
@@ -190,8 +206,10 @@ def _parse_one(source: str, line: int) -> Form:
     return Form(str(tag), [_convert(a, line) for a in parsed[1:]], line)
 
 
-def parse_forms(data: str | bytes, path: str | None = None) -> list[Form]:
-    """Parse the text of an `.info` file into its top-level forms."""
+def parse_forms(data: str | bytes, path: str | None = None,
+                skip: frozenset[str] = frozenset()) -> list[Form]:
+    """Parse the text of an `.info` file into its top-level forms; forms
+    tagged with a name in ``skip`` are only checked for balance."""
     try:
         if isinstance(data, bytes):
             if len(data) > MAX_INFO_BYTES:
@@ -199,9 +217,20 @@ def parse_forms(data: str | bytes, path: str | None = None) -> list[Form]:
             text = _decode(data)
         else:
             text = data
-        return [_parse_one(text[s:e], line) for s, e, line in _scan_top_level(text)]
+        spans = _scan_top_level(text)
+        if skip:
+            spans = (span for span in spans if _tag_of(text, span[0]) not in skip)
+        return [_parse_one(text[s:e], line) for s, e, line in spans]
     except QFormatError as e:
         raise e.located(path) from None
+
+
+_TAG = re.compile(r"\(\s*([^\s()\"';]+)")
+
+
+def _tag_of(text: str, start: int) -> str | None:
+    m = _TAG.match(text, start)
+    return m.group(1) if m else None
 
 
 def _decode(data: bytes) -> str:

@@ -208,7 +208,8 @@ def _report(profile: Profile, args: argparse.Namespace, out: TextIO) -> None:
 
 def _overview(directory: str, selection: Selection, args: argparse.Namespace,
               out: TextIO) -> None:
-    found = sets_in(directory, all_versions=selection.windowed)
+    found = sets_in(directory, all_versions=selection.windowed,
+                    written_since=selection.written_since, objects=False)
     if selection.windowed:
         found = [ts for ts in found if selection.in_window(ts)]
     groups: dict[object, list[TaskSet]] = {}

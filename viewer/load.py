@@ -7,11 +7,12 @@ Inputs are `.info` names (``#N`` or the latest version) and directories;
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 from qtools.qformat import Info, QFormatError, SetName, Stack, info_versions, parse_name, \
     read_edges, \
@@ -22,6 +23,7 @@ from .errors import ViewError
 from .timewin import overlaps
 
 DEFAULT_DIR = ".q"
+MTIME_SLACK = 60.0  # seconds: file times lag the clock that stamps end-time by a tick or so
 
 
 @dataclass
@@ -153,20 +155,42 @@ def _set_name(name: str) -> SetName | None:
         return None
 
 
-def sets_in(directory: str, all_versions: bool = False) -> list[TaskSet]:
-    """Task sets of a directory: the latest version of each, or every version."""
+def _mtime(path: str) -> float:
     try:
-        names = os.listdir(directory)
+        return os.stat(path).st_mtime
+    except OSError:
+        return math.inf  # let read_info say what is wrong with it
+
+
+def _listdir(directory: str) -> list[str]:
+    try:
+        return os.listdir(directory)
     except OSError as e:
         raise ViewError(f"cannot list directory: {e.strerror}", directory) from None
-    versions = info_versions(names)
+
+
+def sets_in(directory: str, all_versions: bool = False,
+            named: Callable[[SetName], bool] | None = None,
+            written_since: float | None = None, objects: bool = True) -> list[TaskSet]:
+    """Task sets of a directory: the latest version of each, or every version.
+
+    A directory of a long run holds thousands, so what can be told without
+    parsing is: only sets whose name passes ``named``, only `.info` files
+    last written at ``written_since`` or later (a slice's end time precedes
+    the write of its last `.info`), and without ``objects`` no q:object
+    forms (a listing needs none)."""
+    versions = info_versions(_listdir(directory))
     out = []
     for set_name in sorted(versions):
+        if named is not None and not named(set_name):
+            continue
         chosen = sorted(versions[set_name]) if all_versions else [max(versions[set_name])]
         for v in chosen:
             name = set_name.file("info", v)
-            info = read_info(os.path.join(directory, name))
-            out.append(TaskSet(directory, name, info, set_name))
+            path = os.path.join(directory, name)
+            if written_since is not None and _mtime(path) < written_since:
+                continue
+            out.append(TaskSet(directory, name, read_info(path, objects), set_name))
     return out
 
 
@@ -188,6 +212,20 @@ class Selection:
 
     def in_window(self, ts: TaskSet) -> bool:
         return overlaps(ts.info.task.start_time, ts.info.task.end_time, self.since, self.until)
+
+    @property
+    def written_since(self) -> float | None:
+        """No slice that overlaps the window had its `.info` last written
+        before this (with slack for file systems' coarse clocks)."""
+        return None if self.since is None else self.since - MTIME_SLACK
+
+    def may_match(self, set_name: SetName) -> bool:
+        """What the name alone tells: the pid and CPU of a set never change,
+        and a set without a pid (folded tasks) may hold any pid. The comm is
+        left to ``matches``: a task may rename itself."""
+        if self.pid is not None and set_name.pid is not None and set_name.pid != self.pid:
+            return False
+        return self.cpu is None or set_name.cpu == self.cpu
 
     def matches(self, ts: TaskSet) -> bool:
         if self.comm is not None:
@@ -220,8 +258,8 @@ def versions_of(path: str) -> list[TaskSet]:
     set_name = _set_name(name)
     if set_name is None:
         return [open_info(path)]
-    return [ts for ts in sets_in(directory or ".", all_versions=True)
-            if ts.set_name == set_name] or [open_info(path)]
+    return sets_in(directory or ".", all_versions=True,
+                   named=lambda n: n == set_name) or [open_info(path)]
 
 
 def select(inputs: list[str], selection: Selection, all_versions: bool) -> list[TaskSet]:
@@ -233,8 +271,9 @@ def select(inputs: list[str], selection: Selection, all_versions: bool) -> list[
     candidates: list[TaskSet] = []
     for item in inputs:
         if os.path.isdir(item):
-            found = sets_in(item, all_versions or selection.windowed)
-            if not found:
+            found = sets_in(item, all_versions or selection.windowed, selection.may_match,
+                            selection.written_since)
+            if not found and not info_versions(_listdir(item)):
                 raise ViewError("no task sets (*.info#N) in this directory", item)
             candidates += found
         elif selection.windowed and "#" not in os.path.basename(item):

@@ -51,6 +51,16 @@ def test_canonical_form_is_stable_and_keeps_the_original_style():
     assert text.startswith("(q:info '((q:syscollect-cmdline . (\"q-syscollect\"")
 
 
+def test_reading_without_objects_skips_them_but_not_their_checks():
+    full = parse_info(ORIGINAL, "p-fan-pid11920-cpu0.info#0")
+    lean = parse_info(ORIGINAL, "p-fan-pid11920-cpu0.info#0", objects=False)
+    assert full.objects and not lean.objects
+    assert lean.task == full.task and lean.histogram == full.histogram
+    unbalanced = ORIGINAL.replace("(q:object '((q:name", "(q:object '(((q:name", 1)
+    with pytest.raises(QFormatError):
+        parse_info(unbalanced, "x.info#0", objects=False)
+
+
 def test_one_map_written_loosely_is_one_map():
     info = parse_info("(q:object '((q:name . \"a\") (q:maps . ((q:addr . #x10) (q:size . 32)"
                       " (q:offset . 0)))))")

@@ -86,6 +86,29 @@ def test_since_until_select_and_merge_slices(tmp_path):
     assert code == 0 and '"total": 0.003' in out  # a name without #N: its slices in the window
 
 
+def test_selection_reads_only_what_it_may_need(tmp_path):
+    """A long run's directory holds thousands of sets: --pid and --cpu pass
+    over the other sets' files by name, --since over slices last written
+    before the window, so a broken file there is not even read."""
+    qb = _slices(tmp_path)
+    q = qb.path
+    for v, hours in enumerate((3, 2, 1)):  # each slice's .info last written as it closed
+        end = time.time() - hours * HOUR + HOUR
+        os.utime(q / f"app-pid7-cpu0.info#{v}", (end, end))
+    (q / "app-pid7-cpu0.info#0").write_text("(q:info '((q:pid . 7)")  # truncated
+    os.utime(q / "app-pid7-cpu0.info#0", (time.time() - 2 * HOUR,) * 2)
+    qb.task("app", 8, 1, hist={0x1000: MS})
+    (q / "app-pid8-cpu1.info#0").write_text("(((")
+    code, out, err = run(str(q), "--pid", "7", "--since", "110m ago", "--format", "json")
+    assert code == 0 and '"total": 0.005' in out, err
+    code, out, err = run(str(q), "--cpu", "0", "--comm", "app", "--format", "json")
+    assert code == 0 and '"total": 0.003' in out, err
+    code, _out, err = run(str(q), "--pid", "7", "--since", "4h ago")
+    assert code == 1 and "app-pid7-cpu0.info#0:1:" in err  # now in the window: read, refused
+    code, _out, err = run(str(q))
+    assert code == 1 and "app-pid8-cpu1.info#0:1:" in err
+
+
 def test_overview_sums_slices_and_shows_global_data(tmp_path):
     qb = _slices(tmp_path)
     code, out, _ = run(str(qb.path), "--since", "4h ago")
