@@ -13,6 +13,7 @@ import os
 import struct
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from qtools.qformat import QDir, QFormatError
 
@@ -90,16 +91,17 @@ def open_object(proc: Process, mapping: Mapping) -> int | None:
     device and inode (or build-id); with neither known, only map_files is
     taken."""
     obj = mapping.obj
-    tries = []
+    tries: list[tuple[Callable[[], int | None], bool]] = []  # (open, the kernel's own link)
     if not proc.ended:
-        tries.append(lambda: procfs.open_mapped_file(proc.pid, mapping.start, mapping.end))
-        tries.append(lambda: procfs.open_in_root(proc.pid, obj.path))
-    tries.append(lambda: procfs.open_plain(obj.path))
-    for i, attempt in enumerate(tries):
+        tries.append((lambda: procfs.open_mapped_file(proc.pid, mapping.start, mapping.end),
+                      True))
+        tries.append((lambda: procfs.open_in_root(proc.pid, obj.path), False))
+    tries.append((lambda: procfs.open_plain(obj.path), False))
+    for attempt, trusted in tries:
         fd = attempt()
         if fd is None:
             continue
-        if _is_object(fd, obj, trusted=i == 0 and not proc.ended):
+        if _is_object(fd, obj, trusted):
             return fd
         os.close(fd)
     return None
