@@ -220,30 +220,36 @@ def tracefs_root() -> str | None:
 
 # ---------------------------------------------------------------- global data
 
-def parse_stat_faults(text: str) -> tuple[int, int] | None:
-    """(minor, major) page faults from /proc/PID/stat (comm may hold spaces)."""
-    fields = text[text.rfind(")") + 2:].split()
-    try:
-        return int(fields[7]), int(fields[9])
-    except (IndexError, ValueError):
-        return None
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def task_counters(pid: int) -> dict[str, float] | None:
-    """Cumulative counters of a process: CPU times, context switches, faults."""
+    """Cumulative counters of a process: CPU times and page faults of all its
+    threads, context switches of its main thread (as psutil reports them).
+
+    Read straight from /proc/PID/stat and /proc/PID/status: psutil's Process
+    takes four reads and 0.17 ms a look, and the collector looks at every
+    process it samples once a second."""
+    stat = _read(f"/proc/{pid}/stat", 4096)
+    status = _read(f"/proc/{pid}/status", 1 << 16)
+    return None if stat is None or status is None else parse_task_counters(stat, status)
+
+
+def parse_task_counters(stat: str, status: str) -> dict[str, float] | None:
+    fields = stat[stat.rfind(")") + 2:].split()  # the comm may hold spaces and parentheses
+    switches: dict[str, int] = {}
+    for line in status.splitlines():
+        key, _, value = line.partition(":")
+        if key in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
+            switches[key] = int(value) if value.strip().isdigit() else 0
     try:
-        p = psutil.Process(pid)
-        with p.oneshot():
-            times = p.cpu_times()
-            switches = p.num_ctx_switches()
-    except (psutil.Error, OSError):
+        minflt, majflt, utime, stime = (int(fields[i]) for i in (7, 9, 11, 12))
+    except (IndexError, ValueError):
         return None
-    faults = parse_stat_faults(_read(f"/proc/{pid}/stat") or "")
-    return {"user-seconds": times.user, "system-seconds": times.system,
-            "voluntary-switches": switches.voluntary,
-            "involuntary-switches": switches.involuntary,
-            "minor-faults": faults[0] if faults else 0,
-            "major-faults": faults[1] if faults else 0}
+    return {"user-seconds": utime / _CLOCK_TICKS, "system-seconds": stime / _CLOCK_TICKS,
+            "voluntary-switches": switches.get("voluntary_ctxt_switches", 0),
+            "involuntary-switches": switches.get("nonvoluntary_ctxt_switches", 0),
+            "minor-faults": minflt, "major-faults": majflt}
 
 
 def cpu_counters(cpu: int) -> dict[str, float] | None:

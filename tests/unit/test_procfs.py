@@ -41,3 +41,29 @@ def test_loaded_modules_ignores_use_counts(tmp_path):
     modules.write_text("ext4 1007616 4 mbcache, Live 0xffffffffc0000000\n")
     assert procfs.loaded_modules(str(modules)) == before == {("ext4", "0xffffffffc0000000")}
     assert procfs.loaded_modules(str(tmp_path / "absent")) is None
+
+
+def test_task_counters_agree_with_psutil():
+    import psutil
+    sum(range(3_000_000))  # some CPU time to count
+    mine = procfs.task_counters(os.getpid())
+    p = psutil.Process()
+    times, switches = p.cpu_times(), p.num_ctx_switches()
+    assert abs(mine["user-seconds"] - times.user) <= 0.05
+    assert abs(mine["system-seconds"] - times.system) <= 0.05
+    assert switches.voluntary - 5 <= mine["voluntary-switches"] <= switches.voluntary
+    assert mine["involuntary-switches"] <= switches.involuntary
+    assert mine["minor-faults"] > 0
+    assert procfs.task_counters(2 ** 22 + 1) is None  # above pid_max: no such process
+
+
+def test_task_counters_parse_a_comm_with_spaces_and_parentheses():
+    stat = ("4242 (a) b (c) R 1 4242 4242 0 -1 4194304 "
+            "11 0 3 0 250 50 0 0 20 0 1 0 100 0 0")
+    status = "Name:\ta) b (c\nvoluntary_ctxt_switches:\t7\nnonvoluntary_ctxt_switches:\t9\n"
+    got = procfs.parse_task_counters(stat, status)
+    ticks = os.sysconf("SC_CLK_TCK")
+    assert got == {"user-seconds": 250 / ticks, "system-seconds": 50 / ticks,
+                   "voluntary-switches": 7, "involuntary-switches": 9,
+                   "minor-faults": 11, "major-faults": 3}
+    assert procfs.parse_task_counters("4242 (a) R 1", status) is None
