@@ -8,7 +8,6 @@ no data yet (a valid, empty profile), so no partial `.info` is ever visible.
 from __future__ import annotations
 
 import os
-import stat
 import time
 from dataclasses import dataclass, field, replace
 
@@ -131,15 +130,9 @@ def perf_map_copy(ts: TaskSet, copier: ObjectCopier) -> str | None:
     except OSError:
         owner = None
     for path in candidates:
-        fd = procfs.open_plain(path)
-        if fd is None:
-            continue
-        try:
-            st = os.fstat(fd)
-            if stat.S_ISREG(st.st_mode) and (owner is None or st.st_uid == owner):
-                return copier.qdir.store_object(fd, f"perf-{proc.pid}.map")
-        finally:
-            os.close(fd)
+        copy = copier.copy_file(path, f"perf-{proc.pid}.map", owner)
+        if copy is not None:
+            return copy
     return None
 
 

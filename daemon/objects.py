@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from qtools.qformat import QDir, QFormatError
+from qtools.qformat import QDir
 
 from . import procfs
 from .tasks import Mapping, ObjectKey, Process
@@ -160,23 +160,22 @@ class ObjectCopier:
             link = obj.path if self.symlink and _names(obj.path, fd) else None
             name = self.qdir.store_object(fd, os.path.basename(obj.path), symlink_to=link)
             result = Copy(name, build_id(fd))
-        except QFormatError:
-            result = NO_COPY  # not a regular file
         finally:
             os.close(fd)
         self._done[obj] = result
         return result
 
 
-    def copy_file(self, path: str, basename: str) -> str | None:
-        """Copy a file that is not a mapping (kallsyms, a JIT map)."""
+    def copy_file(self, path: str, basename: str, owner: int | None = None) -> str | None:
+        """Copy a regular file that is not a mapping (kallsyms, a JIT map),
+        only if ``owner`` (when given) owns it; None if there is none."""
         fd = procfs.open_plain(path)
         if fd is None:
             return None
         try:
+            if owner is not None and os.fstat(fd).st_uid != owner:
+                return None
             return self.qdir.store_object(fd, basename)
-        except QFormatError:
-            return None
         finally:
             os.close(fd)
 

@@ -20,7 +20,7 @@ __all__ = [
     "Arc", "CallCounts", "CallStacks", "CopyProblem", "FORMAT_VERSION", "Form", "Histogram",
     "Info", "MapRange", "ObjectRef", "QDir", "QFormatError", "QName", "SetName", "Stack",
     "Symbol", "TaskInfo", "UnsafeDirectory", "check_plain_name", "copy_name", "crc32_of_fd",
-    "dump_info", "edge_lines", "hist_lines", "info_versions", "iter_lines", "open_regular", "parse_copy_name", "parse_info",
-    "parse_name", "parse_set", "read_edges", "read_hist", "read_info", "read_stacks",
-    "resolve_info", "sanitize", "sanitize_prog", "stack_lines",
+    "dump_info", "edge_lines", "hist_lines", "info_versions", "iter_lines", "open_regular",
+    "parse_copy_name", "parse_info", "parse_name", "parse_set", "read_edges", "read_hist",
+    "read_info", "read_stacks", "resolve_info", "sanitize", "sanitize_prog", "stack_lines",
 ]

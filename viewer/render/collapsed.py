@@ -13,9 +13,9 @@ from ..model import Profile
 
 
 def _clean(name: str) -> str:
-    # ';' separates frames and a line break ends the record: neither may
-    # appear inside a name.
-    return name.replace(";", ":").replace("\n", " ").replace("\r", " ")
+    # ';' separates frames, so it may not appear inside a name (line breaks
+    # cannot: frames are made with their control characters escaped).
+    return name.replace(";", ":")
 
 
 def render(profile: Profile, out: TextIO) -> None:
