@@ -40,6 +40,15 @@ class Result:
     view_cpu: float = 0.0
 
 
+def prepare(prefix: str) -> tuple[Path, Path, int]:
+    """A work directory, p-fan built in it, and the number of CPUs to load;
+    perf must be installed to compare against."""
+    if shutil.which("perf") is None:
+        raise SystemExit("perf is not installed (Debian: linux-perf)")
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    return work, build_pfan(work), len(os.sched_getaffinity(0))
+
+
 def build_pfan(work: Path) -> Path:
     """The example workload, built with plain cc -O2 (no frame pointers)."""
     pfan = work / "p-fan"
@@ -134,11 +143,7 @@ def main() -> int:
     ap.add_argument("--call-graph", choices=("dwarf", "fp", "both"), default="both")
     ap.add_argument("--skip-rates", action="store_true", help="skip the lossless-rate search")
     args = ap.parse_args()
-    if shutil.which("perf") is None:
-        raise SystemExit("perf is not installed (Debian: linux-perf)")
-    work = Path(tempfile.mkdtemp(prefix="qtools-bench-"))
-    pfan = build_pfan(work)
-    ncpu = len(os.sched_getaffinity(0))
+    work, pfan, ncpu = prepare("qtools-bench-")
     loads = [subprocess.Popen([str(pfan)]) for _ in range(ncpu)]
     modes = ("fp", "dwarf") if args.call_graph == "both" else (args.call_graph,)
     results = {}

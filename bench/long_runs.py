@@ -19,15 +19,13 @@ runs), which would take tens of GB for these durations.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from collect_vs_perf import build_pfan, cpu_of, run_together  # noqa: E402
+from collect_vs_perf import cpu_of, prepare, run_together  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,11 +34,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, nargs="+", default=[1, 5, 10])
     args = ap.parse_args()
-    if shutil.which("perf") is None:
-        raise SystemExit("perf is not installed (Debian: linux-perf)")
-    work = Path(tempfile.mkdtemp(prefix="qtools-longbench-"))
-    pfan = build_pfan(work)
-    ncpu = len(os.sched_getaffinity(0))
+    work, pfan, ncpu = prepare("qtools-longbench-")
     rows = []
     for minutes in args.minutes:
         seconds = minutes * 60

@@ -19,17 +19,17 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from collect_vs_perf import ROOT, build_pfan  # noqa: E402
+from collect_vs_perf import ROOT, prepare  # noqa: E402
 
 UNIT = ROOT / "systemd" / "q-syscollect.service"
 
@@ -96,10 +96,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=60.0, help="steady-state window")
     ap.add_argument("--settle", type=float, default=10.0, help="start-up left out")
     args = ap.parse_args()
-    ncpu = len(os.sched_getaffinity(0))
-    with tempfile.TemporaryDirectory(prefix="qbench-") as tmp:
-        work = Path(tmp)
-        pfan = build_pfan(work)
+    work, pfan, ncpu = prepare("qtools-servicebench-")
+    try:
         print(f"q-syscollect {' '.join(service_args(Path('DIR')))}; {ncpu} CPUs; "
               f"{args.seconds:.0f} s steady window after {args.settle:.0f} s")
         print()
@@ -119,6 +117,8 @@ def main() -> int:
                 for p in loads:
                     p.kill()
                     p.wait()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -17,22 +17,17 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from collect_vs_perf import build_pfan, cpu_of  # noqa: E402
+from collect_vs_perf import cpu_of, prepare  # noqa: E402
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=10.0)
     args = ap.parse_args()
-    if shutil.which("perf") is None:
-        raise SystemExit("perf is not installed (Debian: linux-perf)")
-    work = Path(tempfile.mkdtemp(prefix="qtools-viewbench-"))
-    pfan = build_pfan(work)
-    ncpu = len(os.sched_getaffinity(0))
+    work, pfan, ncpu = prepare("qtools-viewbench-")
     q, data = work / "q", work / "perf.data"
     loads = " ".join(f"{pfan} {args.seconds} &" for _ in range(ncpu))
     subprocess.run([sys.executable, "-m", "qtools.daemon.cli", "-d", str(q), "--",
