@@ -74,14 +74,21 @@ def collapse(seq: list[str]) -> list[str]:
     return out
 
 
-def test_direct_call_chain_through_qsort(exe, build_dir, objects):
-    out = build_dir / "direct"
-    caps = H.run(exe, "direct", out)
+def unwind_one(exe, build_dir, objects, mode: str):
+    """One capture of ``mode``, unwound to the root, and its directory. The
+    workload calls backtrace() right after the capture, in the same function:
+    glibc's frames from the caller on are ours."""
+    out = build_dir / mode
+    caps = H.run(exe, mode, out)
     assert len(caps) == 1
     (r,) = unwind_all(out, caps, objects)
     assert r.complete and r.reason == "root"
-    # backtrace() was called in leaf3 right after the capture: same frames from cmp on
     assert r.frames[2:] == caps[0].backtrace[1:]
+    return r, out
+
+
+def test_direct_call_chain_through_qsort(exe, build_dir, objects):
+    r, out = unwind_one(exe, build_dir, objects, "direct")
     sym = H.Symbolizer(out)
     got = names(sym, r.frames)
     assert collapse(got) == ["capture_regs", "leaf3", "cmp", LIBC, "level2", "level1", "main", LIBC,
@@ -90,11 +97,7 @@ def test_direct_call_chain_through_qsort(exe, build_dir, objects):
 
 
 def test_signal_handler_stack_crosses_restore_rt(exe, build_dir, objects):
-    out = build_dir / "signal"
-    caps = H.run(exe, "signal", out)
-    (r,) = unwind_all(out, caps, objects)
-    assert r.complete and r.reason == "root"
-    assert r.frames[2:] == caps[0].backtrace[1:]
+    r, out = unwind_one(exe, build_dir, objects, "signal")
     sym = H.Symbolizer(out)
     # frame 3 is __restore_rt (libc); the frame after it is the interrupted pc, named exactly
     interrupted = 4
@@ -107,11 +110,7 @@ def test_signal_handler_stack_crosses_restore_rt(exe, build_dir, objects):
 
 
 def test_thread_stack_ends_at_clone3(exe, build_dir, objects):
-    out = build_dir / "thread"
-    caps = H.run(exe, "thread", out)
-    (r,) = unwind_all(out, caps, objects)
-    assert r.complete and r.reason == "root"
-    assert r.frames[2:] == caps[0].backtrace[1:]
+    r, out = unwind_one(exe, build_dir, objects, "thread")
     got = collapse(names(H.Symbolizer(out), r.frames))
     assert got == ["capture_regs", "leaf3", "cmp", LIBC, "level2", "level1", "worker", LIBC]
     # start_thread then clone3: two libc frames, the last one a root by CFI
