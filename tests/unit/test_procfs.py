@@ -44,15 +44,18 @@ def test_loaded_modules_ignores_use_counts(tmp_path):
 
 
 def test_task_counters_agree_with_psutil():
+    """The counters only grow: read between two psutil reads, each lies
+    between psutil's two values."""
     import psutil
-    sum(range(3_000_000))  # some CPU time to count
-    mine = procfs.task_counters(os.getpid())
     p = psutil.Process()
+    sum(range(3_000_000))  # some CPU time to count
     times, switches = p.cpu_times(), p.num_ctx_switches()
-    assert abs(mine["user-seconds"] - times.user) <= 0.05
-    assert abs(mine["system-seconds"] - times.system) <= 0.05
-    assert switches.voluntary - 5 <= mine["voluntary-switches"] <= switches.voluntary
-    assert mine["involuntary-switches"] <= switches.involuntary
+    mine = procfs.task_counters(os.getpid())
+    times2, switches2 = p.cpu_times(), p.num_ctx_switches()
+    assert times.user <= mine["user-seconds"] <= times2.user and times2.user > 0
+    assert times.system <= mine["system-seconds"] <= times2.system
+    assert switches.voluntary <= mine["voluntary-switches"] <= switches2.voluntary
+    assert switches.involuntary <= mine["involuntary-switches"] <= switches2.involuntary
     assert mine["minor-faults"] > 0
     assert procfs.task_counters(2 ** 22 + 1) is None  # above pid_max: no such process
 
