@@ -67,16 +67,44 @@ def build(tmp_path_factory):
     return _build
 
 
+def command(name: str) -> str:
+    """The installed console script ``name`` (q-syscollect, q-view).
+
+    End-to-end tests run what users install: the scripts next to this
+    interpreter (the test venv that `make test` made from the wheel), or
+    those in $Q_BIN_DIR when set."""
+    where = os.environ.get("Q_BIN_DIR") or os.path.dirname(sys.executable)
+    path = os.path.join(where, name)
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"{name} is not installed in {where}: install q-tools there first")
+    return path
+
+
 def q_syscollect(*args: str, **kw) -> subprocess.CompletedProcess:
-    """Run q-syscollect from this interpreter's installation."""
+    """Run the installed q-syscollect."""
     kw.setdefault("capture_output", True)
     kw.setdefault("text", True)
     kw.setdefault("timeout", 120)
-    return subprocess.run([sys.executable, "-m", "qtools.daemon.cli", *args], **kw)
+    return subprocess.run([command("q-syscollect"), *args], **kw)
 
 
 def q_syscollect_popen(*args: str, **kw) -> subprocess.Popen:
     kw.setdefault("stdout", subprocess.PIPE)
     kw.setdefault("stderr", subprocess.PIPE)
     kw.setdefault("text", True)
-    return subprocess.Popen([sys.executable, "-m", "qtools.daemon.cli", *args], **kw)
+    return subprocess.Popen([command("q-syscollect"), *args], **kw)
+
+
+def q_view(*args: str, **kw) -> subprocess.CompletedProcess:
+    """Run the installed q-view."""
+    kw.setdefault("capture_output", True)
+    kw.setdefault("text", True)
+    kw.setdefault("timeout", 300)
+    return subprocess.run([command("q-view"), *args], **kw)
+
+
+def q_view_popen(*args: str, **kw) -> subprocess.Popen:
+    kw.setdefault("stdout", subprocess.PIPE)
+    kw.setdefault("stderr", subprocess.PIPE)
+    kw.setdefault("text", True)
+    return subprocess.Popen([command("q-view"), *args], **kw)

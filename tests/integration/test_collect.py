@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from qtools.qformat import QDir, read_hist, read_info, read_stacks, resolve_info
-from tests.conftest import q_syscollect, q_syscollect_popen
+from tests.conftest import command, q_syscollect, q_syscollect_popen, q_view
 
 KERNEL_START = 0xFFFF_8000_0000_0000
 
@@ -172,7 +172,7 @@ def test_a_dead_collector_is_restarted(perf, build, tmp_path):
         _wait_for(lambda: len(psutil.Process(proc.pid).children()) >= 3, 30, proc)
         time.sleep(1)
         collectors = [c for c in psutil.Process(proc.pid).children()
-                      if c.cmdline() and "qtools.daemon.cli" in " ".join(c.cmdline())]
+                      if c.cmdline() and "q-syscollect" in " ".join(c.cmdline())]
         victim = collectors[0]
         victim.kill()
         out, err = proc.communicate(timeout=60)
@@ -350,7 +350,7 @@ def test_a_binary_path_replaced_after_exec_is_not_copied(perf, build, tmp_path):
         os.mkfifo(exes["piped"])
         q = tmp_path / "q"
         r = subprocess.run(["setpriv", "--bounding-set", "-sys_admin,-checkpoint_restore",
-                            sys.executable, "-m", "qtools.daemon.cli", "-d", str(q), "-t", "2"],
+                            command("q-syscollect"), "-d", str(q), "-t", "2"],
                            capture_output=True, text=True, timeout=120)
     finally:
         for load in loads:
@@ -376,8 +376,7 @@ def test_jit_perf_map_is_copied_and_names_jitted_code(perf, build, tmp_path):
         (name, info), = [(n, i) for n, i in sets_of(q, jit.name)][:1]
         assert info.perf_maps and info.perf_maps[0].startswith(f".perf-{info.task.pid}.map.")
         assert b"jitted_spin_loop" in (q / info.perf_maps[0]).read_bytes()
-        view = subprocess.run([sys.executable, "-m", "qtools.viewer.cli", str(q), "--comm",
-                               jit.name, "--flat"], capture_output=True, text=True)
+        view = q_view(str(q), "--comm", jit.name, "--flat")
         assert view.returncode == 0, view.stderr
         rows = view.stdout.split("self/call  tot/call  name\n", 1)[1].splitlines()
         assert rows[0].endswith("jitted_spin_loop"), view.stdout  # most time in the JIT code

@@ -10,7 +10,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import psutil
 import pytest
 
 from qtools.qformat import read_hist
-from tests.conftest import q_syscollect, q_syscollect_popen
+from tests.conftest import command, q_syscollect, q_syscollect_popen, q_view
 from tests.integration.test_collect import _wait_for, check_complete, infos, sets_of
 
 UNIT = Path(__file__).resolve().parents[2] / "systemd" / "q-syscollect.service"
@@ -50,9 +49,7 @@ def test_rotation_cuts_closed_compressed_slices(perf, build, tmp_path):
     # q-view --since selects the later slices and merges them
     later = slices[1:]
     since = f"@{later[0].task.start_time + 0.01}"
-    view = subprocess.run([sys.executable, "-m", "qtools.viewer.cli", str(q), "--comm",
-                           pfan.name, "--since", since, "--format", "json"],
-                          capture_output=True, text=True)
+    view = q_view(str(q), "--comm", pfan.name, "--since", since, "--format", "json")
     assert view.returncode == 0, view.stderr
     # every p-fan set of those slices: a slice in which p-fan got fewer than
     # --min-samples (a busy machine) has it folded into the pid-less p-fan-cpu0
@@ -185,9 +182,7 @@ def _systemd_analyze() -> str:
 def test_the_unit_verifies(tmp_path):
     tool = _systemd_analyze()
     text = UNIT.read_text()
-    script = shutil.which("q-syscollect", path=os.path.dirname(sys.executable)) \
-        or shutil.which("q-syscollect")
-    assert script, "q-syscollect is not installed next to this python"
+    script = command("q-syscollect")
     unit = tmp_path / "q-syscollect.service"
     unit.write_text(text.replace("/usr/local/bin/q-syscollect", script))
     r = subprocess.run([tool, "verify", str(unit)], capture_output=True, text=True)

@@ -6,17 +6,11 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import q_syscollect
-
-
-def q_view(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "qtools.viewer.cli", *args],
-                          capture_output=True, text=True, timeout=300)
+from tests.conftest import q_syscollect, q_view
 
 
 def test_view_of_a_real_collection(perf, build, tmp_path):

@@ -147,11 +147,9 @@ def test_usage_errors_exit_2(capsys):
 
 
 def test_console_script_entry_point(tmp_path, calls_pie):
-    import subprocess
-    import sys
+    from tests.conftest import q_view
     q, _o, name = calls_dir(tmp_path, calls_pie)
-    proc = subprocess.run([sys.executable, "-m", "qtools.viewer.cli", q.info_path(name),
-                           "--flat"], capture_output=True, text=True)
+    proc = q_view(q.info_path(name), "--flat")
     assert proc.returncode == 0 and "leaf1" in proc.stdout
 
 

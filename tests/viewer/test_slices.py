@@ -6,7 +6,6 @@ import io
 import os
 import select
 import subprocess
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from qsynth import MS, QBuilder
+from tests.conftest import q_view_popen
 from qtools.viewer.cli import main
 from qtools.viewer.errors import ViewError
 from qtools.viewer.timewin import overlaps, parse_time
@@ -127,9 +127,8 @@ def test_overview_sums_slices_and_shows_global_data(tmp_path):
 def test_watch_redraws_when_a_checkpoint_lands(tmp_path):
     qb = QBuilder(tmp_path / "q")
     qb.task("alpha", 1, 0, hist={0x1000: MS})
-    proc = subprocess.Popen([sys.executable, "-m", "qtools.viewer.cli", "--watch",
-                             str(qb.path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    proc = q_view_popen("--watch", str(qb.path), text=False,
+                        env=dict(os.environ, PYTHONUNBUFFERED="1"))
     try:
         seen = _read_until(proc, "alpha")
         assert "\x1b[H\x1b[2J" in seen and "omega" not in seen
