@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from importlib.metadata import PackageNotFoundError, version
+
+from qtools.qformat.version import package_version
 
 from . import events, procfs
 from .config import Config, parse_age, parse_size
@@ -152,10 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
     if args.version:
-        try:
-            print(f"q-syscollect {version('q-tools')}")
-        except PackageNotFoundError:
-            print("q-syscollect (not installed)")
+        print(f"q-syscollect {package_version()}")
         return 0
     try:
         if args.list_events:

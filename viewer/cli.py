@@ -15,6 +15,7 @@ import time
 from typing import Sequence, TextIO
 
 from qtools.qformat import QFormatError
+from qtools.qformat.version import package_version
 
 from . import processors
 from .build import BY_CHOICES, build_samples
@@ -42,7 +43,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-d", "--directory", metavar="DIR",
                    help="the .q directory (default: $Q_DIR, else .q): shown when no input "
                         "is given, searched for bare names")
-    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    p.add_argument("--version", action=_PrintVersion, nargs=0,
+                   help="print the version and exit")
     sel = p.add_argument_group("selection (merges every matching set)")
     sel.add_argument("--comm", metavar="NAME", help="sets of this command name")
     sel.add_argument("--pid", type=int, metavar="PID", help="sets of this process")
@@ -82,12 +84,12 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-        return version("q-tools")
-    except Exception:  # not installed as a distribution (a source tree on sys.path)
-        return "unknown"
+class _PrintVersion(argparse.Action):
+    """--version, looked up only when asked (the metadata scan costs start-up)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(f"{PROG} {package_version()}")
+        parser.exit(0)
 
 
 class _Warnings:
