@@ -1,5 +1,5 @@
 """The q file format, version 1: names, `.info` s-expressions, data files,
-the `.q` directory and its object copies (DESIGN section 3).
+the `.q` directory and its object copies (described in docs/q-format.md).
 
 This package knows files, not perf: the collector writes through it and the
 viewer reads through it.

@@ -1,4 +1,5 @@
-"""The plain-text data files: `.hist`, `.edge` and `.stack` (DESIGN 3.3).
+"""The plain-text data files: `.hist`, `.edge` and `.stack` (docs/q-format.md,
+section 5).
 
 Readers stream: they yield one record at a time from a file that may be
 gzip-compressed (told by its magic bytes, not its name), validate every

@@ -1,4 +1,4 @@
-"""`.info` files as typed data (DESIGN 3.2).
+"""`.info` files as typed data (docs/q-format.md, sections 3 and 4).
 
 ``parse_info`` turns the forms of an `.info` file into an ``Info``;
 ``dump_info`` writes one back in canonical form, so that

@@ -1,4 +1,5 @@
-"""File names of a `.q` directory (DESIGN 3.1, 3.4) — pure string functions.
+"""File names of a `.q` directory (docs/q-format.md, sections 2 and 6) — pure
+string functions.
 
 - task sets: ``PROG-pidPID-cpuCPU.TYPE#V``;
 - per-CPU sets: ``kernel-cpuN.TYPE#V`` (pid 0 and, with -k, all kernel

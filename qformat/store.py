@@ -1,6 +1,6 @@
 """The `.q` directory on disk: the only filesystem code of the format.
 
-- ``QDir.open`` applies the safety rules of DESIGN 3.5 (no symlinked
+- ``QDir.open`` applies the safety rules of docs/q-format.md 7.7 (no symlinked
   directory, owner and permissions checked when asked) and then works only
   through the directory's file descriptor, so a path swapped underneath
   cannot redirect a write.
@@ -10,7 +10,7 @@
 - ``claim_version`` hands out version numbers to concurrent writers by
   hard-linking a completely written `.info` to the new name: ``link(2)``
   fails where the name exists, so two writers never get the same number.
-- ``store_object`` keeps one checksummed copy per content (DESIGN 3.4).
+- ``store_object`` keeps one checksummed copy per content (docs/q-format.md 6).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``--format json``: the stable machine contract of DESIGN 5 (extend, don't break).
+"""``--format json``: the stable machine contract (extend it, never break it).
 
 Times are in the profile's unit (seconds, usually); ``calls`` is null where
 no call counts were collected, ``inclusive`` and arc times null where there
