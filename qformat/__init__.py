@@ -9,14 +9,17 @@ from .data import Arc, Stack, edge_lines, hist_lines, iter_lines, read_edges, re
     read_stacks, stack_lines
 from .errors import QFormatError
 from .info import FORMAT_VERSION, CallCounts, CallStacks, Histogram, Info, MapRange, \
-    ObjectRef, TaskInfo, dump_info, parse_info, read_info
+    ObjectRef, TaskInfo, data_expected, dump_info, parse_info, read_info, require_complete
+from .limits import DEFAULT_LIMITS, LimitExceeded, Limits, parse_limits
 from .names import QName, SetName, check_plain_name, copy_name, info_versions, parse_copy_name, \
     parse_name, parse_set, sanitize, sanitize_prog
 from .sexp import Form, Symbol
-from .store import CopyProblem, QDir, UnsafeDirectory, crc32_of_fd, open_regular, \
-    resolve_info
+from .store import CopyProblem, MissingFile, QDir, UnsafeDirectory, crc32_of_fd, \
+    open_in_directory, open_regular, resolve_info
 
 __all__ = [
+    "DEFAULT_LIMITS", "LimitExceeded", "Limits", "MissingFile", "data_expected",
+    "open_in_directory", "parse_limits", "require_complete",
     "Arc", "CallCounts", "CallStacks", "CopyProblem", "FORMAT_VERSION", "Form", "Histogram",
     "Info", "MapRange", "ObjectRef", "QDir", "QFormatError", "QName", "SetName", "Stack",
     "Symbol", "TaskInfo", "UnsafeDirectory", "check_plain_name", "copy_name", "crc32_of_fd",

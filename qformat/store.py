@@ -89,6 +89,49 @@ def open_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None,
     return fd
 
 
+class MissingFile(QFormatError):
+    """A file an `.info` names is not there."""
+
+
+def open_in_directory(directory: str, name: str,
+                      expect: tuple[int, int] | None = None) -> tuple[int, tuple[int, int]]:
+    """A read-only fd for the regular file ``name`` in ``directory``, and the
+    directory's (st_dev, st_ino).
+
+    The path to the directory is the user's; inside it no symlink is
+    followed: ``name`` is one plain component (checked) opened with
+    O_NOFOLLOW relative to the directory's fd, which for a single component
+    is all that openat2's RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS would add.
+    With ``expect`` (the identity returned when the set's `.info` was
+    opened) a directory replaced in between is refused, so an `.info` and
+    its data files come from one directory.
+    """
+    try:
+        dir_fd = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as e:
+        raise QFormatError(f"cannot open directory: {e.strerror}", directory) from None
+    path = os.path.join(directory, name)
+    try:
+        st = os.fstat(dir_fd)
+        identity = (st.st_dev, st.st_ino)
+        if expect is not None and identity != expect:
+            raise QFormatError("its directory was replaced while being read", path)
+        try:
+            fd = open_regular(check_plain_name(name), dir_fd=dir_fd, follow=False)
+        except QFormatError as e:
+            raise e.located(path) from None
+        except FileNotFoundError:
+            raise MissingFile("missing (its .info names it)", path) from None
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise QFormatError("a symlink, not a regular file: links inside a .q "
+                                   "directory are not followed", path) from None
+            raise QFormatError(f"cannot read: {e.strerror}", path) from None
+    finally:
+        os.close(dir_fd)
+    return fd, identity
+
+
 def read_at_most(f: BinaryIO, limit: int, chunk: int = 1 << 16) -> bytes:
     """Up to ``limit`` bytes of ``f``, read in chunks: ``f.read(limit)`` would
     allocate the whole limit at once (and a /proc sysctl read with a huge
@@ -412,19 +455,37 @@ class QDir:
 
     # ------------------------------------------------------------ reading
 
-    def verify_copy(self, name: str) -> CopyProblem | None:
-        """Check an object copy against the crc in its name; None if good."""
+    def verify_copy(self, name: str, max_size: int | None = None) -> CopyProblem | None:
+        """Check an object copy against the crc in its name; None if good.
+
+        A copy is a file of the directory, or a symlink that ``--symlink``
+        made: that one is followed only to a regular file owned by root that
+        nobody else can write (anyone could otherwise point an archive's
+        copy at a file of theirs, or at one they may change later). Checked
+        on the opened descriptor. ``max_size`` bounds the bytes checksummed.
+        """
         try:
             _base, expected = parse_copy_name(check_plain_name(name))
         except QFormatError as e:
             return CopyProblem(name, e.message)
         try:
-            fd = self.open_read(name)
+            linked = stat.S_ISLNK(self.lstat(name).st_mode)
+            fd = open_regular(name, dir_fd=self.fd, follow=linked)
         except FileNotFoundError:
             return CopyProblem(name, "missing")
         except OSError as e:
             return CopyProblem(name, f"unreadable: {e.strerror}")
         try:
+            st = os.fstat(fd)
+            if linked and st.st_uid != 0:
+                return CopyProblem(name, f"a symlink to a file owned by uid {st.st_uid}, "
+                                         "not root: refused")
+            if linked and st.st_mode & 0o022:
+                return CopyProblem(name, "a symlink to a file writable by group or others "
+                                         f"(mode {stat.S_IMODE(st.st_mode):04o}): refused")
+            if max_size is not None and st.st_size > max_size:
+                return CopyProblem(name, f"{st.st_size} bytes, over the limit of "
+                                         f"{max_size} bytes (copy-size)")
             actual = crc32_of_fd(fd)
         except OSError as e:
             return CopyProblem(name, f"unreadable: {e.strerror}")

@@ -12,9 +12,10 @@ import argparse
 import os
 import sys
 import time
-from typing import Sequence, TextIO
+from typing import Callable, Sequence, TextIO
 
-from qtools.qformat import QFormatError
+from qtools.qformat import DEFAULT_LIMITS, LimitExceeded, QFormatError, parse_limits
+from qtools.qformat.limits import describe_defaults
 
 from . import processors
 from .build import BY_CHOICES, build_samples
@@ -73,6 +74,13 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--format", choices=FORMATS, default="text", help="output format")
     rep.add_argument("--watch", action="store_true",
                      help="redraw, like top, whenever a checkpoint lands (until Ctrl-C)")
+    p.add_argument("--limits", metavar="KEY=VALUE,...", type=_limits,
+                   default=DEFAULT_LIMITS,
+                   help="caps on what is read from a .q, which may come from anyone: "
+                        "data-size (decompressed bytes of one data file), lines (of one "
+                        "data file), stacks (distinct stacks), info-size (one .info), "
+                        "copy-size (one object copy checked); sizes take K, M, G (binary), "
+                        f"counts k, M (decimal). Defaults: {describe_defaults()}")
     sym = p.add_argument_group("symbols")
     sym.add_argument("--debug-root", action="append", default=[], metavar="DIR",
                      help="look for DIR/.build-id/xx/rest.debug and debuglink files here "
@@ -80,6 +88,13 @@ def parser() -> argparse.ArgumentParser:
     sym.add_argument("--no-cache", action="store_true",
                      help="do not read or write the symbol cache")
     return p
+
+
+def _limits(text: str) -> object:
+    try:
+        return parse_limits(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _version() -> str:
@@ -116,6 +131,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
         return 2
     try:
         return _run(args, out, err)
+    except LimitExceeded as e:
+        err.write(f"{PROG}: {printable(str(e))}; raise it with --limits {e.key}=N\n")
+        return 1
     except (ViewError, QFormatError) as e:
         err.write(f"{PROG}: {printable(str(e))}\n")
         return 1
@@ -151,12 +169,14 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         for directory in inputs:
             _overview(directory, selection, args, out)
         return 0
-    sets = select(inputs, selection, args.all_versions)
+    sets = select(inputs, selection, args.all_versions, args.limits)
     warn = _Warnings(err)
     cache = SymbolCache(None if args.no_cache else cache_dir())
-    symbols = Symbols(cache, list(args.debug_root) + debug_roots_from_env(), warn)
-    try:
-        samples = build_samples(sets, symbols, args.by, warn)
+    symbols = Symbols(cache, list(args.debug_root) + debug_roots_from_env(), warn,
+                      args.limits.copy_size)
+    try:  # JSON escapes control characters itself: names go to it as they are
+        samples = build_samples(sets, symbols, args.by, warn,
+                                None if args.format == "json" else printable)
     finally:
         symbols.close()
     if args.no_kernel:
@@ -209,13 +229,14 @@ def _report(profile: Profile, args: argparse.Namespace, out: TextIO) -> None:
 def _overview(directory: str, selection: Selection, args: argparse.Namespace,
               out: TextIO) -> None:
     found = sets_in(directory, all_versions=selection.windowed,
-                    written_since=selection.written_since, objects=False)
+                    written_since=selection.written_since, objects=False, limits=args.limits)
     if selection.windowed:
         found = [ts for ts in found if selection.in_window(ts)]
     groups: dict[object, list[TaskSet]] = {}
     for ts in found:  # a set's slices in the window make one row
         groups.setdefault(ts.set_name or ts.name, []).append(ts)
-    rows = [_row(group) for group in groups.values()]
+    rows = [_row(group, _same if args.format == "json" else printable)
+            for group in groups.values()]
     cpus = [c for group in groups.values() if group[-1].is_kernel
             if (c := _cpu_row(group)) is not None]
     if args.format == "json":
@@ -232,7 +253,11 @@ def _overview(directory: str, selection: Selection, args: argparse.Namespace,
     overview.render(rows, directory, out, cpus, window)
 
 
-def _row(group: list[TaskSet]) -> overview.Row:
+def _same(text: str) -> str:
+    return text
+
+
+def _row(group: list[TaskSet], escape: Callable[[str], str]) -> overview.Row:
     ts = group[-1]  # the latest slice names the row
     pids = {p for t in group for p in (t.info.task.pids or [])}
     pid = str(ts.pid) if ts.pid is not None else (f"{len(pids)} pids" if pids else "-")
@@ -243,8 +268,8 @@ def _row(group: list[TaskSet]) -> overview.Row:
             if isinstance(value, (int, float)):
                 name = key.removeprefix("q:")
                 stats[name] = stats.get(name, 0) + value
-    return overview.Row(printable(ts.comm or ts.name), pid, cpu, sum(t.total() for t in group),
-                        ts.unit, printable(ts.name), len(group), stats)
+    return overview.Row(escape(ts.comm or ts.name), pid, cpu, sum(t.total() for t in group),
+                        ts.unit, escape(ts.name), len(group), stats)
 
 
 def _cpu_row(group: list[TaskSet]) -> overview.CpuRow | None:

@@ -85,8 +85,10 @@ def debug_roots_from_env() -> list[str]:
 class Symbols:
     """Loads symbol sources for a whole run; each copy once."""
 
-    def __init__(self, cache: SymbolCache, debug_roots: list[str], warn: Warn) -> None:
+    def __init__(self, cache: SymbolCache, debug_roots: list[str], warn: Warn,
+                 max_copy: int | None = None) -> None:
         self.cache = cache
+        self.max_copy = max_copy  # bytes of one copy checksummed (--limits copy-size)
         self.debug_roots = debug_roots
         self.warn = warn
         self._objects: dict[tuple[str, str], LoadedObject | None] = {}
@@ -113,7 +115,7 @@ class Symbols:
         key = (directory, copy)
         if key not in self._verified:
             try:
-                problem = self._qdir(directory).verify_copy(copy)
+                problem = self._qdir(directory).verify_copy(copy, self.max_copy)
             except OSError as e:
                 problem = f"{copy}: cannot open directory: {e.strerror}"  # type: ignore[assignment]
             if problem is not None:
