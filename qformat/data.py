@@ -41,7 +41,12 @@ class Arc(NamedTuple):
 
 
 class Stack(NamedTuple):
-    """`.stack` record: weight of one distinct stack, innermost frame first."""
+    """`.stack` record: weight of one distinct stack, innermost frame first.
+
+    No frames: the remainder line ``WEIGHT -``, the weight of the stacks a
+    collector did not keep (beyond its cap), so that the weights still sum
+    to the histogram's total.
+    """
 
     weight: int
     frames: tuple[int, ...]
@@ -226,21 +231,17 @@ def read_edges(source: Source, limits: Limits = DEFAULT_LIMITS, *,
         yield Arc(int(m[1], 16), int(m[2], 16), count)
 
 
-_STACK = re.compile(rb"(\d{1,20})((?:[ \t]+0[xX][0-9a-fA-F]{1,16})+)\Z")
-
-
 REMAINDER = b"-"
-"""The one token after the weight of a remainder line: stacks not kept."""
+"""The frames field of a `.stack` remainder line (``WEIGHT -``)."""
+_STACK = re.compile(rb"(\d{1,20})((?:[ \t]+0[xX][0-9a-fA-F]{1,16})+)\Z")
 
 
 def read_stacks(source: Source, limits: Limits = DEFAULT_LIMITS, *,
                 name: str | None = None) -> Iterator[Stack]:
     """Yield Stack(weight, frames) from a `.stack` file.
 
-    A line ``WEIGHT -`` is the remainder: samples whose stacks the collector
-    did not keep (it caps distinct stacks). It yields a Stack without frames;
-    its weight counts toward the total like any other. Every line counts
-    toward the ``stacks`` cap.
+    The remainder line ``WEIGHT -`` yields a Stack without frames. Every
+    line counts toward the ``stacks`` cap.
     """
     for number, line, name in iter_lines(source, limits, name=name,
                                          records=("stacks", limits.stacks)):

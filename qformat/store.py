@@ -26,6 +26,7 @@ from typing import BinaryIO, Callable, Iterable, Iterator
 from zlib_ng import gzip_ng, zlib_ng
 
 from .errors import QFormatError
+from .limits import show
 from .names import SetName, check_plain_name, copy_name, info_versions, parse_copy_name, \
     parse_name
 
@@ -485,7 +486,8 @@ class QDir:
                                          f"(mode {stat.S_IMODE(st.st_mode):04o}): refused")
             if max_size is not None and st.st_size > max_size:
                 return CopyProblem(name, f"{st.st_size} bytes, over the limit of "
-                                         f"{max_size} bytes (copy-size)")
+                                         f"{show('copy-size', max_size)} (copy-size; "
+                                         "raise it with --limits copy-size=N)")
             actual = crc32_of_fd(fd)
         except OSError as e:
             return CopyProblem(name, f"unreadable: {e.strerror}")

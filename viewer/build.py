@@ -240,8 +240,8 @@ class SampleBuilder:
             self._add_unkept(remainder * ts.factor)
             return
         acc, factor = self.stacks, ts.factor
-        for key, count in spread.items():
-            acc[key] = acc.get(key, 0.0) + count * factor
+        for leaf_only, count in spread.items():
+            acc[leaf_only] = acc.get(leaf_only, 0.0) + count * factor
 
     def _add_unkept(self, weight: float) -> None:
         if weight:

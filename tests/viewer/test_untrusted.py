@@ -347,3 +347,10 @@ def test_json_escapes_control_characters_once(tmp_path, calls_pie):
     assert doc["tasks"][0]["command"] == "./calls '\x1b[2J'"
     code, out, err = run(str(q.path), "--format", "json")  # the overview
     assert code == 0 and json.loads(out)["sets"][0]["command"] == "x\ny"
+
+
+def test_object_copy_over_the_copy_size_cap_is_a_warning(tmp_path, calls_pie):
+    q, o, name = calls_dir(tmp_path, calls_pie)
+    line = _one_line(*run(q.info_path(name), "--limits", "copy-size=1K"), 0, o.ref.file,
+                     "copy-size")
+    assert "1 KiB" in line
