@@ -22,7 +22,7 @@ from .build import BY_CHOICES, build_samples
 from .callgraph import analyze
 from .errors import ViewError
 from .model import Profile, printable
-from .load import Selection, TaskSet, default_directory, select, sets_in
+from .load import Selection, SetRemoved, TaskSet, default_directory, select, sets_in
 from .render import collapsed, dot, flat, graph, jsonfmt, overview, quality
 from .symbols import Symbols, debug_roots_from_env
 from .symcache import SymbolCache, cache_dir
@@ -235,8 +235,12 @@ def _overview(directory: str, selection: Selection, args: argparse.Namespace,
     groups: dict[object, list[TaskSet]] = {}
     for ts in found:  # a set's slices in the window make one row
         groups.setdefault(ts.set_name or ts.name, []).append(ts)
-    rows = [_row(group, _same if args.format == "json" else printable)
-            for group in groups.values()]
+    rows = []
+    for group in groups.values():
+        try:
+            rows.append(_row(group, _same if args.format == "json" else printable))
+        except SetRemoved:
+            continue  # retention removed it while the overview was being read
     cpus = [c for group in groups.values() if group[-1].is_kernel
             if (c := _cpu_row(group)) is not None]
     if args.format == "json":

@@ -26,6 +26,10 @@ DEFAULT_DIR = ".q"
 MTIME_SLACK = 60.0  # seconds: file times lag the clock that stamps end-time by a tick or so
 
 
+class SetRemoved(MissingFile):
+    """A set whose `.info` was removed after it was read (a live directory)."""
+
+
 @dataclass
 class TaskSet:
     directory: str
@@ -49,8 +53,14 @@ class TaskSet:
 
     def _open(self, name: str) -> IO[bytes]:
         """A data file of this set: in the `.info`'s directory, no symlink
-        (MissingFile where it is not there)."""
-        fd, _dir = open_in_directory(self.directory, name, self.dir_id)
+        (MissingFile where it is not there, SetRemoved where the `.info` has
+        gone too: retention removes the `.info` first, then its data)."""
+        try:
+            fd, _dir = open_in_directory(self.directory, name, self.dir_id)
+        except MissingFile as e:
+            if not os.path.lexists(self.path):
+                raise SetRemoved("removed while being read", self.path) from None
+            raise e
         return os.fdopen(fd, "rb")
 
     @property

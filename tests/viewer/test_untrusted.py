@@ -354,3 +354,21 @@ def test_object_copy_over_the_copy_size_cap_is_a_warning(tmp_path, calls_pie):
     line = _one_line(*run(q.info_path(name), "--limits", "copy-size=1K"), 0, o.ref.file,
                      "copy-size")
     assert "1 KiB" in line
+
+
+def test_a_set_removed_while_being_read_is_told_apart_from_damage(tmp_path, calls_pie):
+    """Retention removes a set's `.info`, then its data: a reader that read
+    the `.info` just before finds the data gone, which is not damage."""
+    from qtools.viewer.load import SetRemoved, sets_in
+    from qtools.qformat import MissingFile
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    name = q.task("calls", 1, 0, hist={o.at("main"): MS})
+    ts, = sets_in(str(q.path))
+    _sibling(q, name, ".hist").unlink()
+    with pytest.raises(MissingFile) as e:
+        ts.total()
+    assert not isinstance(e.value, SetRemoved)
+    Path(q.info_path(name)).unlink()
+    with pytest.raises(SetRemoved):
+        ts.total()
