@@ -457,7 +457,17 @@ class QDir:
     # ------------------------------------------------------------ reading
 
     def verify_copy(self, name: str, max_size: int | None = None) -> CopyProblem | None:
-        """Check an object copy against the crc in its name; None if good.
+        """Check an object copy against the crc in its name; None if good
+        (see ``open_copy``)."""
+        fd, problem = self.open_copy(name, max_size)
+        if fd is not None:
+            os.close(fd)
+        return problem
+
+    def open_copy(self, name: str,
+                  max_size: int | None = None) -> tuple[int, None] | tuple[None, CopyProblem]:
+        """An fd of the object copy ``name`` whose content has the crc its name
+        says, or why there is none; read what was checked through the fd.
 
         A copy is a file of the directory, or a symlink that ``--symlink``
         made: that one is followed only to a regular file owned by root that
@@ -468,34 +478,34 @@ class QDir:
         try:
             _base, expected = parse_copy_name(check_plain_name(name))
         except QFormatError as e:
-            return CopyProblem(name, e.message)
+            return None, CopyProblem(name, e.message)
         try:
             linked = stat.S_ISLNK(self.lstat(name).st_mode)
             fd = open_regular(name, dir_fd=self.fd, follow=linked)
         except FileNotFoundError:
-            return CopyProblem(name, "missing")
+            return None, CopyProblem(name, "missing")
         except OSError as e:
-            return CopyProblem(name, f"unreadable: {e.strerror}")
+            return None, CopyProblem(name, f"unreadable: {e.strerror}")
+        problem = None
         try:
             st = os.fstat(fd)
             if linked and st.st_uid != 0:
-                return CopyProblem(name, f"a symlink to a file owned by uid {st.st_uid}, "
-                                         "not root: refused")
-            if linked and st.st_mode & 0o022:
-                return CopyProblem(name, "a symlink to a file writable by group or others "
-                                         f"(mode {stat.S_IMODE(st.st_mode):04o}): refused")
-            if max_size is not None and st.st_size > max_size:
-                return CopyProblem(name, f"{st.st_size} bytes, over the limit of "
-                                         f"{show('copy-size', max_size)} (copy-size; "
-                                         "raise it with --limits copy-size=N)")
-            actual = crc32_of_fd(fd)
+                problem = f"a symlink to a file owned by uid {st.st_uid}, not root: refused"
+            elif linked and st.st_mode & 0o022:
+                problem = ("a symlink to a file writable by group or others "
+                           f"(mode {stat.S_IMODE(st.st_mode):04o}): refused")
+            elif max_size is not None and st.st_size > max_size:
+                problem = (f"{st.st_size} bytes, over the limit of "
+                           f"{show('copy-size', max_size)} (copy-size; raise it with "
+                           "--limits copy-size=N)")
+            elif (actual := crc32_of_fd(fd)) != expected:
+                problem = f"content changed (crc32 {actual:08x}, not {expected:08x})"
         except OSError as e:
-            return CopyProblem(name, f"unreadable: {e.strerror}")
-        finally:
+            problem = f"unreadable: {e.strerror}"
+        if problem is not None:
             os.close(fd)
-        if actual != expected:
-            return CopyProblem(name, f"content changed (crc32 {actual:08x}, not {expected:08x})")
-        return None
+            return None, CopyProblem(name, problem)
+        return fd, None
 
 
 def _write_chunks(f: object, data: Chunks) -> None:

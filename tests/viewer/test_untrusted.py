@@ -372,3 +372,23 @@ def test_a_set_removed_while_being_read_is_told_apart_from_damage(tmp_path, call
     Path(q.info_path(name)).unlink()
     with pytest.raises(SetRemoved):
         ts.total()
+
+
+def test_a_copy_is_read_as_it_was_checked(tmp_path, calls_pie):
+    """What is read is the descriptor that was checked: a copy swapped for
+    a symlink after the check is not what the reader gets."""
+    from qtools.qformat import QDir
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    with QDir.open(q.path, reader=True) as qdir:
+        fd, problem = qdir.open_copy(o.ref.file)
+        assert problem is None and fd is not None
+        try:
+            (q.path / o.ref.file).unlink()
+            (q.path / o.ref.file).symlink_to("/etc/passwd")
+            with open(f"/proc/self/fd/{fd}", "rb") as f:
+                assert f.read() == calls_pie.path.read_bytes()
+        finally:
+            os.close(fd)
+        fd, problem = qdir.open_copy(o.ref.file)
+        assert fd is None and problem is not None  # passwd: not the crc of its name
