@@ -14,8 +14,9 @@ import sys
 import time
 from typing import Callable, Sequence, TextIO
 
-from qtools.qformat import DEFAULT_LIMITS, LimitExceeded, QFormatError, parse_limits
-from qtools.qformat.limits import describe_defaults
+from qtools.qformat.limits import DEFAULT_LIMITS, LimitExceeded, describe_defaults, \
+    parse_limits
+from qtools.qformat import QFormatError
 
 from . import processors
 from .build import BY_CHOICES, build_samples
@@ -90,13 +91,6 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _limits(text: str) -> object:
-    try:
-        return parse_limits(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
 def _version() -> str:
     try:
         from importlib.metadata import version
@@ -116,6 +110,13 @@ class _Warnings:
         if message not in self.seen:
             self.seen.add(message)
             self.err.write(f"{PROG}: warning: {printable(message)}\n")
+
+
+def _limits(text: str) -> object:
+    try:
+        return parse_limits(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
