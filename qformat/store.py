@@ -26,9 +26,9 @@ from typing import BinaryIO, Callable, Iterable, Iterator
 from zlib_ng import gzip_ng, zlib_ng
 
 from .errors import QFormatError
-from .limits import show
 from .names import SetName, check_plain_name, copy_name, info_versions, parse_copy_name, \
     parse_name
+from .limits import show
 
 TEMP_PREFIX = ".tmp-"
 CHUNK = 1 << 20
