@@ -75,6 +75,12 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--format", choices=FORMATS, default="text", help="output format")
     rep.add_argument("--watch", action="store_true",
                      help="redraw, like top, whenever a checkpoint lands (until Ctrl-C)")
+    sym = p.add_argument_group("symbols")
+    sym.add_argument("--debug-root", action="append", default=[], metavar="DIR",
+                     help="look for DIR/.build-id/xx/rest.debug and debuglink files here "
+                          "(before $Q_DEBUG_ROOT and /usr/lib/debug)")
+    sym.add_argument("--no-cache", action="store_true",
+                     help="do not read or write the symbol cache")
     p.add_argument("--limits", metavar="KEY=VALUE,...", type=_limits,
                    default=DEFAULT_LIMITS,
                    help="caps on what is read from a .q, which may come from anyone: "
@@ -82,12 +88,6 @@ def parser() -> argparse.ArgumentParser:
                         "data file), stacks (distinct stacks), info-size (one .info), "
                         "copy-size (one object copy checked); sizes take K, M, G (binary), "
                         f"counts k, M (decimal). Defaults: {describe_defaults()}")
-    sym = p.add_argument_group("symbols")
-    sym.add_argument("--debug-root", action="append", default=[], metavar="DIR",
-                     help="look for DIR/.build-id/xx/rest.debug and debuglink files here "
-                          "(before $Q_DEBUG_ROOT and /usr/lib/debug)")
-    sym.add_argument("--no-cache", action="store_true",
-                     help="do not read or write the symbol cache")
     return p
 
 
