@@ -9,12 +9,13 @@ from .data import Arc, Stack, edge_lines, hist_lines, iter_lines, read_edges, re
     read_stacks, stack_lines
 from .errors import QFormatError
 from .info import FORMAT_VERSION, CallCounts, CallStacks, Histogram, Info, MapRange, \
-    ObjectRef, TaskInfo, dump_info, parse_info, read_info
+    ObjectRef, TaskInfo, data_expected, dump_info, parse_info, read_info, require_complete
+from .limits import DEFAULT_LIMITS, LimitExceeded, Limits, parse_limits
 from .names import QName, SetName, check_plain_name, copy_name, info_versions, parse_copy_name, \
     parse_name, parse_set, sanitize, sanitize_prog
 from .sexp import Form, Symbol
-from .store import CopyProblem, QDir, UnsafeDirectory, crc32_of_fd, open_regular, \
-    resolve_info
+from .store import CopyProblem, MissingFile, QDir, UnsafeDirectory, crc32_of_fd, \
+    open_in_directory, open_regular, resolve_info
 
 __all__ = [
     "Arc", "CallCounts", "CallStacks", "CopyProblem", "FORMAT_VERSION", "Form", "Histogram",
@@ -23,4 +24,8 @@ __all__ = [
     "dump_info", "edge_lines", "hist_lines", "info_versions", "iter_lines", "open_regular",
     "parse_copy_name", "parse_info", "parse_name", "parse_set", "read_edges", "read_hist",
     "read_info", "read_stacks", "resolve_info", "sanitize", "sanitize_prog", "stack_lines",
+]
+__all__ += [  # reading untrusted input: caps, and files that must be there
+    "DEFAULT_LIMITS", "LimitExceeded", "Limits", "MissingFile", "data_expected",
+    "open_in_directory", "parse_limits", "require_complete",
 ]

@@ -10,6 +10,7 @@ so nothing a newer writer adds is lost by an older reader.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import types
 from dataclasses import dataclass, field
@@ -17,7 +18,8 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from .errors import QFormatError
 from .names import check_plain_name
-from .sexp import MAX_INFO_BYTES, Form, dump_forms, parse_forms
+from .sexp import Form, dump_forms, parse_forms
+from .limits import DEFAULT_LIMITS, Limits, exceeded
 from .store import open_regular, read_at_most
 
 FORMAT_VERSION = 1
@@ -347,14 +349,67 @@ def parse_info(data: str | bytes, path: str | os.PathLike[str] | None = None,
         raise e.located(name) from None
 
 
-def read_info(path: str | os.PathLike[str], objects: bool = True) -> Info:
-    """Read and parse an `.info` file (see ``parse_info`` for ``objects``)."""
+def read_info(path: str | os.PathLike[str], objects: bool = True,
+              limits: Limits = DEFAULT_LIMITS, *, follow: bool = True,
+              fd: int | None = None) -> Info:
+    """Read and parse an `.info` file (see ``parse_info`` for ``objects``).
+
+    At most ``limits.info_size`` bytes are read; a larger file is refused
+    (LimitExceeded) before any is parsed. Without ``follow`` the file itself
+    must not be a symlink. With ``fd`` (an open regular file, taken over and
+    closed) ``path`` only names it in errors.
+    """
+    cap = limits.info_size
     try:
-        with os.fdopen(open_regular(path), "rb") as f:
-            data = read_at_most(f, MAX_INFO_BYTES + 1, 1 << 20)
+        with os.fdopen(open_regular(path, follow=follow) if fd is None else fd, "rb") as f:
+            if os.fstat(f.fileno()).st_size > cap:
+                raise exceeded(f"{os.fstat(f.fileno()).st_size} bytes", os.fspath(path),
+                               "info-size", cap)
+            data = read_at_most(f, cap + 1, 1 << 20)
     except OSError as e:
+        if e.errno == errno.ELOOP and not follow:
+            raise QFormatError("a symlink, not a regular file: links inside a .q directory "
+                               "are not followed", path) from None
         raise QFormatError(f"cannot read: {e.strerror}", path) from None
-    return parse_info(data, path, objects)
+    if len(data) > cap:  # grew while being read
+        raise exceeded(f"more than {cap} bytes", os.fspath(path), "info-size", cap)
+    name = os.fspath(path)
+    try:
+        return info_from_forms(parse_forms(data, name, frozenset() if objects else _OBJECT_TAGS,
+                                           max_bytes=cap))
+    except QFormatError as e:
+        raise e.located(name) from None
+
+
+CPU_STATS = "cpu-stats"
+"""``q:purpose`` of a set that exists for its per-CPU statistics (the CPU
+table of ``kernel-cpuN``); it may have no data files."""
+
+
+def purpose(info: Info) -> str | None:
+    value = getattr(info.task, "purpose", None) or info.task.extra.get("q:purpose")
+    return value if isinstance(value, str) else None
+
+
+def data_expected(info: Info) -> bool:
+    """False for a set that may lack its data files: one kept for its CPU
+    statistics, or one that says it has no samples (such as the header
+    q-syscollect writes when it claims a version)."""
+    return purpose(info) != CPU_STATS and info.task.samples != 0
+
+
+def require_complete(info: Info, path: str) -> None:
+    """Refuse an `.info` that cannot be whole: q-syscollect writes every one
+    atomically, with its (q:info ...) form first, and a histogram unless it
+    says it has no samples. An empty or cut file is damage, not "no samples"."""
+    if info == Info(task=TaskInfo(format_version=None)):
+        raise QFormatError("empty: no forms at all (truncated, or not written by q-syscollect)",
+                           path)
+    if info.task == TaskInfo(format_version=None):
+        raise QFormatError("incomplete: no (q:info ...) form (truncated?)", path)
+    if info.histogram is None and data_expected(info):
+        raise QFormatError("incomplete: no (q:histogram ...) form, though it does not say it "
+                           "has no samples (truncated?)", path)
 
 
 def dump_info(info: Info) -> str:

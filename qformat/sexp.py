@@ -207,13 +207,13 @@ def _parse_one(source: str, line: int) -> Form:
 
 
 def parse_forms(data: str | bytes, path: str | None = None,
-                skip: frozenset[str] = frozenset()) -> list[Form]:
+                skip: frozenset[str] = frozenset(), max_bytes: int = MAX_INFO_BYTES) -> list[Form]:
     """Parse the text of an `.info` file into its top-level forms; forms
     tagged with a name in ``skip`` are only checked for balance."""
     try:
         if isinstance(data, bytes):
-            if len(data) > MAX_INFO_BYTES:
-                raise QFormatError(f"larger than {MAX_INFO_BYTES >> 20} MiB")
+            if len(data) > max_bytes:
+                raise QFormatError(f"larger than {max_bytes} bytes")
             text = _decode(data)
         else:
             text = data

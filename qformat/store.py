@@ -28,6 +28,7 @@ from zlib_ng import gzip_ng, zlib_ng
 from .errors import QFormatError
 from .names import SetName, check_plain_name, copy_name, info_versions, parse_copy_name, \
     parse_name
+from .limits import show
 
 TEMP_PREFIX = ".tmp-"
 CHUNK = 1 << 20
@@ -87,6 +88,49 @@ def open_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None,
         os.close(fd)
         raise
     return fd
+
+
+class MissingFile(QFormatError):
+    """A file an `.info` names is not there."""
+
+
+def open_in_directory(directory: str, name: str,
+                      expect: tuple[int, int] | None = None) -> tuple[int, tuple[int, int]]:
+    """A read-only fd for the regular file ``name`` in ``directory``, and the
+    directory's (st_dev, st_ino).
+
+    The path to the directory is the user's; inside it no symlink is
+    followed: ``name`` is one plain component (checked) opened with
+    O_NOFOLLOW relative to the directory's fd, which for a single component
+    is all that openat2's RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS would add.
+    With ``expect`` (the identity returned when the set's `.info` was
+    opened) a directory replaced in between is refused, so an `.info` and
+    its data files come from one directory.
+    """
+    try:
+        dir_fd = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as e:
+        raise QFormatError(f"cannot open directory: {e.strerror}", directory) from None
+    path = os.path.join(directory, name)
+    try:
+        st = os.fstat(dir_fd)
+        identity = (st.st_dev, st.st_ino)
+        if expect is not None and identity != expect:
+            raise QFormatError("its directory was replaced while being read", path)
+        try:
+            fd = open_regular(check_plain_name(name), dir_fd=dir_fd, follow=False)
+        except QFormatError as e:
+            raise e.located(path) from None
+        except FileNotFoundError:
+            raise MissingFile("missing (its .info names it)", path) from None
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise QFormatError("a symlink, not a regular file: links inside a .q "
+                                   "directory are not followed", path) from None
+            raise QFormatError(f"cannot read: {e.strerror}", path) from None
+    finally:
+        os.close(dir_fd)
+    return fd, identity
 
 
 def read_at_most(f: BinaryIO, limit: int, chunk: int = 1 << 16) -> bytes:
@@ -412,27 +456,56 @@ class QDir:
 
     # ------------------------------------------------------------ reading
 
-    def verify_copy(self, name: str) -> CopyProblem | None:
-        """Check an object copy against the crc in its name; None if good."""
+    def verify_copy(self, name: str, max_size: int | None = None) -> CopyProblem | None:
+        """Check an object copy against the crc in its name; None if good
+        (see ``open_copy``)."""
+        fd, problem = self.open_copy(name, max_size)
+        if fd is not None:
+            os.close(fd)
+        return problem
+
+    def open_copy(self, name: str,
+                  max_size: int | None = None) -> tuple[int, None] | tuple[None, CopyProblem]:
+        """An fd of the object copy ``name`` whose content has the crc its name
+        says, or why there is none; read what was checked through the fd.
+
+        A copy is a file of the directory, or a symlink that ``--symlink``
+        made: that one is followed only to a regular file owned by root that
+        nobody else can write (anyone could otherwise point an archive's
+        copy at a file of theirs, or at one they may change later). Checked
+        on the opened descriptor. ``max_size`` bounds the bytes checksummed.
+        """
         try:
             _base, expected = parse_copy_name(check_plain_name(name))
         except QFormatError as e:
-            return CopyProblem(name, e.message)
+            return None, CopyProblem(name, e.message)
         try:
-            fd = self.open_read(name)
+            linked = stat.S_ISLNK(self.lstat(name).st_mode)
+            fd = open_regular(name, dir_fd=self.fd, follow=linked)
         except FileNotFoundError:
-            return CopyProblem(name, "missing")
+            return None, CopyProblem(name, "missing")
         except OSError as e:
-            return CopyProblem(name, f"unreadable: {e.strerror}")
+            return None, CopyProblem(name, f"unreadable: {e.strerror}")
+        problem = None
         try:
-            actual = crc32_of_fd(fd)
+            st = os.fstat(fd)
+            if linked and st.st_uid != 0:
+                problem = f"a symlink to a file owned by uid {st.st_uid}, not root: refused"
+            elif linked and st.st_mode & 0o022:
+                problem = ("a symlink to a file writable by group or others "
+                           f"(mode {stat.S_IMODE(st.st_mode):04o}): refused")
+            elif max_size is not None and st.st_size > max_size:
+                problem = (f"{st.st_size} bytes, over the limit of "
+                           f"{show('copy-size', max_size)} (copy-size; raise it with "
+                           "--limits copy-size=N)")
+            elif (actual := crc32_of_fd(fd)) != expected:
+                problem = f"content changed (crc32 {actual:08x}, not {expected:08x})"
         except OSError as e:
-            return CopyProblem(name, f"unreadable: {e.strerror}")
-        finally:
+            problem = f"unreadable: {e.strerror}"
+        if problem is not None:
             os.close(fd)
-        if actual != expected:
-            return CopyProblem(name, f"content changed (crc32 {actual:08x}, not {expected:08x})")
-        return None
+            return None, CopyProblem(name, problem)
+        return fd, None
 
 
 def _write_chunks(f: object, data: Chunks) -> None:

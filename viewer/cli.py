@@ -12,8 +12,10 @@ import argparse
 import os
 import sys
 import time
-from typing import Sequence, TextIO
+from typing import Callable, Sequence, TextIO
 
+from qtools.qformat.limits import DEFAULT_LIMITS, LimitExceeded, describe_defaults, \
+    parse_limits
 from qtools.qformat import QFormatError
 from qtools.qformat.version import package_version
 
@@ -22,7 +24,7 @@ from .build import BY_CHOICES, build_samples
 from .callgraph import analyze
 from .errors import ViewError
 from .model import Profile, printable
-from .load import Selection, TaskSet, default_directory, select, sets_in
+from .load import Selection, SetRemoved, TaskSet, default_directory, select, sets_in
 from .render import collapsed, dot, flat, graph, jsonfmt, overview, quality
 from .symbols import Symbols, debug_roots_from_env
 from .symcache import SymbolCache, cache_dir
@@ -81,6 +83,13 @@ def parser() -> argparse.ArgumentParser:
                           "(before $Q_DEBUG_ROOT and /usr/lib/debug)")
     sym.add_argument("--no-cache", action="store_true",
                      help="do not read or write the symbol cache")
+    p.add_argument("--limits", metavar="KEY=VALUE,...", type=_limits,
+                   default=DEFAULT_LIMITS,
+                   help="caps on what is read from a .q, which may come from anyone: "
+                        "data-size (decompressed bytes of one data file), lines (of one "
+                        "data file), stacks (distinct stacks), info-size (one .info), "
+                        "copy-size (one object copy checked); sizes take K, M, G (binary), "
+                        f"counts k, M (decimal). Defaults: {describe_defaults()}")
     return p
 
 
@@ -105,6 +114,13 @@ class _Warnings:
             self.err.write(f"{PROG}: warning: {printable(message)}\n")
 
 
+def _limits(text: str) -> object:
+    try:
+        return parse_limits(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
          err: TextIO | None = None) -> int:
     out = out or sys.stdout
@@ -118,6 +134,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
         return 2
     try:
         return _run(args, out, err)
+    except LimitExceeded as e:
+        err.write(f"{PROG}: {printable(str(e))}; raise it with --limits {e.key}=N\n")
+        return 1
     except (ViewError, QFormatError) as e:
         err.write(f"{PROG}: {printable(str(e))}\n")
         return 1
@@ -153,12 +172,14 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         for directory in inputs:
             _overview(directory, selection, args, out)
         return 0
-    sets = select(inputs, selection, args.all_versions)
+    sets = select(inputs, selection, args.all_versions, args.limits)
     warn = _Warnings(err)
     cache = SymbolCache(None if args.no_cache else cache_dir())
-    symbols = Symbols(cache, list(args.debug_root) + debug_roots_from_env(), warn)
-    try:
-        samples = build_samples(sets, symbols, args.by, warn)
+    symbols = Symbols(cache, list(args.debug_root) + debug_roots_from_env(), warn,
+                      args.limits.copy_size)
+    try:  # JSON escapes control characters itself: names go to it as they are
+        samples = build_samples(sets, symbols, args.by, warn,
+                                None if args.format == "json" else printable)
     finally:
         symbols.close()
     if args.no_kernel:
@@ -211,13 +232,18 @@ def _report(profile: Profile, args: argparse.Namespace, out: TextIO) -> None:
 def _overview(directory: str, selection: Selection, args: argparse.Namespace,
               out: TextIO) -> None:
     found = sets_in(directory, all_versions=selection.windowed,
-                    written_since=selection.written_since, objects=False)
+                    written_since=selection.written_since, objects=False, limits=args.limits)
     if selection.windowed:
         found = [ts for ts in found if selection.in_window(ts)]
     groups: dict[object, list[TaskSet]] = {}
     for ts in found:  # a set's slices in the window make one row
         groups.setdefault(ts.set_name or ts.name, []).append(ts)
-    rows = [_row(group) for group in groups.values()]
+    rows = []
+    for group in groups.values():
+        try:
+            rows.append(_row(group, _same if args.format == "json" else printable))
+        except SetRemoved:
+            continue  # retention removed it while the overview was being read
     cpus = [c for group in groups.values() if group[-1].is_kernel
             if (c := _cpu_row(group)) is not None]
     if args.format == "json":
@@ -234,7 +260,11 @@ def _overview(directory: str, selection: Selection, args: argparse.Namespace,
     overview.render(rows, directory, out, cpus, window)
 
 
-def _row(group: list[TaskSet]) -> overview.Row:
+def _same(text: str) -> str:
+    return text
+
+
+def _row(group: list[TaskSet], escape: Callable[[str], str]) -> overview.Row:
     ts = group[-1]  # the latest slice names the row
     pids = {p for t in group for p in (t.info.task.pids or [])}
     pid = str(ts.pid) if ts.pid is not None else (f"{len(pids)} pids" if pids else "-")
@@ -245,8 +275,8 @@ def _row(group: list[TaskSet]) -> overview.Row:
             if isinstance(value, (int, float)):
                 name = key.removeprefix("q:")
                 stats[name] = stats.get(name, 0) + value
-    return overview.Row(printable(ts.comm or ts.name), pid, cpu, sum(t.total() for t in group),
-                        ts.unit, printable(ts.name), len(group), stats)
+    return overview.Row(escape(ts.comm or ts.name), pid, cpu, sum(t.total() for t in group),
+                        ts.unit, escape(ts.name), len(group), stats)
 
 
 def _cpu_row(group: list[TaskSet]) -> overview.CpuRow | None:

@@ -12,11 +12,11 @@ import os
 import shlex
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import IO, Callable, Iterator, TypeVar
 
-from qtools.qformat import Info, QFormatError, SetName, Stack, info_versions, parse_name, \
-    read_edges, \
-    read_hist, read_info, read_stacks, resolve_info, sanitize_prog
+from qtools.qformat import DEFAULT_LIMITS, Info, Limits, MissingFile, QFormatError, SetName, \
+    Stack, data_expected, info_versions, open_in_directory, parse_name, read_edges, read_hist, \
+    read_info, read_stacks, require_complete, resolve_info, sanitize_prog
 from qtools.qformat.data import Arc
 
 from .errors import ViewError
@@ -26,22 +26,42 @@ DEFAULT_DIR = ".q"
 MTIME_SLACK = 60.0  # seconds: file times lag the clock that stamps end-time by a tick or so
 
 
+class SetRemoved(MissingFile):
+    """A set whose `.info` was removed after it was read (a live directory)."""
+
+
 @dataclass
 class TaskSet:
     directory: str
     name: str  # the `.info` file name, with its version
     info: Info
     set_name: SetName | None  # None for a hand-named file
+    limits: Limits = DEFAULT_LIMITS
+    dir_id: tuple[int, int] | None = None  # the directory the `.info` was read from
 
     @property
     def path(self) -> str:
         return os.path.join(self.directory, self.name)
 
-    def data_path(self, name: str) -> str | None:
-        """Path of a data file, or None where it does not exist (a set that had
-        no samples yet when its `.info` was written): that counts as empty."""
-        path = os.path.join(self.directory, name)
-        return path if os.path.exists(path) else None
+    def data_path(self, name: str) -> str:
+        return os.path.join(self.directory, name)
+
+    @property
+    def data_expected(self) -> bool:
+        """False where data files may be missing (see ``qformat.data_expected``)."""
+        return data_expected(self.info)
+
+    def _open(self, name: str) -> IO[bytes]:
+        """A data file of this set: in the `.info`'s directory, no symlink
+        (MissingFile where it is not there, SetRemoved where the `.info` has
+        gone too: retention removes the `.info` first, then its data)."""
+        try:
+            fd, _dir = open_in_directory(self.directory, name, self.dir_id)
+        except MissingFile as e:
+            if not os.path.lexists(self.path):
+                raise SetRemoved("removed while being read", self.path) from None
+            raise e
+        return os.fdopen(fd, "rb")
 
     @property
     def factor(self) -> float:
@@ -96,40 +116,76 @@ class TaskSet:
     # ------------------------------------------------------------ data
 
     def hist(self) -> Iterator[tuple[int, int]]:
+        """The `.hist` records; QFormatError (MissingFile) where the file cannot
+        be read, unless the set may lack its data."""
         h = self.info.histogram
-        path = self.data_path(h.file) if h else None
-        return read_hist(path) if path else iter(())
+        if h is None:
+            return iter(())
+        try:
+            f = self._open(h.file)
+        except MissingFile:
+            if self.data_expected:
+                raise
+            return iter(())
+        return _closing(f, read_hist(f, self.limits, name=self.data_path(h.file)))
 
     def stacks(self) -> Iterator[Stack] | None:
-        """The `.stack` records, or None where the set has no call-stack data."""
+        """The `.stack` records, or None where the set has no call-stack data
+        (MissingFile where the `.info` names a file that is not there)."""
         cs = self.info.call_stacks
         if cs is None:
             return None
-        path = self.data_path(cs.file)
-        if path:
-            return read_stacks(path)
-        h = self.info.histogram
-        if h and self.data_path(h.file):
-            return None  # a histogram but no stack file: use the histogram
-        return iter(())
+        try:
+            f = self._open(cs.file)
+        except MissingFile:
+            if self.data_expected:
+                raise
+            return None
+        return _closing(f, read_stacks(f, self.limits, name=self.data_path(cs.file)))
 
     def edges(self) -> Iterator[Arc] | None:
+        """The `.edge` records, or None where the set has none (MissingFile
+        where the `.info` names a file that is not there)."""
         cc = self.info.call_counts
         if cc is None:
             return None
-        path = self.data_path(cc.file)
-        return read_edges(path) if path else iter(())
+        try:
+            f = self._open(cc.file)
+        except MissingFile:
+            if self.data_expected:
+                raise
+            return None
+        return _closing(f, read_edges(f, self.limits, name=self.data_path(cc.file)))
 
     def total(self) -> float:
         """The set's total in output units (hist counts times the conversion factor)."""
         return sum(count for _addr, count in self.hist()) * self.factor
 
 
+_T = TypeVar("_T")
+
+
+def _closing(f: IO[bytes], records: Iterator[_T]) -> Iterator[_T]:
+    with f:
+        yield from records
+
+
+def read_set(directory: str, name: str, set_name: SetName | None, limits: Limits,
+             objects: bool = True) -> TaskSet:
+    """The task set of the `.info` ``name`` in ``directory``: no symlink, within
+    ``limits``, whole (an empty or cut `.info` is an error, not an empty set)."""
+    fd, dir_id = open_in_directory(directory, name)
+    path = os.path.join(directory, name)
+    info = read_info(path, objects, limits, fd=fd)
+    require_complete(info, path)
+    return TaskSet(directory, name, info, set_name, limits, dir_id)
+
+
 def default_directory(explicit: str | None) -> str:
     return explicit or os.environ.get("Q_DIR") or DEFAULT_DIR
 
 
-def open_info(path: str) -> TaskSet:
+def open_info(path: str, limits: Limits = DEFAULT_LIMITS) -> TaskSet:
     """The task set of an `.info` name; without ``#N``, its latest version.
 
     A file whose name is no q name at all is read as it is (a hand-made or
@@ -144,8 +200,10 @@ def open_info(path: str) -> TaskSet:
     except QFormatError as e:
         raise e.located(path) from None
     directory, name = os.path.split(resolved)
-    info = read_info(resolved)
-    return TaskSet(directory or ".", name, info, _set_name(name))
+    try:
+        return read_set(directory or ".", name, _set_name(name), limits)
+    except MissingFile as e:
+        raise ViewError("no such file", e.path) from None
 
 
 def _set_name(name: str) -> SetName | None:
@@ -171,7 +229,8 @@ def _listdir(directory: str) -> list[str]:
 
 def sets_in(directory: str, all_versions: bool = False,
             named: Callable[[SetName], bool] | None = None,
-            written_since: float | None = None, objects: bool = True) -> list[TaskSet]:
+            written_since: float | None = None, objects: bool = True,
+            limits: Limits = DEFAULT_LIMITS) -> list[TaskSet]:
     """Task sets of a directory: the latest version of each, or every version.
 
     A directory of a long run holds thousands, so what can be told without
@@ -190,7 +249,10 @@ def sets_in(directory: str, all_versions: bool = False,
             path = os.path.join(directory, name)
             if written_since is not None and _mtime(path) < written_since:
                 continue
-            out.append(TaskSet(directory, name, read_info(path, objects), set_name))
+            try:
+                out.append(read_set(directory, name, set_name, limits, objects))
+            except MissingFile:
+                continue  # removed since the listing (retention): not damage
     return out
 
 
@@ -252,17 +314,18 @@ def _when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
-def versions_of(path: str) -> list[TaskSet]:
+def versions_of(path: str, limits: Limits = DEFAULT_LIMITS) -> list[TaskSet]:
     """Every version of the set an `.info` name (without ``#N``) names."""
     directory, name = os.path.split(path)
     set_name = _set_name(name)
     if set_name is None:
-        return [open_info(path)]
-    return sets_in(directory or ".", all_versions=True,
-                   named=lambda n: n == set_name) or [open_info(path)]
+        return [open_info(path, limits)]
+    return sets_in(directory or ".", all_versions=True, named=lambda n: n == set_name,
+                   limits=limits) or [open_info(path, limits)]
 
 
-def select(inputs: list[str], selection: Selection, all_versions: bool) -> list[TaskSet]:
+def select(inputs: list[str], selection: Selection, all_versions: bool,
+           limits: Limits = DEFAULT_LIMITS) -> list[TaskSet]:
     """Task sets named by ``inputs`` (files or directories) that match ``selection``.
 
     With a time window every version (time slice) is a candidate, and those
@@ -272,14 +335,14 @@ def select(inputs: list[str], selection: Selection, all_versions: bool) -> list[
     for item in inputs:
         if os.path.isdir(item):
             found = sets_in(item, all_versions or selection.windowed, selection.may_match,
-                            selection.written_since)
+                            selection.written_since, limits=limits)
             if not found and not info_versions(_listdir(item)):
                 raise ViewError("no task sets (*.info#N) in this directory", item)
             candidates += found
         elif selection.windowed and "#" not in os.path.basename(item):
-            candidates += versions_of(item)
+            candidates += versions_of(item, limits)
         else:
-            candidates.append(open_info(item))
+            candidates.append(open_info(item, limits))
     chosen = [ts for ts in candidates if selection.matches(ts) and selection.in_window(ts)]
     if not chosen:
         raise ViewError(f"no task set matches {selection.describe()}",

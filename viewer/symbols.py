@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import zlib
 from bisect import bisect_right
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, NamedTuple
 
@@ -85,14 +86,15 @@ def debug_roots_from_env() -> list[str]:
 class Symbols:
     """Loads symbol sources for a whole run; each copy once."""
 
-    def __init__(self, cache: SymbolCache, debug_roots: list[str], warn: Warn) -> None:
+    def __init__(self, cache: SymbolCache, debug_roots: list[str], warn: Warn,
+                 max_copy: int | None = None) -> None:
         self.cache = cache
+        self.max_copy = max_copy  # bytes of one copy checksummed (--limits copy-size)
         self.debug_roots = debug_roots
         self.warn = warn
         self._objects: dict[tuple[str, str], LoadedObject | None] = {}
         self._kallsyms: dict[tuple[str, str], Kallsyms | None] = {}
         self._perf_maps: dict[tuple[str, str], SymbolTable | None] = {}
-        self._verified: dict[tuple[str, str], bool] = {}
         self._qdirs: dict[str, QDir] = {}
 
     def close(self) -> None:
@@ -108,18 +110,24 @@ class Symbols:
             q = self._qdirs[directory] = QDir.open(directory or ".", reader=True)
         return q
 
-    def _verify(self, directory: str, copy: str) -> bool:
-        """True if the copy is there with the crc its name says; warns once if not."""
-        key = (directory, copy)
-        if key not in self._verified:
-            try:
-                problem = self._qdir(directory).verify_copy(copy)
-            except OSError as e:
-                problem = f"{copy}: cannot open directory: {e.strerror}"  # type: ignore[assignment]
-            if problem is not None:
-                self.warn(f"{os.path.join(directory, str(problem))}; its symbols are unknown")
-            self._verified[key] = problem is None
-        return self._verified[key]
+    @contextmanager
+    def _verified(self, directory: str, copy: str) -> Iterator[str | None]:
+        """A path that reads the copy as it was checked (its descriptor,
+        ``/proc/self/fd/N``, so that nothing swapped in after the check is
+        read), or None after one warning where the copy is not trustworthy."""
+        try:
+            fd, problem = self._qdir(directory).open_copy(copy, self.max_copy)
+        except OSError as e:
+            fd, problem = None, f"{copy}: cannot open directory: {e.strerror}"  # type: ignore
+        if fd is None:
+            self.warn(f"{os.path.join(directory, str(problem))}; its symbols are unknown")
+            yield None
+            return
+        try:
+            yield f"/proc/self/fd/{fd}" if os.path.isdir("/proc/self/fd") \
+                else os.path.join(directory, copy)
+        finally:
+            os.close(fd)
 
     def _cache_key(self, path: str, copy: str, kind: str) -> str | None:
         try:
@@ -141,19 +149,24 @@ class Symbols:
         return self._objects[key]
 
     def _load_object(self, directory: str, ref: ObjectRef, copy: str | None) -> LoadedObject | None:
-        if copy is None or not self._verify(directory, copy):
+        if copy is None:
+            return None
+        with self._verified(directory, copy) as source:
             # No trustworthy copy, no symbols: a separate debug file alone
             # cannot say where file offsets load (its PT_LOADs are rewritten).
-            return None
+            return None if source is None else self._read_object(directory, ref, copy, source)
+
+    def _read_object(self, directory: str, ref: ObjectRef, copy: str,
+                     source: str) -> LoadedObject | None:
         path = os.path.join(directory, copy)
-        cache_key = self._cache_key(path, copy, "elf")
+        cache_key = self._cache_key(source, copy, "elf")
         if cache_key:
             hit = self.cache.load(cache_key)
             if hit is not None and not self._stale(hit[1], directory, ref):
                 table, meta = hit
                 return LoadedObject([Segment(*s) for s in meta["segments"]], table)
         try:
-            elf = read_elf(path)
+            elf = read_elf(source)
         except ElfProblem as e:
             self.warn(f"{path}: {e}; its symbols are unknown")
             return None
@@ -230,15 +243,16 @@ class Symbols:
         key = (directory, copy)
         if key not in self._kallsyms:
             self._kallsyms[key] = None
-            if self._verify(directory, copy):
-                self._kallsyms[key] = self._cached_kallsyms(directory, copy)
+            with self._verified(directory, copy) as source:
+                if source is not None:
+                    self._kallsyms[key] = self._cached_kallsyms(directory, copy, source)
         return self._kallsyms[key]
 
-    def _cached_kallsyms(self, directory: str, copy: str) -> Kallsyms | None:
+    def _cached_kallsyms(self, directory: str, copy: str, source: str) -> Kallsyms | None:
         # A kallsyms copy is 5 MB of text: parsing it dominates a warm run
         # unless it is cached like any object's symbols.
         path = os.path.join(directory, copy)
-        cache_key = self._cache_key(path, copy, "kallsyms")
+        cache_key = self._cache_key(source, copy, "kallsyms")
         hit = self.cache.load(cache_key) if cache_key else None
         if hit is not None:
             table, meta = hit
@@ -248,18 +262,18 @@ class Symbols:
                     and isinstance(m[1], str) for m in modules):
                 return Kallsyms(table, dict((a, b) for a, b in modules),
                                 bool(meta.get("restricted")))
-        ks = self._load_kallsyms(path)
+        ks = self._load_kallsyms(path, source)
         if ks is not None and cache_key:
             self.cache.store(cache_key, ks.table, {
                 "restricted": ks.restricted, "modules": sorted(ks.modules.items())})
         return ks
 
-    def _load_kallsyms(self, path: str) -> Kallsyms | None:
+    def _load_kallsyms(self, path: str, source: str) -> Kallsyms | None:
         raw: list[RawSymbol] = []
         modules: dict[str, str] = {}
         restricted, bad = True, 0
         try:
-            with os.fdopen(open_regular(path), "rb") as f:
+            with os.fdopen(open_regular(source), "rb") as f:
                 for line in _lines(f):
                     fields = line.split()
                     if len(fields) < 3 or len(fields[1]) != 1:
@@ -293,15 +307,17 @@ class Symbols:
         key = (directory, copy)
         if key not in self._perf_maps:
             self._perf_maps[key] = None
-            if self._verify(directory, copy):
-                self._perf_maps[key] = self._load_perf_map(os.path.join(directory, copy))
+            with self._verified(directory, copy) as source:
+                if source is not None:
+                    self._perf_maps[key] = self._load_perf_map(os.path.join(directory, copy),
+                                                               source)
         return self._perf_maps[key]
 
-    def _load_perf_map(self, path: str) -> SymbolTable | None:
+    def _load_perf_map(self, path: str, source: str) -> SymbolTable | None:
         raw: list[RawSymbol] = []
         bad = 0
         try:
-            with os.fdopen(open_regular(path), "rb") as f:
+            with os.fdopen(open_regular(source), "rb") as f:
                 for line in _lines(f):
                     parts = line.rstrip(b"\r\n").split(None, 2)
                     try:

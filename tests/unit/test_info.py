@@ -241,12 +241,11 @@ def test_reading_a_small_info_takes_little_memory(tmp_path):
     assert peak < 4 << 20  # not the 64 MiB size limit allocated up front
 
 
-def test_info_over_the_size_limit_is_refused(tmp_path, monkeypatch):
-    from qtools.qformat import info as info_module
-    from qtools.qformat import sexp as sexp_module
-    monkeypatch.setattr(info_module, "MAX_INFO_BYTES", 100)
-    monkeypatch.setattr(sexp_module, "MAX_INFO_BYTES", 100)
+def test_info_over_the_size_limit_is_refused(tmp_path):
+    from qtools.qformat.limits import LimitExceeded, Limits
     path = tmp_path / "a-pid1-cpu0.info#0"
     path.write_text("(q:info '((q:comm . \"" + "x" * 200 + "\")))\n")
-    with pytest.raises(QFormatError, match="larger than"):
-        read_info(path)
+    with pytest.raises(LimitExceeded, match="over the limit of 100 bytes") as e:
+        read_info(path, limits=Limits(info_size=100))
+    assert e.value.key == "info-size"
+    read_info(path, limits=Limits(info_size=300))

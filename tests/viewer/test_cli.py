@@ -109,10 +109,10 @@ def test_compressed_data_files_read_the_same(tmp_path, calls_pie):
     assert run(plain.info_path(name))[1] == run(packed.info_path(name2))[1]
 
 
-def test_missing_data_files_count_as_empty(tmp_path, calls_pie):
+def test_a_set_that_says_it_has_no_samples_needs_no_data_files(tmp_path, calls_pie):
     q = QBuilder(tmp_path / ".q")
     q.load(calls_pie)
-    name = q.task("calls", 1, 0, write_hist=False, exe=EXE)
+    name = q.task("calls", 1, 0, write_hist=False, exe=EXE, extra_info={"samples": 0})
     code, out, err = run(q.info_path(name))
     assert (code, err) == (0, "")
     assert "(no samples)" in out

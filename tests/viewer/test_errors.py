@@ -155,6 +155,8 @@ def test_compressed_bomb_of_valid_lines_streams_in_bounded_memory(tmp_path, call
     line = b"1000 " + b" ".join(b"0x%x" % a for a in (o.at("leaf1"), o.ret("main"))) + b"\n"
     _gzip_lines(stack, line, 400_000)  # ~16 MB of text in ~50 kB
     assert stack.stat().st_size < 200_000
+    hist = q.path / name.replace(".info", ".hist")
+    hist.write_bytes(b"0x%x %d\n" % (o.at("leaf1"), 400_000 * 1000))  # agrees with the stacks
     code, peak, err = _peak_of([q.info_path(name), "--format", "json"])
     assert (code, err) == (0, "")
     assert peak < 8 << 20  # far less than the 16 MB decompressed

@@ -1,0 +1,394 @@
+"""A `.q` from anyone: every data file accounted for, caps on what is read,
+no symlink followed out of the directory, names escaped once in JSON.
+
+Each case says what a user sees: exit status, and one line on stderr naming
+the file (a warning where the profile can still show something true).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import zlib
+from pathlib import Path
+
+import pytest
+
+from qsynth import MS, QBuilder
+from scenarios import calls_dir, run
+
+# ---------------------------------------------------------------- helpers
+
+
+def _one_line(code: int, out: str, err: str, want_code: int, *names: str) -> str:
+    assert code == want_code, err
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    for name in names:
+        assert name in lines[0], lines[0]
+    if want_code:
+        assert out == "" and lines[0].startswith("q-view: ")
+    else:
+        assert lines[0].startswith("q-view: warning: ") and "Flat profile" in out
+    return lines[0]
+
+
+def _sibling(q: QBuilder, name: str, kind: str) -> Path:
+    return q.path / name.replace(".info", kind)
+
+
+def _gzip_members(path: Path, block: bytes, repeat: int) -> None:
+    """``block`` ``repeat`` times over, as that many gzip members of one
+    compressed block: gigabytes of content written in a fraction of a second."""
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    member = c.compress(block) + c.flush()
+    with open(path, "wb") as f:
+        for _ in range(repeat):
+            f.write(member)
+
+
+@pytest.fixture
+def calls_q(tmp_path, calls_pie):
+    """The standard call graph: a .stack and the .hist of its leaves."""
+    return calls_dir(tmp_path, calls_pie)
+
+
+# ---------------------------------------------------------------- .hist beside a .stack
+
+
+def test_a_consistent_set_reads_quietly(calls_q):
+    q, _o, name = calls_q
+    code, out, err = run(q.info_path(name))
+    assert (code, err) == (0, "") and "Flat profile" in out
+
+
+@pytest.mark.parametrize("damage", ["missing", "symlink", "fifo", "malformed", "corrupt-gzip"])
+def test_damaged_hist_beside_good_stacks_is_a_warning(calls_q, damage):
+    q, _o, name = calls_q
+    hist = _sibling(q, name, ".hist")
+    good = hist.read_bytes()
+    hist.unlink()
+    if damage == "symlink":  # even to a copy of the right content
+        (q.path.parent / "elsewhere.hist").write_bytes(good)
+        hist.symlink_to(q.path.parent / "elsewhere.hist")
+    elif damage == "fifo":
+        os.mkfifo(hist)
+    elif damage == "malformed":
+        hist.write_bytes(good + b"0x12 twelve\n")
+    elif damage == "corrupt-gzip":
+        hist.write_bytes(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03not deflate data")
+    line = _one_line(*run(q.info_path(name)), 0, str(hist), str(_sibling(q, name, ".stack")))
+    expect = {"missing": "missing", "symlink": "symlink", "fifo": "not a regular file",
+              "malformed": f"{hist}:", "corrupt-gzip": "compressed"}[damage]
+    assert expect in line
+    # the flat profile is the stacks': the same as with the good histogram
+    hist.unlink(missing_ok=True)
+    hist.write_bytes(good)
+    _code, with_good, _err = run(q.info_path(name), "--flat")
+    hist.unlink()
+    _code, without, _err = run(q.info_path(name), "--flat")
+    assert with_good == without
+
+
+def test_missing_hist_without_stacks_is_an_error(tmp_path, calls_pie):
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    name = q.task("calls", 1, 0, hist={o.at("main"): MS}, write_hist=False)
+    _one_line(*run(q.info_path(name)), 1, str(_sibling(q, name, ".hist")), "missing")
+    _one_line(*run(str(q.path)), 1, str(_sibling(q, name, ".hist")), "missing")  # overview
+
+
+def test_stack_and_hist_totals_disagree(calls_q):
+    q, o, name = calls_q
+    hist = _sibling(q, name, ".hist")
+    hist.write_bytes(hist.read_bytes() + b"0x%x %d\n" % (o.at("main") + 5, 7 * MS))
+    line = _one_line(*run(q.info_path(name)), 0, str(hist), str(_sibling(q, name, ".stack")))
+    assert "disagree" in line and "totals" in line
+
+
+def test_stack_and_hist_leaves_disagree_with_equal_totals(tmp_path, calls_pie):
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    stacks = [(3 * MS, [o.at("leaf1"), o.ret("main")]), (2 * MS, [o.at("leaf2"), o.ret("main")])]
+    name = q.task("calls", 1, 0, stacks=stacks,
+                  hist={o.at("leaf1"): 2 * MS, o.at("leaf2"): 3 * MS})
+    line = _one_line(*run(q.info_path(name)), 0, "disagree", "leaf address")
+    assert "totals" not in line
+
+
+def test_missing_stack_file_is_a_warning_and_the_hist_is_shown(calls_q):
+    q, _o, name = calls_q
+    stack = _sibling(q, name, ".stack")
+    stack.unlink()
+    _one_line(*run(q.info_path(name)), 0, str(stack), "missing")
+
+
+def test_missing_edge_file_is_a_warning(tmp_path, calls_pie):
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    name = q.task("calls", 1, 0, stacks=[(MS, [o.at("main")])], edges={(1, 2): 3})
+    edge = _sibling(q, name, ".edge")
+    edge.unlink()
+    _one_line(*run(q.info_path(name)), 0, str(edge), "missing", "no call counts")
+
+
+def test_remainder_of_stacks_not_kept(tmp_path, calls_pie):
+    """``WEIGHT -``: samples whose stacks the collector did not keep count
+    toward the total, at the functions the histogram names."""
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    name = q.task("calls", 1, 0, stacks=[(3 * MS, [o.at("leaf1"), o.ret("main")])],
+                  hist={o.at("leaf1"): 3 * MS, o.at("leaf2"): 5 * MS, o.at("main"): 1 * MS})
+    stack = _sibling(q, name, ".stack")
+    stack.write_bytes(stack.read_bytes() + b"%d -\n" % (6 * MS))
+    code, out, err = run(q.info_path(name), "--format", "json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert doc["total"] == pytest.approx(9e-3)
+    self_of = {f["name"]: f["self"] for f in doc["functions"]}
+    assert self_of == pytest.approx({"leaf1": 3e-3, "leaf2": 5e-3, "main": 1e-3})
+    # a remainder the histogram does not account for: a warning, shown apart
+    stack.write_bytes(stack.read_bytes() + b"%d -\n" % (1 * MS))
+    code, out, err = run(q.info_path(name), "--format", "json")
+    assert code == 0 and "disagree" in err and err.count("\n") == 1
+    assert "[stacks not kept]" in {f["name"] for f in json.loads(out)["functions"]}
+
+
+# ---------------------------------------------------------------- the .info itself
+
+
+def test_empty_info_is_an_error_not_an_empty_profile(calls_q):
+    q, _o, name = calls_q
+    info = Path(q.info_path(name))
+    info.write_bytes(b"")
+    assert "empty" in _one_line(*run(str(info)), 1, str(info))
+    assert "empty" in _one_line(*run(str(q.path)), 1, str(info))  # overview too
+
+
+@pytest.mark.parametrize("cut", ["mid-form", "after-q:info"])
+def test_truncated_info_is_an_error(calls_q, cut):
+    q, _o, name = calls_q
+    info = Path(q.info_path(name))
+    text = info.read_text()
+    end_of_first = text.index("\n(q:histogram")
+    info.write_text(text[:len(text) // 2] if cut == "mid-form" else text[:end_of_first + 1])
+    _one_line(*run(str(info)), 1, str(info))
+
+
+def test_cpu_stats_set_without_data_reads_quietly(tmp_path, calls_pie):
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    q.task("calls", 1, 0, stacks=[(MS, [o.at("main")])])
+    stats = {"q:busy": 0.5, "q:seconds": 10.0}
+    name = q.task("kernel", None, 0, hist={}, write_hist=False, objects=[],
+                  extra_info={"cpu_stats": stats, "extra": {"q:purpose": "cpu-stats"}})
+    code, out, err = run(str(q.path))
+    assert (code, err) == (0, "") and name in out
+    code, out, err = run(q.info_path(name))
+    assert (code, err) == (0, "")
+    code, out, err = run(str(q.path), "--cpu", "0")
+    assert (code, err) == (0, "") and "main" in out
+
+
+def test_info_over_the_size_cap(calls_q):
+    q, _o, name = calls_q
+    info = Path(q.info_path(name))
+    line = _one_line(*run(str(info), "--limits", "info-size=500"), 1, str(info), "info-size")
+    assert "--limits info-size=" in line
+    code, _out, err = run(str(info), "--limits", "info-size=1M")
+    assert (code, err) == (0, "")
+    with open(info, "a") as f:  # 17 MiB: over the default 16 MiB, refused unread
+        f.write("(q:padding \"" + "x" * (17 << 20) + "\")\n")
+    _one_line(*run(str(info)), 1, str(info), "16 MiB", "info-size")
+    _one_line(*run(str(q.path)), 1, str(info), "16 MiB", "info-size")  # overview
+
+
+# ---------------------------------------------------------------- caps on data files
+
+
+def test_small_gzip_over_a_lowered_size_cap(calls_q):
+    q, o, name = calls_q
+    hist = _sibling(q, name, ".hist")
+    _gzip_members(hist, b"0x%x 1\n" % o.at("main") * 400_000, 1)  # 8 MB in a few kB
+    assert hist.stat().st_size < 100_000
+    line = _one_line(*run(q.info_path(name), "--limits", "data-size=1M"), 1, str(hist),
+                     "data-size", "1 MiB")
+    assert "--limits data-size=N" in line
+
+
+def test_gzip_bomb_of_zeros(calls_q):
+    """Gigabytes of zeros in a few megabytes: refused after the first
+    megabyte (no line is that long), not decompressed to the end."""
+    q, _o, name = calls_q
+    stack = _sibling(q, name, ".stack")
+    _gzip_members(stack, bytes(64 << 20), 64)  # 4 GiB
+    _one_line(*run(q.info_path(name)), 1, str(stack), "longer than")
+
+
+def test_sixty_million_lines_refused_at_the_default_cap(calls_q):
+    """60 million lines of gzip'd `.hist`: refused by the line count before
+    any is parsed (parsing them would take minutes)."""
+    q, o, name = calls_q
+    hist = _sibling(q, name, ".hist")
+    _gzip_members(hist, b"0x1 1\n" * 6_000_000, 10)
+    _one_line(*run(q.info_path(name)), 1, str(hist), "50000000 lines", "--limits lines=N")
+
+
+def test_three_million_distinct_stacks_over_a_lowered_cap(tmp_path, calls_pie):
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    name = q.task("calls", 1, 0, stacks=[(MS, [o.at("main")])])
+    stack = _sibling(q, name, ".stack")
+    base = 0x10000  # distinct leaves in no object
+    stack.write_bytes(b"".join(b"1 0x%x\n" % (base + i) for i in range(3_000_000)))
+    line = _one_line(*run(q.info_path(name), "--limits", "stacks=1M"), 1, str(stack),
+                     "1000000 stacks", "--limits stacks=N")
+    assert "over the limit" in line
+
+
+def test_distinct_stacks_cap_holds_for_a_merge(tmp_path, calls_pie):
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    for pid in (1, 2):  # 60 distinct (unknown) callers each, 120 merged
+        q.task("calls", pid, 0,
+               stacks=[(MS, [o.at("main"), 0x10000 + pid * 0x1000 + i]) for i in range(60)])
+    code, _out, err = run(str(q.path), "--comm", "calls", "--limits", "stacks=100")
+    assert code == 1 and "100 distinct stacks" in err and "stacks=N" in err
+    code, _out, err = run(str(q.path), "--comm", "calls", "--limits", "stacks=200")
+    assert (code, err) == (0, "")
+
+
+@pytest.mark.parametrize("bad", ["lines", "lines=", "lines=x", "size=1", "data-size=-1",
+                                 "stacks=0", "lines=5MiB"])
+def test_limits_option_errors_are_usage_errors(bad, capsys):
+    code, _out, _err = run("--limits", bad, "x.info")
+    err = capsys.readouterr().err  # argparse writes the usage error itself
+    assert code == 2 and "--limits" in err and "Traceback" not in err
+
+
+# ---------------------------------------------------------------- symlinks
+
+
+def test_stack_symlink_out_of_the_directory_is_refused(calls_q, tmp_path):
+    q, _o, name = calls_q
+    stack = _sibling(q, name, ".stack")
+    outside = tmp_path / "secret"
+    outside.write_bytes(stack.read_bytes())
+    stack.unlink()
+    stack.symlink_to(outside)
+    _one_line(*run(q.info_path(name)), 1, str(stack), "symlink")
+
+
+def test_info_symlink_in_a_directory_is_refused(calls_q, tmp_path):
+    q, _o, name = calls_q
+    info = Path(q.info_path(name))
+    outside = tmp_path / "outside.info"
+    shutil.move(info, outside)
+    info.symlink_to(outside)
+    _one_line(*run(str(q.path)), 1, str(info), "symlink")
+    _one_line(*run(str(info)), 1, str(info), "symlink")
+
+
+def _symlinked_copy(q: QBuilder, copy: str, target: Path, content: bytes, uid: int = 0,
+                    mode: int = 0o644) -> None:
+    target.write_bytes(content)
+    os.chown(target, uid, uid)
+    target.chmod(mode)
+    (q.path / copy).unlink()
+    (q.path / copy).symlink_to(target)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make root- and other-owned files")
+@pytest.mark.parametrize("case", ["not-root", "group-writable", "other-writable", "wrong-crc"])
+def test_object_copy_symlink_refused(tmp_path, calls_pie, case):
+    q, o, name = calls_dir(tmp_path, calls_pie)
+    content = calls_pie.path.read_bytes()
+    target = tmp_path / "elsewhere" / "calls"
+    target.parent.mkdir()
+    uid, mode = {"not-root": (65534, 0o644), "group-writable": (0, 0o664),
+                 "other-writable": (0, 0o646), "wrong-crc": (0, 0o644)}[case]
+    if case == "wrong-crc":
+        content = content[:-1] + bytes([content[-1] ^ 1])
+    _symlinked_copy(q, o.ref.file, target, content, uid, mode)
+    line = _one_line(*run(q.info_path(name)), 0, o.ref.file)
+    expect = {"not-root": "uid 65534", "group-writable": "writable by group or others",
+              "other-writable": "writable by group or others", "wrong-crc": "crc32"}[case]
+    assert expect in line
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a root-owned file")
+def test_object_copy_symlink_to_a_root_owned_file_is_used(tmp_path, calls_pie):
+    q, o, name = calls_dir(tmp_path, calls_pie)
+    target = tmp_path / "usr-bin" / "calls"
+    target.parent.mkdir()
+    _symlinked_copy(q, o.ref.file, target, calls_pie.path.read_bytes())
+    code, out, err = run(q.info_path(name), "--flat")
+    assert (code, err) == (0, "") and "leaf1" in out
+
+
+# ---------------------------------------------------------------- JSON
+
+
+def test_json_escapes_control_characters_once(tmp_path, calls_pie):
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    q.add_kallsyms("ffffffff81000000 T _stext\nffffffff81001000 T evil\x1b]0;owned\x07sym\n"
+                   "ffffffff81002000 T _etext\n")
+    name = q.task("calls", 1, 0, comm="x\ny", cmdline=["./calls", "\x1b[2J"],
+                  stacks=[(MS, [0xFFFFFFFF81001010, o.at("main")])])
+    code, out, err = run(q.info_path(name), "--format", "json")
+    assert (code, err) == (0, "")
+    assert "\x1b" not in out and "\\\\x1b" not in out and "\\u001b" in out
+    doc = json.loads(out)
+    assert "evil\x1b]0;owned\x07sym" in {f["name"] for f in doc["functions"]}
+    assert doc["tasks"][0]["comm"] == "x\ny"
+    assert doc["tasks"][0]["command"] == "./calls '\x1b[2J'"
+    code, out, err = run(str(q.path), "--format", "json")  # the overview
+    assert code == 0 and json.loads(out)["sets"][0]["command"] == "x\ny"
+
+
+def test_object_copy_over_the_copy_size_cap_is_a_warning(tmp_path, calls_pie):
+    q, o, name = calls_dir(tmp_path, calls_pie)
+    line = _one_line(*run(q.info_path(name), "--limits", "copy-size=1K"), 0, o.ref.file,
+                     "copy-size")
+    assert "1 KiB" in line
+
+
+def test_a_set_removed_while_being_read_is_told_apart_from_damage(tmp_path, calls_pie):
+    """Retention removes a set's `.info`, then its data: a reader that read
+    the `.info` just before finds the data gone, which is not damage."""
+    from qtools.viewer.load import SetRemoved, sets_in
+    from qtools.qformat import MissingFile
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    name = q.task("calls", 1, 0, hist={o.at("main"): MS})
+    ts, = sets_in(str(q.path))
+    _sibling(q, name, ".hist").unlink()
+    with pytest.raises(MissingFile) as e:
+        ts.total()
+    assert not isinstance(e.value, SetRemoved)
+    Path(q.info_path(name)).unlink()
+    with pytest.raises(SetRemoved):
+        ts.total()
+
+
+def test_a_copy_is_read_as_it_was_checked(tmp_path, calls_pie):
+    """What is read is the descriptor that was checked: a copy swapped for
+    a symlink after the check is not what the reader gets."""
+    from qtools.qformat import QDir
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    with QDir.open(q.path, reader=True) as qdir:
+        fd, problem = qdir.open_copy(o.ref.file)
+        assert problem is None and fd is not None
+        try:
+            (q.path / o.ref.file).unlink()
+            (q.path / o.ref.file).symlink_to("/etc/passwd")
+            with open(f"/proc/self/fd/{fd}", "rb") as f:
+                assert f.read() == calls_pie.path.read_bytes()
+        finally:
+            os.close(fd)
+        fd, problem = qdir.open_copy(o.ref.file)
+        assert fd is None and problem is not None  # passwd: not the crc of its name
