@@ -24,7 +24,8 @@ EPILOG = f"""\
 exit status:
   0     the run ended as asked (-t, Ctrl-C, SIGTERM) and lost nothing
   N     with -- CMD: CMD's exit status; if CMD was killed by a signal,
-        q-syscollect ends by the same signal (a shell shows 128+N)
+        q-syscollect ends by the same signal (a shell shows 128+N); a run
+        that ends first (-t, Ctrl-C, SIGTERM) sends CMD SIGTERM and waits
   1     the collection could not start (permissions, event, directory)
   2     a usage error
   {EXIT_LOST}     data was lost (sets that could not be written, a collector that

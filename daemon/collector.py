@@ -87,6 +87,7 @@ class CpuCollector:
         self.sets_created = 0
         self.given_up = 0  # sets dropped without ever being written
         self._unwritten = 0  # sets the last checkpoint could not write
+        self._last_chance = False  # the run's final checkpoint: no retry follows
         self._tick_samples = 0
         self._tick_lost = 0
         self._write_error: str | None = None
@@ -301,7 +302,9 @@ class CpuCollector:
 
     def _report_write_error(self, e: OSError) -> None:
         text = f"cannot write to {self.qdir.path}: {e.strerror or e}"
-        if text != self._write_error:
+        if self._last_chance:
+            tell(self.out, f"cpu {self.opts.cpu}: {text}")
+        elif text != self._write_error:
             tell(self.out, f"{text}; keeping the data in memory and retrying at the next "
                            "checkpoint")
             self._write_error = text
@@ -357,6 +360,7 @@ class CpuCollector:
         if self.opts.verbose:
             self._say("termination-request received; shutting down")
         self.step()
+        self._last_chance = True
         ok = self.checkpoint(final=True)
         self.given_up += self._unwritten  # the last chance to write them has passed
         self._unwritten = 0

@@ -10,9 +10,7 @@ lost, which the last line says and the exit status (EXIT_LOST) tells.
 
 from __future__ import annotations
 
-import errno
 import os
-import platform
 import select
 import signal
 import stat
@@ -23,7 +21,7 @@ from typing import TextIO
 
 from qtools.qformat import QDir, QFormatError
 
-from . import command, events, procfs, retention, syscalls
+from . import command, procfs, retention
 from .abi import EventSpec
 from .checkpoint import RunInfo
 from .child import collector_main
@@ -33,24 +31,12 @@ from .messages import (EXIT_LOST, Tally, loss_line, parse_line, split_lines, sta
                        summary_line, tell)
 from .notify import Notifier
 from .objects import KallsymsCopy, ObjectCopier
-from .source import SourceSpec, ring_pages
-from .unwind import Unwinder
+from .plan import CollectError, plan
+from .source import SourceSpec
 
 RESTARTS_PER_MINUTE = 5
 STOP_TIMEOUT = 120.0
 COMMAND_GRACE = 10.0  # a command still running when the run ends: SIGTERM, then SIGKILL
-
-
-class CollectError(Exception):
-    """Collection cannot start; the message is for the user."""
-
-
-def permission_message(err: OSError, paranoid: int | None) -> str:
-    level = "unknown" if paranoid is None else str(paranoid)
-    return ("system-wide sampling is not permitted here: run as root, or grant CAP_PERFMON "
-            f"(CAP_SYS_ADMIN on kernels before 5.8), or lower kernel.perf_event_paranoid "
-            f"(now {level}) to 0 or less; to profile just one command and its children as "
-            f"yourself, use: q-syscollect -i -- CMD ({os.strerror(err.errno or 0)})")
 
 
 def run_info(cfg: Config, spec: EventSpec, source: SourceSpec, kallsyms: str | None,
@@ -100,69 +86,6 @@ class Supervisor:
         self.kallsyms = KallsymsCopy()  # the children inherit it, and renew it
 
     # ------------------------------------------------------------ setup
-
-    def _spec_for(self, spec: EventSpec, cpu: int, target: int, exclude_kernel: bool,
-                  branches: bool, pages: int) -> SourceSpec:
-        cfg = self.cfg
-        dwarf = cfg.call_graph == "dwarf" and not cfg.kernel_only
-        stacks = cfg.call_graph != "none"
-        return SourceSpec(spec, cpu, cfg.cpus, cfg.frequency, target,
-                          exclude_kernel=exclude_kernel, exclude_user=cfg.kernel_only,
-                          callchain=stacks and not (dwarf and exclude_kernel),
-                          user_callchain=not dwarf, branches=branches,
-                          regs_user_mask=Unwinder(platform.machine()).regs_mask if dwarf else 0,
-                          stack_user=cfg.stack_size if dwarf else 0,
-                          enable_on_exec=target != -1, ring_pages=pages,
-                          sideband_pages=16 if len(cfg.cpus) <= 16 else 4)
-
-    def _try_open(self, spec: SourceSpec) -> OSError | None:
-        try:
-            fd = syscalls.perf_event_open(replace(spec, enable_on_exec=False).sampling_attr(),
-                                          0 if spec.target_pid != -1 else -1, spec.cpu)
-        except syscalls.PerfError as e:
-            return e
-        os.close(fd)
-        return None
-
-    def plan(self) -> SourceSpec:
-        """Choose event and options, checking up front that they can be opened."""
-        cfg = self.cfg
-        try:
-            spec = events.resolve(cfg.event) if cfg.event else events.default_event()
-        except events.EventError as e:
-            raise CollectError(str(e)) from None
-        root = os.geteuid() == 0
-        record = 600 + (cfg.stack_size if cfg.call_graph == "dwarf" else 1024)
-        pages = cfg.ring_pages or ring_pages(cfg.frequency, record, root, len(cfg.cpus))
-        target = 0 if cfg.inherit_only else -1
-        exclude_kernel = cfg.user_only
-        branches = spec.is_hardware and cfg.call_graph != "none"
-        source = self._spec_for(spec, cfg.cpus[0], target, exclude_kernel, branches, pages)
-        err = self._try_open(source)
-        if err is not None and branches:
-            branches = False  # no branch sampling (LBR) here: plain samples
-            source = replace(source, branches=False)
-            err = self._try_open(source)
-        if err is not None and err.errno in (errno.EACCES, errno.EPERM) and cfg.inherit_only \
-                and not exclude_kernel and not cfg.kernel_only:
-            source = replace(source, exclude_kernel=True)
-            err = self._try_open(source)
-            if err is None:
-                self._note("kernel samples are not permitted (kernel.perf_event_paranoid="
-                           f"{procfs.sysctl_int('kernel.perf_event_paranoid')}); "
-                           "collecting user space only")
-        if err is not None:
-            if err.errno in (errno.EACCES, errno.EPERM):
-                raise CollectError(permission_message(
-                    err, procfs.sysctl_int("kernel.perf_event_paranoid")))
-            if err.errno in (errno.ENOENT, errno.EOPNOTSUPP, errno.ENODEV):
-                raise CollectError(events.explain_unsupported(spec, err.errno))
-            rate = procfs.sysctl_int("kernel.perf_event_max_sample_rate")
-            if err.errno == errno.EINVAL and rate is not None and cfg.frequency > rate:
-                raise CollectError(f"-c {cfg.frequency} is above the kernel's limit of {rate} Hz "
-                                   "(kernel.perf_event_max_sample_rate)")
-            raise CollectError(f"cannot open event {spec.name!r}: {err.strerror}")
-        return source
 
     def _note(self, text: str) -> None:
         tell(self.out, text)
@@ -237,20 +160,22 @@ class Supervisor:
     def run(self) -> Ending:
         """Collect until the end the options name; how q-syscollect should end."""
         cfg = self.cfg
-        try:
-            qdir = QDir.open(cfg.directory, create=True, secure=True)
-        except QFormatError as e:
-            raise CollectError(str(e)) from None
-        qdir.remove_stale_temps()
-        source = self.plan()
-        kallsyms, vdso = self._shared_copies(qdir)
-        run = run_info(cfg, source.event, source, kallsyms, vdso)
+        # First of all: a signal that comes while the setup copies kallsyms
+        # on a busy machine must not kill the run half made.
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_w)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_hup)
         signal.signal(signal.SIGCHLD, lambda *_: None)
+        try:
+            qdir = QDir.open(cfg.directory, create=True, secure=True)
+        except QFormatError as e:
+            raise CollectError(str(e)) from None
+        qdir.remove_stale_temps()
+        source = plan(cfg, self._note)
+        kallsyms, vdso = self._shared_copies(qdir)
+        run = run_info(cfg, source.event, source, kallsyms, vdso)
         release_fd = err_fd = None
         try:
             if cfg.command:
@@ -290,7 +215,8 @@ class Supervisor:
             self._note(summary_line(total, time.monotonic() - self.began, size))
         losses = list(self.losses)
         if total.given_up:
-            losses.insert(0, f"{total.given_up} sets could not be written to {qdir.path}")
+            losses.insert(0, f"{total.given_up} set{'s' if total.given_up != 1 else ''} "
+                             f"could not be written to {qdir.path}")
         if self.directory_gone:
             losses.insert(0, f"the output directory {qdir.path} was removed during the run")
         if losses:
