@@ -319,9 +319,9 @@ class CpuCollector:
         return Tally(self.samples, self.lost, self.damaged, self.sets_created, self.given_up)
 
     def _tick(self, seconds: float) -> str:
-        damaged = f", {self.damaged} damaged records so far" if self.damaged else ""
-        return (f"collected {self._tick_samples} samples ({self._tick_lost} lost{damaged}) "
-                f"in {seconds:.5f} seconds")
+        damaged = f"; {self.damaged} damaged records so far" if self.damaged else ""
+        return (f"collected {self._tick_samples} samples ({self._tick_lost} lost) "
+                f"in {seconds:.5f} seconds{damaged}")
 
     # ------------------------------------------------------------ the loop
 
