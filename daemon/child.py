@@ -4,10 +4,11 @@ A collector must not outlive its supervisor: nobody would stop it, and the
 next run would collect beside it. The kernel tells it of the supervisor's
 death with a signal of its own (``PARENT_DEATH_SIGNAL``), whose handler
 raises out of whatever runs — a copy, an unwind, a busy ring — so the
-collector ends within a moment. Files are written atomically and temporary
-files removed on the way out, so no half-written set becomes visible; the
-data since the last checkpoint is not written (a final checkpoint from
-wherever the exception struck could write a set whose files disagree).
+collector ends within a moment (stopping.py). Files are written atomically,
+temporary files removed on the way out, and one set's data files are never
+cut apart, so no half-written set becomes visible; the data since the last
+checkpoint is not written (a final checkpoint from wherever the exception
+struck could write a set whose profile was half updated).
 """
 
 from __future__ import annotations
@@ -28,16 +29,10 @@ from .dwarf import DwarfFrames
 from .messages import Tally
 from .objects import KallsymsCopy, ObjectCopier
 from .source import PerfSource, SourceSpec
+from .stopping import ParentGone, stop_now
 
 PARENT_DEATH_SIGNAL = signal.SIGUSR2
 BACKSTOP_SECONDS = 1  # after the parent's death, the default SIGALRM ends what did not
-
-
-class ParentGone(BaseException):
-    """The supervisor is gone: stop at once, whatever is running.
-
-    A BaseException, so the ``except Exception`` of code that tolerates
-    errors (a copy that fails, a task that vanished) lets it through."""
 
 
 def _parent_gone(signum: int, frame: object) -> None:
@@ -47,7 +42,7 @@ def _parent_gone(signum: int, frame: object) -> None:
     # are left then.
     signal.signal(signal.SIGALRM, signal.SIG_DFL)
     signal.alarm(BACKSTOP_SECONDS)
-    raise ParentGone()
+    stop_now()
 
 
 def collector_main(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, status_w: int,
@@ -78,7 +73,7 @@ def _collect(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, status_w
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     if os.getppid() != parent:
-        raise ParentGone()  # it died before the kernel was told to signal us
+        stop_now()  # it died before the kernel was told to signal us
     try:
         perf = PerfSource(source)
     except OSError as e:
@@ -124,10 +119,10 @@ def _collect(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, status_w
 def _report(status_w: int, parent: int, tally: Tally, kind: str) -> None:
     """One status line to the parent; its absence means it is gone."""
     if os.getppid() != parent:
-        raise ParentGone()
+        stop_now()
     try:
         os.write(status_w, tally.line(kind))
     except BlockingIOError:
         pass  # a full pipe: the parent is behind, not gone
     except OSError:
-        raise ParentGone() from None
+        stop_now()
