@@ -6,6 +6,7 @@ outlive their supervisor."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -171,3 +172,38 @@ def test_collectors_stop_when_the_supervisor_is_killed(perf, build, tmp_path):
     for info in infos(q).values():  # every .info parses and names data files that agree
         assert info.task.samples is not None
     check_complete(q)
+
+
+def test_a_collector_that_died_for_good_makes_the_run_exit_3(perf, tmp_path):
+    """Killed again and again, a collector is restarted a few times a minute
+    and then given up: the run goes on, and ends with EXIT_LOST and a last
+    line that names the CPU, however the command ended."""
+    q = tmp_path / "q"
+    # -v: each collector says "[PID] profiling on cpu 0" once it is ready;
+    # -t: whatever happens, the run ends (and stderr with it)
+    proc = q_syscollect_popen("-d", str(q), "-v", "-k", "--cpus", "0", "-t", "120", "--",
+                              "sleep", "600")
+    said = []
+    try:
+        kills = 0
+        while kills < 6:  # RESTARTS_PER_MINUTE is 5: the sixth death is final
+            line = proc.stderr.readline()
+            assert line, "".join(said)
+            said.append(line)
+            ready = re.match(r"\[(\d+)\] profiling on cpu 0 ", line)
+            if ready:
+                time.sleep(0.5)  # past its "ok" to the parent
+                os.kill(int(ready[1]), signal.SIGKILL)
+                kills += 1
+        while "not restarting it" not in said[-1]:
+            said.append(proc.stderr.readline())
+            assert said[-1], "".join(said)
+        proc.send_signal(signal.SIGTERM)  # ends sleep too, and its end would be passed on...
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == EXIT_LOST, err  # ...but the loss comes first
+    last = err.splitlines()[-1]
+    assert last == "q-syscollect: lost data: the collector for cpu 0 died and was not restarted"
