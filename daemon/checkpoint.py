@@ -17,6 +17,7 @@ from qtools.qformat import (CallCounts, CallStacks, Histogram, Info, MapRange, O
 from . import procfs
 from .aggregate import TaskSet
 from .objects import ObjectCopier
+from .stopping import uninterrupted
 from .tasks import Mapping
 
 
@@ -154,14 +155,15 @@ def write_sets(qdir: QDir, sets: list[TaskSet], run: RunInfo, copier: ObjectCopi
                 ts.version = qdir.claim_version(ts.name, lambda _n: header)
             info = build_info(ts, run, copier, ts.version, cpu_lost, perf_map)
             prof = ts.profile
-            qdir.atomic_write(info.histogram.file, hist_lines(prof.hist),  # type: ignore
-                              compress=run.compress, sync=False)
-            if info.call_stacks:
-                qdir.atomic_write(info.call_stacks.file, stack_lines(prof.stacks),
+            with uninterrupted():  # a stop waits: the files of one set must agree
+                qdir.atomic_write(info.histogram.file, hist_lines(prof.hist),  # type: ignore
                                   compress=run.compress, sync=False)
-            if info.call_counts:
-                qdir.atomic_write(info.call_counts.file, edge_lines(prof.arcs),
-                                  compress=run.compress, sync=False)
+                if info.call_stacks:
+                    qdir.atomic_write(info.call_stacks.file, stack_lines(prof.stacks),
+                                      compress=run.compress, sync=False)
+                if info.call_counts:
+                    qdir.atomic_write(info.call_counts.file, edge_lines(prof.arcs),
+                                      compress=run.compress, sync=False)
             staged.append((ts, info))
         except OSError as e:
             errors.append(e)

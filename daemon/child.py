@@ -1,4 +1,15 @@
-"""The body of one per-CPU collector process (runs after the fork)."""
+"""The body of one per-CPU collector process (runs after the fork).
+
+A collector must not outlive its supervisor: nobody would stop it, and the
+next run would collect beside it. The kernel tells it of the supervisor's
+death with a signal of its own (``PARENT_DEATH_SIGNAL``), whose handler
+raises out of whatever runs — a copy, an unwind, a busy ring — so the
+collector ends within a moment (stopping.py). Files are written atomically,
+temporary files removed on the way out, and one set's data files are never
+cut apart, so no half-written set becomes visible; the data since the last
+checkpoint is not written (a final checkpoint from wherever the exception
+struck could write a set whose profile was half updated).
+"""
 
 from __future__ import annotations
 
@@ -15,18 +26,44 @@ from .checkpoint import RunInfo
 from .collector import CpuCollector, Flags, Options
 from .config import Config
 from .dwarf import DwarfFrames
+from .messages import Tally
 from .objects import KallsymsCopy, ObjectCopier
 from .source import PerfSource, SourceSpec
+from .stopping import ParentGone, stop_now
+
+PARENT_DEATH_SIGNAL = signal.SIGUSR2
+BACKSTOP_SECONDS = 1  # after the parent's death, the default SIGALRM ends what did not
+
+
+def _parent_gone(signum: int, frame: object) -> None:
+    signal.signal(PARENT_DEATH_SIGNAL, signal.SIG_IGN)
+    # Should the way out block in a system call, SIGALRM's default action
+    # ends the process; only temporary files, which the next run removes,
+    # are left then.
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.alarm(BACKSTOP_SECONDS)
+    stop_now()
 
 
 def collector_main(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, status_w: int,
                    out: TextIO, siblings: set[int] | None = None,
                    kallsyms: KallsymsCopy | None = None) -> int:
     """Open this CPU's events, say "ok" (or the error) on ``status_w``, then
-    collect until SIGTERM, writing a heartbeat byte to ``status_w`` about
-    once a second so the parent can tell a stuck collector from a busy one."""
+    collect until SIGTERM, writing its totals to ``status_w`` about once a
+    second (the heartbeat that tells a stuck collector from a busy one) and
+    once more at the end (the status protocol is in messages.py)."""
     parent = os.getppid()
-    syscalls.set_parent_death_signal(signal.SIGTERM)
+    signal.signal(PARENT_DEATH_SIGNAL, _parent_gone)
+    syscalls.set_parent_death_signal(PARENT_DEATH_SIGNAL)
+    try:
+        return _collect(cfg, source, run, qdir, status_w, out, parent, siblings, kallsyms)
+    except ParentGone:
+        return 1
+
+
+def _collect(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, status_w: int,
+             out: TextIO, parent: int, siblings: set[int] | None,
+             kallsyms: KallsymsCopy | None) -> int:
     flags = Flags()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -36,7 +73,7 @@ def collector_main(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, st
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     if os.getppid() != parent:
-        return 1
+        stop_now()  # it died before the kernel was told to signal us
     try:
         perf = PerfSource(source)
     except OSError as e:
@@ -65,6 +102,7 @@ def collector_main(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, st
         print(f"[{os.getpid()}] profiling on cpu {source.cpu} with {source.event.name} at "
               f"{source.frequency} Hz", file=out, flush=True)
     os.write(status_w, b"ok\n")
+    os.set_blocking(status_w, False)  # a parent that does not read must not stop collecting
     last_beat = 0.0
 
     def heartbeat() -> None:
@@ -72,9 +110,19 @@ def collector_main(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, st
         now = time.monotonic()
         if now - last_beat >= 1.0:
             last_beat = now
-            try:
-                os.write(status_w, b".")
-            except OSError:
-                pass  # parent gone: PDEATHSIG stops us
+            _report(status_w, parent, collector.tally(), "beat")
     ok = collector.run(flags, heartbeat=heartbeat)
+    _report(status_w, parent, collector.tally(), "end")
     return 0 if ok else 1
+
+
+def _report(status_w: int, parent: int, tally: Tally, kind: str) -> None:
+    """One status line to the parent; its absence means it is gone."""
+    if os.getppid() != parent:
+        stop_now()
+    try:
+        os.write(status_w, tally.line(kind))
+    except BlockingIOError:
+        pass  # a full pipe: the parent is behind, not gone
+    except OSError:
+        stop_now()

@@ -3,33 +3,57 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
 from qtools.qformat.version import package_version
 
-from . import events, procfs
+from . import command, events, procfs
 from .config import Config, parse_age, parse_size
+from .messages import EXIT_LOST
 from .supervisor import CollectError, Supervisor
 
 DESCRIPTION = """\
 Sample every CPU with perf_events and write, per task, a q profile
 (.info, .hist, .stack) plus copies of the objects it needs into a .q
 directory. Ctrl-C, SIGTERM or -t end the run with a final checkpoint;
-SIGHUP writes a checkpoint at once."""
+SIGHUP writes a checkpoint at once. One line on stderr says what the run
+does, one at the end what it captured (-q: neither)."""
+
+EPILOG = f"""\
+exit status:
+  0     the run ended as asked (-t, Ctrl-C, SIGTERM) and lost nothing
+  N     with -- CMD: CMD's exit status; if CMD was killed by a signal,
+        q-syscollect ends by the same signal (a shell shows 128+N); a run
+        that ends first (-t, Ctrl-C, SIGTERM) sends CMD SIGTERM and waits
+  1     the collection could not start (permissions, event, directory)
+  2     a usage error
+  {EXIT_LOST}     data was lost (sets that could not be written, a collector that
+        died for good), whatever CMD did; the last line says what"""
+
+
+class UsageError(CollectError):
+    """Options that do not go together: exit status 2, as for argparse's own."""
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError("must be positive")
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"not a positive number of seconds: {text!r}")
     return value
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value <= 0:
-        raise argparse.ArgumentTypeError("must be positive")
+        raise argparse.ArgumentTypeError(f"not a positive whole number: {text!r}")
     return value
 
 
@@ -46,7 +70,7 @@ def _stack_size(text: str) -> int:
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     if not 0 < value < 65536 or value % 8:
-        raise argparse.ArgumentTypeError("must be a multiple of 8 below 65536")
+        raise argparse.ArgumentTypeError(f"not a multiple of 8 below 65536: {text!r}")
     return value
 
 
@@ -55,18 +79,20 @@ def _age(text: str) -> float:
         value = parse_age(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError("must be positive")
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"not a positive age: {text!r}")
     return value
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="q-syscollect", description=DESCRIPTION,
+    p = argparse.ArgumentParser(prog="q-syscollect", description=DESCRIPTION, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-t", dest="duration", type=_positive_float, metavar="SECS",
                    help="collect for SECS seconds, then stop")
     p.add_argument("-v", dest="verbose", action="store_true",
                    help="report progress per CPU once a second")
+    p.add_argument("-q", dest="quiet", action="store_true",
+                   help="no start and summary lines (warnings and errors still show)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("-k", dest="kernel_only", action="store_true",
                       help="kernel only, into per-CPU kernel-cpuN sets")
@@ -126,20 +152,20 @@ def config_from(args: argparse.Namespace, argv: list[str]) -> Config:
         try:
             cpus = procfs.parse_cpu_list(args.cpus)
         except ValueError:
-            raise CollectError(f"--cpus: not a CPU list: {args.cpus!r}") from None
+            raise UsageError(f"--cpus: not a CPU list: {args.cpus!r}") from None
         missing = sorted(set(cpus) - set(online))
         if missing or not cpus:
-            raise CollectError(f"--cpus: CPU {missing[0] if missing else '?'} is not online "
+            raise UsageError(f"--cpus: CPU {missing[0] if missing else '?'} is not online "
                                f"(online: {','.join(map(str, online))})")
     else:
         cpus = online
     if args.inherit_only and not command:
-        raise CollectError("-i needs a command: q-syscollect -i -- CMD ARGS")
+        raise UsageError("-i needs a command: q-syscollect -i -- CMD ARGS")
     if args.ring_pages and args.ring_pages & (args.ring_pages - 1):
-        raise CollectError("--mmap-pages must be a power of two")
+        raise UsageError(f"--mmap-pages: not a power of two: {args.ring_pages}")
     directory = args.directory or os.environ.get("Q_DIR") or ".q"
     return Config(directory=directory, cpus=cpus, command=command, duration=args.duration,
-                  verbose=args.verbose, kernel_only=args.kernel_only, user_only=args.user_only,
+                  verbose=args.verbose, quiet=args.quiet, kernel_only=args.kernel_only, user_only=args.user_only,
                   frequency=args.frequency, event=args.event, inherit_only=args.inherit_only,
                   checkpoint=args.checkpoint, call_graph=args.call_graph,
                   stack_size=args.stack_size,
@@ -149,22 +175,38 @@ def config_from(args: argparse.Namespace, argv: list[str]) -> Config:
                   argv=argv)
 
 
+def _print(text: str) -> int:
+    """Print to stdout; a reader that went away (``| head``) ends it quietly."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # Nothing more can reach the reader; keep the exit-time flush quiet.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
     if args.version:
-        print(f"q-syscollect {package_version()}")
-        return 0
+        return _print(f"q-syscollect {package_version()}")
     try:
         if args.list_events:
-            print("\n".join(events.listing()))
-            return 0
-        return Supervisor(config_from(args, argv)).run()
+            return _print("\n".join(events.listing()))
+        ending = Supervisor(config_from(args, argv)).run()
+    except UsageError as e:
+        print(f"q-syscollect: {e}", file=sys.stderr)
+        return 2
     except CollectError as e:
         print(f"q-syscollect: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # before the signal handlers were in place
         return 130
+    if ending.signal is not None:
+        return command.die_of(ending.signal)
+    return ending.code
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from qtools.qformat import QDir
 from . import procfs
 from .aggregate import KERNEL_START, SetBook, TaskSet
 from .checkpoint import RunInfo, write_sets
+from .messages import Tally, tell
 from .objects import KallsymsCopy, ObjectCopier
 from .records import Comm, Lost, Mmap, Record, RecordError, Sample, Task, split_callchain
 from .source import EventSource
@@ -82,7 +83,11 @@ class CpuCollector:
         self.book = SetBook(opts.cpu, opts.min_samples)
         self.samples = 0
         self.lost = 0
-        self.corrupt = 0
+        self.damaged = 0  # records that could not be decoded
+        self.sets_created = 0
+        self.given_up = 0  # sets dropped without ever being written
+        self._unwritten = 0  # sets the last checkpoint could not write
+        self._last_chance = False  # the run's final checkpoint: no retry follows
         self._tick_samples = 0
         self._tick_lost = 0
         self._write_error: str | None = None
@@ -146,8 +151,8 @@ class CpuCollector:
         for data in raw:
             try:
                 decoded.append(decode(data))
-            except (RecordError, ValueError, IndexError):
-                self.corrupt += 1
+            except RecordError:
+                self.damaged += 1
         decoded.sort(key=_time)
         for rec in decoded:
             if isinstance(rec, Sample):
@@ -264,14 +269,18 @@ class CpuCollector:
             run = replace(run, kallsyms=self.kallsyms.current(self.copier))
         if final and self.opts.compress:
             run = replace(run, compress=True)
+        fresh = [ts for ts in sets if ts.version is None]
         written, errors = write_sets(self.qdir, sets, run, self.copier, self.lost)
+        self.sets_created += sum(ts.version is not None for ts in fresh)
+        self._unwritten = len(sets) - len(written)
         for ts in written:
             done = self.book.written(ts)
             if done is not None and done.ended:
                 self.table.forget(done)
         if self.book.dropped:
-            print(f"q-syscollect: cpu {self.opts.cpu}: gave up {self.book.dropped} closed sets "
-                  f"that could not be written to {self.qdir.path}", file=self.out, flush=True)
+            tell(self.out, f"cpu {self.opts.cpu}: gave up {self.book.dropped} closed sets "
+                           f"that could not be written to {self.qdir.path}")
+            self.given_up += self.book.dropped
             self.book.dropped = 0
         if errors:
             self._report_write_error(errors[0])
@@ -293,13 +302,26 @@ class CpuCollector:
 
     def _report_write_error(self, e: OSError) -> None:
         text = f"cannot write to {self.qdir.path}: {e.strerror or e}"
-        if text != self._write_error:
-            print(f"q-syscollect: {text}; keeping the data in memory and retrying at the "
-                  "next checkpoint", file=self.out, flush=True)
+        if self._last_chance:
+            tell(self.out, f"cpu {self.opts.cpu}: {text}")
+        elif text != self._write_error:
+            tell(self.out, f"{text}; keeping the data in memory and retrying at the next "
+                           "checkpoint")
             self._write_error = text
 
     def _say(self, text: str) -> None:
-        print(f"[{os.getpid()}] {text}", file=self.out, flush=True)
+        try:
+            print(f"[{os.getpid()}] {text}", file=self.out, flush=True)
+        except (OSError, ValueError):
+            pass  # stderr closed: collecting matters more than telling
+
+    def tally(self) -> Tally:
+        return Tally(self.samples, self.lost, self.damaged, self.sets_created, self.given_up)
+
+    def _tick(self, seconds: float) -> str:
+        damaged = f"; {self.damaged} damaged records so far" if self.damaged else ""
+        return (f"collected {self._tick_samples} samples ({self._tick_lost} lost) "
+                f"in {seconds:.5f} seconds{damaged}")
 
     # ------------------------------------------------------------ the loop
 
@@ -324,8 +346,7 @@ class CpuCollector:
                 heartbeat()
             now = clock()
             if self.opts.verbose and now - last_tick >= 1.0:
-                self._say(f"collected {self._tick_samples} samples ({self._tick_lost} lost) "
-                          f"in {now - last_tick:.5f} seconds")
+                self._say(self._tick(now - last_tick))
                 self._tick_samples = self._tick_lost = 0
                 last_tick = now
             if next_slice is not None and time.time() >= next_slice:
@@ -339,10 +360,12 @@ class CpuCollector:
         if self.opts.verbose:
             self._say("termination-request received; shutting down")
         self.step()
+        self._last_chance = True
         ok = self.checkpoint(final=True)
+        self.given_up += self._unwritten  # the last chance to write them has passed
+        self._unwritten = 0
         if self.opts.verbose:
-            self._say(f"collected {self._tick_samples} samples ({self._tick_lost} lost) "
-                      f"in {clock() - last_tick:.5f} seconds")
+            self._say(self._tick(clock() - last_tick))
         return ok
 
 

@@ -34,6 +34,7 @@ class Config:
     command: list[str] = field(default_factory=list)
     duration: float | None = None
     verbose: bool = False
+    quiet: bool = False  # no start and summary lines
     kernel_only: bool = False
     user_only: bool = False
     frequency: int = 997

@@ -21,7 +21,10 @@ _U64 = struct.Struct("<Q")
 
 
 class RecordError(ValueError):
-    """A record is shorter than its layout says."""
+    """A record is shorter than its header or layout says, or malformed.
+
+    The only exception decoding raises: whatever bytes a ring holds, the
+    collector counts the record as damaged and goes on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,15 +251,18 @@ class SampleLayout:
     # ---------------------------------------------------------------- samples
 
     def decode_sample(self, rec: bytes | memoryview) -> Sample:
-        _type, misc, size = _HEADER.unpack_from(rec, 0)
-        if size > len(rec):
-            raise RecordError("sample shorter than its header says")
-        fixed = self._gather((misc, *self._prefix.unpack_from(rec, 8), *_DEFAULTS))
-        if not self._steps:
-            return _new_sample(Sample, fixed)
-        values = list(fixed)
-        self._variable(rec, 8 + self._prefix.size, size, values)
-        return _new_sample(Sample, values)
+        try:
+            _type, misc, size = _HEADER.unpack_from(rec, 0)
+            if size > len(rec):
+                raise RecordError("sample shorter than its header says")
+            fixed = self._gather((misc, *self._prefix.unpack_from(rec, 8), *_DEFAULTS))
+            if not self._steps:
+                return _new_sample(Sample, fixed)
+            values = list(fixed)
+            self._variable(rec, 8 + self._prefix.size, size, values)
+            return _new_sample(Sample, values)
+        except (struct.error, IndexError) as e:  # a field reaches past the bytes there are
+            raise RecordError(f"sample too short for its fields: {e}") from None
 
     def _variable(self, rec: bytes | memoryview, off: int, size: int, values: list) -> None:
         """The fields after the fixed prefix, in ABI order (only the steps
@@ -341,7 +347,18 @@ class SampleLayout:
         return SampleId(**values)
 
     def decode(self, rec: bytes | memoryview) -> Record:
-        """Decode any record; unknown types come back as ``Other``."""
+        """Decode any record; unknown types come back as ``Other``.
+
+        Raises RecordError (only) for a record shorter than its header or
+        its fields say."""
+        try:
+            return self._decode(rec)
+        except (struct.error, IndexError) as e:
+            raise RecordError(f"record too short for its fields: {e}") from None
+
+    def _decode(self, rec: bytes | memoryview) -> Record:
+        if len(rec) < _HEADER.size:
+            raise RecordError(f"record of {len(rec)} bytes has no complete header")
         type_, misc, size = _HEADER.unpack_from(rec, 0)
         if size > len(rec) or size < 8:
             raise RecordError(f"record of type {type_} has a bad size {size}")

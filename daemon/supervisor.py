@@ -3,47 +3,40 @@
 It owns the signals (SIGINT/SIGTERM stop, SIGHUP checkpoints), the time
 limit, the command being profiled, and the copies every set shares
 (kallsyms, the vdso). It forks one collector per CPU, restarts one that
-dies, and on the way out asks each for its final checkpoint.
+dies, and on the way out asks each for its final checkpoint, adds up what
+they report, and ends the way the profiled command ended -- unless data was
+lost, which the last line says and the exit status (EXIT_LOST) tells.
 """
 
 from __future__ import annotations
 
-import errno
 import os
-import platform
 import select
 import signal
+import stat
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TextIO
 
 from qtools.qformat import QDir, QFormatError
 
-from . import events, procfs, retention, syscalls
+from . import command, procfs, retention
 from .abi import EventSpec
 from .checkpoint import RunInfo
 from .child import collector_main
+from .command import Ending
 from .config import Config
+from .messages import (EXIT_LOST, Tally, loss_line, parse_line, split_lines, start_line,
+                       summary_line, tell)
 from .notify import Notifier
 from .objects import KallsymsCopy, ObjectCopier
-from .source import SourceSpec, ring_pages
-from .unwind import Unwinder
+from .plan import CollectError, plan
+from .source import SourceSpec
 
 RESTARTS_PER_MINUTE = 5
 STOP_TIMEOUT = 120.0
-
-
-class CollectError(Exception):
-    """Collection cannot start; the message is for the user."""
-
-
-def permission_message(err: OSError, paranoid: int | None) -> str:
-    level = "unknown" if paranoid is None else str(paranoid)
-    return ("system-wide sampling is not permitted here: run as root, or grant CAP_PERFMON "
-            f"(CAP_SYS_ADMIN on kernels before 5.8), or lower kernel.perf_event_paranoid "
-            f"(now {level}) to 0 or less; to profile just one command and its children as "
-            f"yourself, use: q-syscollect -i -- CMD ({os.strerror(err.errno or 0)})")
+COMMAND_GRACE = 10.0  # a command still running when the run ends: SIGTERM, then SIGKILL
 
 
 def run_info(cfg: Config, spec: EventSpec, source: SourceSpec, kallsyms: str | None,
@@ -65,8 +58,11 @@ class Child:
 
     pid: int
     cpu: int
-    status_fd: int  # "ok" at start, then one heartbeat byte about every second
+    status_fd: int  # the status lines of messages.py: "ok", a "beat" a second, "end"
     last_seen: float
+    pending: bytes = b""  # the start of a line not yet complete
+    tally: Tally = field(default_factory=Tally)  # its totals as last reported
+    ended: bool = False  # it reported "end": its final checkpoint is done
 
 
 class Supervisor:
@@ -84,75 +80,15 @@ class Supervisor:
         self.cmd_pid: int | None = None
         self.cmd_status: int | None = None
         self.started = time.time()
+        self.began = time.monotonic()
+        self.retired = Tally()  # the totals of collectors that have ended
+        self.losses: list[str] = []  # what this run lost, for its last line
         self.kallsyms = KallsymsCopy()  # the children inherit it, and renew it
 
     # ------------------------------------------------------------ setup
 
-    def _spec_for(self, spec: EventSpec, cpu: int, target: int, exclude_kernel: bool,
-                  branches: bool, pages: int) -> SourceSpec:
-        cfg = self.cfg
-        dwarf = cfg.call_graph == "dwarf" and not cfg.kernel_only
-        stacks = cfg.call_graph != "none"
-        return SourceSpec(spec, cpu, cfg.cpus, cfg.frequency, target,
-                          exclude_kernel=exclude_kernel, exclude_user=cfg.kernel_only,
-                          callchain=stacks and not (dwarf and exclude_kernel),
-                          user_callchain=not dwarf, branches=branches,
-                          regs_user_mask=Unwinder(platform.machine()).regs_mask if dwarf else 0,
-                          stack_user=cfg.stack_size if dwarf else 0,
-                          enable_on_exec=target != -1, ring_pages=pages,
-                          sideband_pages=16 if len(cfg.cpus) <= 16 else 4)
-
-    def _try_open(self, spec: SourceSpec) -> OSError | None:
-        try:
-            fd = syscalls.perf_event_open(replace(spec, enable_on_exec=False).sampling_attr(),
-                                          0 if spec.target_pid != -1 else -1, spec.cpu)
-        except syscalls.PerfError as e:
-            return e
-        os.close(fd)
-        return None
-
-    def plan(self) -> SourceSpec:
-        """Choose event and options, checking up front that they can be opened."""
-        cfg = self.cfg
-        try:
-            spec = events.resolve(cfg.event) if cfg.event else events.default_event()
-        except events.EventError as e:
-            raise CollectError(str(e)) from None
-        root = os.geteuid() == 0
-        record = 600 + (cfg.stack_size if cfg.call_graph == "dwarf" else 1024)
-        pages = cfg.ring_pages or ring_pages(cfg.frequency, record, root, len(cfg.cpus))
-        target = 0 if cfg.inherit_only else -1
-        exclude_kernel = cfg.user_only
-        branches = spec.is_hardware and cfg.call_graph != "none"
-        source = self._spec_for(spec, cfg.cpus[0], target, exclude_kernel, branches, pages)
-        err = self._try_open(source)
-        if err is not None and branches:
-            branches = False  # no branch sampling (LBR) here: plain samples
-            source = replace(source, branches=False)
-            err = self._try_open(source)
-        if err is not None and err.errno in (errno.EACCES, errno.EPERM) and cfg.inherit_only \
-                and not exclude_kernel and not cfg.kernel_only:
-            source = replace(source, exclude_kernel=True)
-            err = self._try_open(source)
-            if err is None:
-                self._note("kernel samples are not permitted (kernel.perf_event_paranoid="
-                           f"{procfs.sysctl_int('kernel.perf_event_paranoid')}); "
-                           "collecting user space only")
-        if err is not None:
-            if err.errno in (errno.EACCES, errno.EPERM):
-                raise CollectError(permission_message(
-                    err, procfs.sysctl_int("kernel.perf_event_paranoid")))
-            if err.errno in (errno.ENOENT, errno.EOPNOTSUPP, errno.ENODEV):
-                raise CollectError(events.explain_unsupported(spec, err.errno))
-            rate = procfs.sysctl_int("kernel.perf_event_max_sample_rate")
-            if err.errno == errno.EINVAL and rate is not None and cfg.frequency > rate:
-                raise CollectError(f"-c {cfg.frequency} is above the kernel's limit of {rate} Hz "
-                                   "(kernel.perf_event_max_sample_rate)")
-            raise CollectError(f"cannot open event {spec.name!r}: {err.strerror}")
-        return source
-
     def _note(self, text: str) -> None:
-        print(f"q-syscollect: {text}", file=self.out, flush=True)
+        tell(self.out, text)
 
     def _shared_copies(self, qdir: QDir) -> tuple[str | None, str | None]:
         """Copy kallsyms and the vdso, which every set refers to.
@@ -178,33 +114,8 @@ class Supervisor:
 
     # ------------------------------------------------------------ children
 
-    def _spawn_command(self) -> tuple[int, int, int]:
-        """Fork the command, held before exec until the collectors are ready.
-
-        Returns its pid, the fd that releases it, and a close-on-exec fd
-        that reads the exec error, or EOF once exec succeeded.
-        """
-        r, w = os.pipe()
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        pid = os.fork()
-        if pid == 0:
-            os.close(w)
-            os.close(err_r)
-            os.read(r, 1)
-            try:
-                os.execvp(self.cfg.command[0], self.cfg.command)
-            except OSError as e:
-                os.write(err_w, (e.strerror or str(e)).encode())
-            os._exit(127)
-        os.close(r)
-        os.close(err_w)
-        return pid, w, err_r
-
     def _release_command(self, release_fd: int, err_fd: int) -> None:
-        os.write(release_fd, b"x")
-        os.close(release_fd)
-        error = os.read(err_fd, 4096).decode(errors="replace")
-        os.close(err_fd)
+        error = command.release(release_fd, err_fd)
         if error:
             raise CollectError(f"cannot run {self.cfg.command[0]}: {error}")
 
@@ -221,8 +132,7 @@ class Supervisor:
                                   set(self.children), self.kallsyms)
         except BaseException as e:  # a child must never return into the parent's code
             try:
-                print(f"q-syscollect: collector for cpu {source.cpu} failed: {e!r}",
-                      file=self.out, flush=True)
+                tell(self.out, f"collector for cpu {source.cpu} failed: {e!r}")
             except BaseException:
                 pass
         finally:
@@ -247,50 +157,72 @@ class Supervisor:
 
     # ------------------------------------------------------------ running
 
-    def run(self) -> int:
+    def run(self) -> Ending:
+        """Collect until the end the options name; how q-syscollect should end."""
         cfg = self.cfg
-        try:
-            qdir = QDir.open(cfg.directory, create=True, secure=True)
-        except QFormatError as e:
-            raise CollectError(str(e)) from None
-        qdir.remove_stale_temps()
-        source = self.plan()
-        kallsyms, vdso = self._shared_copies(qdir)
-        run = run_info(cfg, source.event, source, kallsyms, vdso)
+        # First of all: a signal that comes while the setup copies kallsyms
+        # on a busy machine must not kill the run half made.
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_w)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_hup)
         signal.signal(signal.SIGCHLD, lambda *_: None)
+        try:
+            qdir = QDir.open(cfg.directory, create=True, secure=True)
+        except QFormatError as e:
+            raise CollectError(str(e)) from None
+        qdir.remove_stale_temps()
+        source = plan(cfg, self._note)
+        kallsyms, vdso = self._shared_copies(qdir)
+        run = run_info(cfg, source.event, source, kallsyms, vdso)
         release_fd = err_fd = None
         try:
             if cfg.command:
-                self.cmd_pid, release_fd, err_fd = self._spawn_command()
+                self.cmd_pid, release_fd, err_fd = command.spawn(cfg.command)
                 if cfg.inherit_only:
                     source = replace(source, target_pid=self.cmd_pid)
+            self.began = time.monotonic()  # the first collector samples from here on
             for cpu in cfg.cpus:
                 self._start(source, run, qdir, cpu)
+            if not cfg.quiet:
+                self._note(start_line(cfg, source.event.name, source.frequency,
+                                      source.exclude_kernel))
+            self.started = time.time()
             if release_fd is not None and err_fd is not None:
                 fds, release_fd, err_fd = (release_fd, err_fd), None, None
                 self._release_command(*fds)
-            self.started = time.time()
             self.notifier.ready(self._status(source))
             self._loop(source, run, qdir, wake_r)
             self.notifier.stopping("writing the final checkpoint")
-            if self.directory_gone:
-                self._stop_children()
-                return 1
         except CollectError:
-            self._stop_children()
             if self.cmd_pid:
                 _kill(self.cmd_pid, signal.SIGKILL)
+            self._stop()
             raise
         finally:
             for fd in (release_fd, err_fd):
                 if fd is not None:
                     os.close(fd)
-        return self._stop_children()
+        self._stop()
+        return self._ending(qdir)
+
+    def _ending(self, qdir: QDir) -> Ending:
+        """Say what the run got and lost; the command's end, or EXIT_LOST."""
+        total = self.retired
+        if not self.cfg.quiet:
+            size = None if self.directory_gone else _size_of(qdir)
+            self._note(summary_line(total, time.monotonic() - self.began, size))
+        losses = list(self.losses)
+        if total.given_up:
+            losses.insert(0, f"{total.given_up} set{'s' if total.given_up != 1 else ''} "
+                             f"could not be written to {qdir.path}")
+        if self.directory_gone:
+            losses.insert(0, f"the output directory {qdir.path} was removed during the run")
+        if losses:
+            self._note(loss_line(losses))  # the last line, whatever the command did
+            return Ending(EXIT_LOST)
+        return command.ending_of(self.cmd_status)
 
     def _on_stop(self, signum: int, frame: object) -> None:
         self.stopping = True
@@ -344,15 +276,39 @@ class Supervisor:
                 next_watchdog = now + watchdog
 
     def _heartbeats(self, readable: list[int]) -> None:
-        now = time.monotonic()
         for child in self.children.values():
             if child.status_fd in readable:
-                try:
-                    if os.read(child.status_fd, 4096):
-                        child.last_seen = now
-                except (BlockingIOError, InterruptedError):
-                    pass
+                self._read_status(child)
         self._kill_stuck()
+
+    def _read_status(self, child: Child) -> None:
+        """Take in what ``child`` has said since the last look."""
+        while True:
+            try:
+                data = os.read(child.status_fd, 4096)
+            except (BlockingIOError, InterruptedError):
+                return
+            if not data:
+                return
+            child.last_seen = time.monotonic()
+            child.pending, lines = split_lines(child.pending, data)
+            for line in lines:
+                kind, tally = parse_line(line)
+                if tally is not None:
+                    child.tally, child.ended = tally, kind == "end"
+
+    def _retire(self, child: Child, status: int) -> str:
+        """Account for a collector that has ended; why it ended."""
+        self._read_status(child)
+        os.close(child.status_fd)
+        self.retired += child.tally
+        return f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else \
+            f"exit status {os.WEXITSTATUS(status)}"
+
+    def _check_final(self, child: Child, why: str) -> None:
+        if not child.ended:
+            self.losses.append(f"the collector for cpu {child.cpu} ended ({why}) before its "
+                               "final checkpoint")
 
     def _kill_stuck(self) -> None:
         now = time.monotonic()
@@ -397,16 +353,16 @@ class Supervisor:
             child = self.children.pop(pid, None)
             if child is None:
                 continue
-            os.close(child.status_fd)
+            why = self._retire(child, status)
             cpu = child.cpu
             if self.stopping:
+                self._check_final(child, why)
                 continue
-            why = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else \
-                f"exit status {os.WEXITSTATUS(status)}"
             recent = [t for t in self.restarts.get(cpu, []) if time.monotonic() - t < 60]
             if len(recent) >= RESTARTS_PER_MINUTE:
                 self._note(f"collector for cpu {cpu} died ({why}) {len(recent)} times in a "
                            "minute; not restarting it")
+                self.losses.append(f"the collector for cpu {cpu} died and was not restarted")
                 continue
             self._note(f"collector for cpu {cpu} (pid {pid}) died ({why}); restarting it")
             self.restarts[cpu] = recent + [time.monotonic()]
@@ -414,31 +370,64 @@ class Supervisor:
                 self._start(replace(source, target_pid=source.target_pid), run, qdir, cpu)
             except CollectError as e:
                 self._note(f"cannot restart the collector for cpu {cpu}: {e}")
+                self.losses.append(f"the collector for cpu {cpu} died and could not be "
+                                   "restarted")
 
-    def _stop_children(self) -> int:
+    def _command_running(self) -> bool:
+        return self.cmd_pid is not None and self.cmd_status is None
+
+    def _stop(self) -> None:
+        """Have every collector write its final checkpoint, and wait for them
+        and for the command (sent SIGTERM if the run ended before it did)."""
         for pid in list(self.children):
             _kill(pid, signal.SIGTERM)
-        give_up = time.monotonic() + STOP_TIMEOUT
-        code = 0
-        while self.children:
+        now = time.monotonic()
+        give_up: float | None = now + STOP_TIMEOUT
+        cmd_deadline = None
+        if self.cmd_pid is not None and self._command_running():
+            _kill(self.cmd_pid, signal.SIGTERM)
+            cmd_deadline = now + COMMAND_GRACE
+        while self.children or self._command_running():
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 break
             if pid == 0:
-                if time.monotonic() > give_up:
-                    for stuck in self.children:
-                        _kill(stuck, signal.SIGKILL)
-                    code = 1
+                now = time.monotonic()
+                if give_up is not None and now > give_up:
+                    for stuck in self.children.values():
+                        self._note(f"collector for cpu {stuck.cpu} did not finish its final "
+                                   f"checkpoint in {STOP_TIMEOUT:g} s; killing it")
+                        _kill(stuck.pid, signal.SIGKILL)
+                    give_up = None
+                if self.cmd_pid is not None and cmd_deadline is not None and now > cmd_deadline:
+                    self._note(f"{self.cfg.command[0]} did not end {COMMAND_GRACE:g} s after "
+                               "SIGTERM; killing it")
+                    _kill(self.cmd_pid, signal.SIGKILL)
+                    cmd_deadline = None
                 time.sleep(0.02)
                 continue
             if pid == self.cmd_pid:
                 self.cmd_status = status
             elif (child := self.children.pop(pid, None)) is not None:
-                os.close(child.status_fd)
-                if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
-                    code = 1
-        return code
+                self._check_final(child, self._retire(child, status))
+
+
+def _size_of(qdir: QDir) -> int | None:
+    """Bytes in the regular files of ``qdir`` (None: it cannot be listed)."""
+    try:
+        names = qdir.names()
+    except OSError:
+        return None
+    total = 0
+    for name in names:
+        try:
+            st = os.stat(name, dir_fd=qdir.fd, follow_symlinks=False)
+        except OSError:
+            continue  # removed meanwhile
+        if stat.S_ISREG(st.st_mode):
+            total += st.st_size
+    return total
 
 
 def _drain(fd: int) -> None:

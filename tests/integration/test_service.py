@@ -212,6 +212,8 @@ def test_a_removed_output_directory_stops_the_run(perf, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 1
+    assert proc.returncode == 3  # data was lost: EXIT_LOST
     assert f"the output directory {q} was removed; stopping" in err
+    last = err.splitlines()[-1]
+    assert last.startswith("q-syscollect: lost data: ") and f"{q} was removed" in last
     assert "Traceback" not in err

@@ -7,12 +7,14 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import struct
 
 import pytest
 
 from qtools.daemon import abi, synth
 from qtools.daemon.checkpoint import RunInfo
 from qtools.daemon.collector import CpuCollector, Options
+from qtools.daemon.messages import parse_line
 from qtools.daemon.objects import KallsymsCopy, ObjectCopier, build_id
 from qtools.daemon.records import Branch, Comm, Lost, Mmap, Sample, SampleId, SampleLayout, Task
 from qtools.daemon.source import ReplaySource
@@ -140,3 +142,27 @@ def test_kallsyms_is_copied_again_when_a_module_is_loaded(tmp_path, binary):
         second = read_info(qd / "app-pid4242-cpu0.info#0").kallsyms
         assert second != first and "evil_init" in (qd / second).read_text()
         assert qdir.verify_copy(second) is None
+
+
+def test_short_records_are_counted_as_damaged_and_reported(tmp_path, binary):
+    """Records shorter than their header says, or than their fields need,
+    between good ones: skipped and counted, the good ones kept; the count
+    reaches the collector's report to its parent."""
+    good = [synth.encode_comm(LAYOUT, Comm(PID, PID, "app", True, SampleId(PID, PID, 1))),
+            _mmap(binary, 2)] + [_sample(10 + i, BASE + 0x200) for i in range(3)]
+    whole = _sample(20, BASE + 0x204)
+    damaged = [whole[:len(whole) - 8],  # the header claims 8 bytes more
+               whole[:4],  # not even a header
+               whole[:6] + struct.pack("<H", 24) + whole[8:24],  # fields run past the size
+               _mmap(binary, 3)[:30]]
+    qd = tmp_path / "q"
+    with QDir.open(qd, create=True) as qdir:
+        c, _ = _collector(qdir, [good[:3] + damaged[:2], damaged[2:] + good[3:]], min_samples=1)
+        assert c.checkpoint(final=True)
+        assert read_info(qd / "app-pid4242-cpu0.info#0").task.samples == 3
+        tally = c.tally()
+        infos = [n for n in os.listdir(qd) if ".info#" in n]  # the app's and kernel-cpu0
+        assert (tally.samples, tally.damaged, tally.given_up) == (3, 4, 0)
+        assert tally.sets == len(infos) == 2
+        kind, said = parse_line(tally.line("end"))
+        assert kind == "end" and said == tally

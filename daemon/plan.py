@@ -1,0 +1,94 @@
+"""Choosing the event and the perf_event options of a run, and checking up
+front that this machine lets them be opened, so that a run that cannot
+collect says why in one line before anything starts."""
+
+from __future__ import annotations
+
+import errno
+import os
+import platform
+from dataclasses import replace
+from typing import Callable
+
+from . import events, procfs, syscalls
+from .abi import EventSpec
+from .config import Config
+from .source import SourceSpec, ring_pages
+from .unwind import Unwinder
+
+
+class CollectError(Exception):
+    """Collection cannot start; the message is for the user."""
+
+
+def permission_message(err: OSError, paranoid: int | None) -> str:
+    level = "unknown" if paranoid is None else str(paranoid)
+    return ("system-wide sampling is not permitted here: run as root, or grant CAP_PERFMON "
+            f"(CAP_SYS_ADMIN on kernels before 5.8), or lower kernel.perf_event_paranoid "
+            f"(now {level}) to 0 or less; to profile just one command and its children as "
+            f"yourself, use: q-syscollect -i -- CMD ({os.strerror(err.errno or 0)})")
+
+
+def _spec_for(cfg: Config, spec: EventSpec, cpu: int, target: int, exclude_kernel: bool,
+              branches: bool, pages: int) -> SourceSpec:
+    dwarf = cfg.call_graph == "dwarf" and not cfg.kernel_only
+    stacks = cfg.call_graph != "none"
+    return SourceSpec(spec, cpu, cfg.cpus, cfg.frequency, target,
+                      exclude_kernel=exclude_kernel, exclude_user=cfg.kernel_only,
+                      callchain=stacks and not (dwarf and exclude_kernel),
+                      user_callchain=not dwarf, branches=branches,
+                      regs_user_mask=Unwinder(platform.machine()).regs_mask if dwarf else 0,
+                      stack_user=cfg.stack_size if dwarf else 0,
+                      enable_on_exec=target != -1, ring_pages=pages,
+                      sideband_pages=16 if len(cfg.cpus) <= 16 else 4)
+
+
+def _try_open(spec: SourceSpec) -> OSError | None:
+    try:
+        fd = syscalls.perf_event_open(replace(spec, enable_on_exec=False).sampling_attr(),
+                                      0 if spec.target_pid != -1 else -1, spec.cpu)
+    except syscalls.PerfError as e:
+        return e
+    os.close(fd)
+    return None
+
+
+def plan(cfg: Config, note: Callable[[str], None]) -> SourceSpec:
+    """Choose event and options, checking up front that they can be opened;
+    ``note`` tells the user of a fallback."""
+    try:
+        spec = events.resolve(cfg.event) if cfg.event else events.default_event()
+    except events.EventError as e:
+        raise CollectError(str(e)) from None
+    root = os.geteuid() == 0
+    record = 600 + (cfg.stack_size if cfg.call_graph == "dwarf" else 1024)
+    pages = cfg.ring_pages or ring_pages(cfg.frequency, record, root, len(cfg.cpus))
+    target = 0 if cfg.inherit_only else -1
+    exclude_kernel = cfg.user_only
+    branches = spec.is_hardware and cfg.call_graph != "none"
+    source = _spec_for(cfg, spec, cfg.cpus[0], target, exclude_kernel, branches, pages)
+    err = _try_open(source)
+    if err is not None and branches:
+        branches = False  # no branch sampling (LBR) here: plain samples
+        source = replace(source, branches=False)
+        err = _try_open(source)
+    if err is not None and err.errno in (errno.EACCES, errno.EPERM) and cfg.inherit_only \
+            and not exclude_kernel and not cfg.kernel_only:
+        source = replace(source, exclude_kernel=True)
+        err = _try_open(source)
+        if err is None:
+            note("kernel samples are not permitted (kernel.perf_event_paranoid="
+                 f"{procfs.sysctl_int('kernel.perf_event_paranoid')}); "
+                 "collecting user space only")
+    if err is not None:
+        if err.errno in (errno.EACCES, errno.EPERM):
+            raise CollectError(permission_message(
+                err, procfs.sysctl_int("kernel.perf_event_paranoid")))
+        if err.errno in (errno.ENOENT, errno.EOPNOTSUPP, errno.ENODEV):
+            raise CollectError(events.explain_unsupported(spec, err.errno))
+        rate = procfs.sysctl_int("kernel.perf_event_max_sample_rate")
+        if err.errno == errno.EINVAL and rate is not None and cfg.frequency > rate:
+            raise CollectError(f"-c {cfg.frequency} is above the kernel's limit of {rate} Hz "
+                               "(kernel.perf_event_max_sample_rate)")
+        raise CollectError(f"cannot open event {spec.name!r}: {err.strerror}")
+    return source

@@ -1,0 +1,209 @@
+"""How q-syscollect starts, talks and ends: its start and summary lines, the
+exit status it passes on from the command or sets when data was lost, quiet
+ends of closed pipes and clear option errors, and collectors that do not
+outlive their supervisor."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import command, q_syscollect, q_syscollect_popen
+from tests.integration.test_collect import _wait_for, check_complete, infos
+
+EXIT_LOST = 3  # the status README documents for a run that lost data
+
+
+def _lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("q-syscollect: ")]
+
+
+@pytest.mark.parametrize("script,status", [("exit 0", 0), ("exit 7", 7)])
+def test_the_command_s_exit_status_is_passed_on(perf, tmp_path, script, status):
+    q = tmp_path / "q"
+    r = q_syscollect("-d", str(q), "--cpus", "0", "--", "sh", "-c", script)
+    assert r.returncode == status, r.stderr
+    start, *_, end = _lines(r.stderr)
+    assert start.startswith("q-syscollect: sampling 1 CPU with ")
+    assert str(q) in start and "until sh exits" in start
+    assert end.startswith("q-syscollect: captured ") and " samples (" in end and " sets" in end
+    assert "Traceback" not in r.stderr
+
+
+def test_a_command_killed_by_a_signal_kills_q_syscollect_the_same_way(perf, tmp_path):
+    q = tmp_path / "q"
+    r = q_syscollect("-d", str(q), "--cpus", "0", "--", "sh", "-c", "kill -TERM $$")
+    assert r.returncode == -signal.SIGTERM, r.stderr  # it died of SIGTERM itself
+    assert _lines(r.stderr)[-1].startswith("q-syscollect: captured ")
+    # and a shell sees 128+N, as for the command alone
+    shell = subprocess.run(["sh", "-c", '"$@"; echo "status $?"', "sh", command("q-syscollect"),
+                            "-q", "-d", str(q), "--cpus", "0", "--", "sh", "-c", "kill -TERM $$"],
+                           capture_output=True, text=True, timeout=120)
+    assert shell.stdout.strip().endswith(f"status {128 + signal.SIGTERM}"), shell.stderr
+    check_complete(q)
+
+
+def test_start_and_summary_lines_and_minus_q(perf, tmp_path):
+    q = tmp_path / "q"
+    r = q_syscollect("-d", str(q), "-k", "-t", "0.5")
+    assert r.returncode == 0, r.stderr
+    start, end = _lines(r.stderr)
+    cpus = len(os.sched_getaffinity(0))
+    assert f"sampling {cpus} CPU" in start and " Hz, kernel only" in start
+    assert start.endswith(f"into {q}, for 0.5 s")
+    sets = len([n for n in os.listdir(q) if ".info#" in n])
+    assert f"; wrote {sets} set" in end and ".q now " in end
+    quiet = q_syscollect("-q", "-d", str(q), "-k", "-t", "0.5")
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+
+
+def test_a_run_that_cannot_write_its_sets_says_so_last_and_exits_3(perf, tmp_path):
+    """A disk that stays full: whatever the command did, the last line says
+    what was lost and the status is EXIT_LOST."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        q = mnt / "q"
+        assert q_syscollect("-q", "-d", str(q), "-k", "-t", "0.2", "--cpus", "0").returncode == 0
+        subprocess.run(["dd", "if=/dev/zero", f"of={mnt / 'filler'}", "bs=4k"],
+                       capture_output=True)  # fill what is left: it stops at ENOSPC
+        r = q_syscollect("-d", str(q), "-k", "--cpus", "0", "--", "sleep", "0.5")
+        assert r.returncode == EXIT_LOST, r.stderr
+        last = r.stderr.splitlines()[-1]
+        assert last.startswith("q-syscollect: lost data: ") and "could not be written" in last
+        assert "Traceback" not in r.stderr
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)])
+
+
+def test_a_closed_pipe_ends_quietly():
+    shell = subprocess.run(["sh", "-c", f'"{command("q-syscollect")}" -l | head -1'],
+                           capture_output=True, text=True, timeout=60)
+    assert shell.returncode == 0 and shell.stdout.strip() and shell.stderr == "", shell.stderr
+    r, w = os.pipe()
+    os.close(r)  # nobody will ever read: the first write fails
+    try:
+        for args in (["-l"], ["--version"]):
+            done = subprocess.run([command("q-syscollect"), *args], stdout=w,
+                                  stderr=subprocess.PIPE, text=True, timeout=60)
+            assert done.returncode == 0 and done.stderr == "", done.stderr
+    finally:
+        os.close(w)
+
+
+@pytest.mark.parametrize("args,named", [
+    (["-t", "x"], "-t"), (["-t", "0"], "-t"), (["-t", "nan"], "-t"), (["-c", "fast"], "-c"),
+    (["--stack-size", "7"], "--stack-size"), (["--rotate", "soon"], "--rotate"),
+    (["--cpus", "x"], "--cpus"), (["-i"], "-i"), (["--mmap-pages", "3"], "--mmap-pages")])
+def test_option_errors_name_the_option_and_exit_2(tmp_path, args, named):
+    r = q_syscollect("-d", str(tmp_path / "q"), *args)
+    assert r.returncode == 2, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert named in last and "Traceback" not in r.stderr
+    assert "_" not in last.replace(str(tmp_path), ""), last  # no internal names
+    assert not (tmp_path / "q").exists()
+
+
+def _collectors(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children()
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _gone(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_collectors_stop_when_the_supervisor_is_killed(perf, build, tmp_path):
+    """kill -9 of the supervisor while its collectors are busy -- a p-fan per
+    CPU sampled at 4999 Hz with DWARF unwinding, each p-fan with a sparse
+    8 TiB /tmp/perf-PID.map that a checkpoint sets out to copy: every
+    collector ends, and every set they leave is complete."""
+    pfan = build("p-fan")
+    q = tmp_path / "q"
+    cpus = len(os.sched_getaffinity(0))
+    loads = [subprocess.Popen([str(pfan), "60"]) for _ in range(cpus)]
+    maps = [Path(f"/tmp/perf-{load.pid}.map") for load in loads]
+    collectors: list[psutil.Process] = []
+    try:
+        for path in maps:
+            with open(path, "x") as f:
+                f.truncate(8 << 40)
+        proc = q_syscollect_popen("-d", str(q), "--checkpoint", "1", "-c", "4999",
+                                  stderr=subprocess.DEVNULL)
+        try:
+            _wait_for(lambda: len(_collectors(proc.pid)) == cpus, 60, proc)
+            collectors = _collectors(proc.pid)
+            time.sleep(3)  # past the first checkpoints, into the copies, the rings full
+            assert proc.poll() is None
+        finally:
+            proc.kill()
+            proc.wait()
+        # generous: stopping takes a moment, but not more than a few seconds
+        end = time.monotonic() + 30
+        while time.monotonic() < end and not all(_gone(c) for c in collectors):
+            time.sleep(0.05)
+        assert all(_gone(c) for c in collectors), [c.pid for c in collectors if not _gone(c)]
+    finally:
+        for c in collectors:
+            if not _gone(c):
+                c.kill()
+        for load in loads:
+            load.kill()
+            load.wait()
+        for path in maps:
+            path.unlink(missing_ok=True)
+    for info in infos(q).values():  # every .info parses and names data files that agree
+        assert info.task.samples is not None
+    check_complete(q)
+
+
+def test_a_collector_that_died_for_good_makes_the_run_exit_3(perf, tmp_path):
+    """Killed again and again, a collector is restarted a few times a minute
+    and then given up: the run goes on, and ends with EXIT_LOST and a last
+    line that names the CPU, however the command ended."""
+    q = tmp_path / "q"
+    # -v: each collector says "[PID] profiling on cpu 0" once it is ready;
+    # -t: whatever happens, the run ends (and stderr with it)
+    proc = q_syscollect_popen("-d", str(q), "-v", "-k", "--cpus", "0", "-t", "120", "--",
+                              "sleep", "600")
+    said = []
+    try:
+        kills = 0
+        while kills < 6:  # RESTARTS_PER_MINUTE is 5: the sixth death is final
+            line = proc.stderr.readline()
+            assert line, "".join(said)
+            said.append(line)
+            ready = re.match(r"\[(\d+)\] profiling on cpu 0 ", line)
+            if ready:
+                time.sleep(0.5)  # past its "ok" to the parent
+                os.kill(int(ready[1]), signal.SIGKILL)
+                kills += 1
+        while "not restarting it" not in said[-1]:
+            said.append(proc.stderr.readline())
+            assert said[-1], "".join(said)
+        proc.send_signal(signal.SIGTERM)  # ends sleep too, and its end would be passed on...
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == EXIT_LOST, err  # ...but the loss comes first
+    last = err.splitlines()[-1]
+    assert last == "q-syscollect: lost data: the collector for cpu 0 died and was not restarted"
