@@ -15,7 +15,7 @@ from .checkpoint import RunInfo
 from .collector import CpuCollector, Flags, Options
 from .config import Config
 from .dwarf import DwarfFrames
-from .objects import KallsymsCopy, ObjectCopier
+from .objects import KallsymsCopy, Limits, ObjectCopier
 from .source import PerfSource, SourceSpec
 
 
@@ -50,7 +50,8 @@ def collector_main(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, st
                    verbose=cfg.verbose, min_samples=cfg.min_samples,
                    stacks=cfg.call_graph != "none", rotate=cfg.rotate,
                    compress=cfg.compress_closed, cpu_stats=source.target_pid == -1)
-    copier = ObjectCopier(qdir, cfg.symlink)
+    copier = ObjectCopier(qdir, cfg.symlink, Limits(object_size=cfg.max_object_size,
+                                                    map_size=cfg.max_map_size), out)
     frames = None
     if source.regs_user_mask:
         vdso = procfs.own_vdso()
@@ -69,6 +70,7 @@ def collector_main(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, st
 
     def heartbeat() -> None:
         nonlocal last_beat
+        copier.work()  # copies under way go on between drains, a slice at a time
         now = time.monotonic()
         if now - last_beat >= 1.0:
             last_beat = now
@@ -77,4 +79,5 @@ def collector_main(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, st
             except OSError:
                 pass  # parent gone: PDEATHSIG stops us
     ok = collector.run(flags, heartbeat=heartbeat)
+    copier.close()
     return 0 if ok else 1

@@ -18,10 +18,11 @@ from .store import CopyProblem, QDir, UnsafeDirectory, crc32_of_fd, open_regular
     resolve_info
 
 __all__ = [
-    "Arc", "CallCounts", "CallStacks", "CopyJob", "CopyProblem", "FORMAT_VERSION", "Form", "Histogram",
-    "Info", "MapRange", "ObjectRef", "QDir", "QFormatError", "QName", "SetName", "Stack",
-    "Stored", "Symbol", "TaskInfo", "TooLarge", "UnsafeDirectory", "check_plain_name", "copy_name", "crc32_of_fd",
-    "dump_info", "edge_lines", "hist_lines", "info_versions", "iter_lines", "open_regular",
-    "parse_copy_name", "parse_info", "parse_name", "parse_set", "read_edges", "read_hist",
-    "read_info", "read_stacks", "resolve_info", "sanitize", "sanitize_prog", "stack_lines",
+    "Arc", "CallCounts", "CallStacks", "CopyJob", "CopyProblem", "FORMAT_VERSION", "Form",
+    "Histogram", "Info", "MapRange", "ObjectRef", "QDir", "QFormatError", "QName", "SetName",
+    "Stack", "Stored", "Symbol", "TaskInfo", "TooLarge", "UnsafeDirectory", "check_plain_name",
+    "copy_name", "crc32_of_fd", "dump_info", "edge_lines", "hist_lines", "info_versions",
+    "iter_lines", "open_regular", "parse_copy_name", "parse_info", "parse_name", "parse_set",
+    "read_edges", "read_hist", "read_info", "read_stacks", "resolve_info", "sanitize",
+    "sanitize_prog", "stack_lines",
 ]
