@@ -133,7 +133,7 @@ class Limits:
     object_size: int = 512 << 20  # an object over this is refused (--max-object-size)
     map_size: int = 64 << 20  # a perf map is kept up to this, marked truncated (--max-map-size)
     kallsyms_size: int = 256 << 20  # real ones are 2-20 MiB
-    share: float = 0.2  # of a collector's time spent copying, on average at most
+    share: float = 0.25  # of a collector's time spent copying, on average at most
     burst: float = 1.0  # seconds of copying at once (a checkpoint, the end of the run)
     slice: float = 0.1  # seconds one call copies before going back to the rings
 

@@ -253,3 +253,28 @@ def test_task_owners_are_recorded_at_seed_fork_and_exec_and_kept():
     assert child.ended and child.uid == 0  # kept after it ends
     table.apply(Comm(pid=30, tid=30, comm="gone", exec=True, sid=_sid(8)))
     assert table.get(30).uid is None  # gone before anyone saw who ran it
+
+
+def test_a_perf_map_is_taken_only_from_the_recorded_owner(tmp_path, capsys):
+    from qtools.daemon.objects import ObjectCopier
+    from qtools.daemon.tasks import Process
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid nobody runs now (until it is reused)
+    path = Path(f"/tmp/perf-{gone.pid}.map")
+    path.write_text("7f0000001000 10 jitted\n")
+    try:
+        with QDir.open(tmp_path / "q", create=True) as q:
+            copier = ObjectCopier(q)
+            unknown = Process(gone.pid, "gone", ended=True)
+            assert copier.perf_map(unknown) is None and copier.perf_map(unknown) is None
+            other = Process(gone.pid, "gone", ended=True, uid=os.geteuid() + 1)
+            assert copier.perf_map(other) is None
+            mine = Process(gone.pid, "gone", ended=True, uid=os.geteuid())
+            stored = copier.perf_map(mine)
+        assert stored and not stored.truncated
+        assert (tmp_path / "q" / stored.name).read_text() == "7f0000001000 10 jitted\n"
+    finally:
+        path.unlink()
+    err = capsys.readouterr().err
+    assert err.count(f"not using {path}: the owner of pid {gone.pid} was never seen") == 1
+    assert f"not using {path}: owned by uid {os.geteuid()}, not by uid {os.geteuid() + 1}" in err
