@@ -278,9 +278,9 @@ def start_copy(qdir: QDir, src_fd: int, basename: str, limit: int, *, truncate: 
             finally:
                 os.close(fd)
         if link and may_link(src_fd, st):
-            tmp = _hard_link(qdir, src_fd)
-            if tmp is not None:
-                return CopyJob(qdir, src_fd, basename, limit, truncate=truncate, tmp=tmp)
+            linked = _hard_link(qdir, src_fd)
+            if linked is not None:
+                return CopyJob(qdir, src_fd, basename, limit, truncate=truncate, tmp=linked)
     tmp, fd = qdir.temp_file(mode)
     try:
         return CopyJob(qdir, src_fd, basename, limit, truncate=truncate, tmp=tmp, write_fd=fd)

@@ -454,16 +454,14 @@ def _alive(pid: int, start: int | None = None) -> bool:
     try:
         found = _proc_stat(pid)
     except OSError:
-        found = ("?", start)
+        return _exists(pid)
     if found is None:
-        if os.path.isdir("/proc/self"):
-            return False
-        found = ("?", start)
+        return not os.path.isdir("/proc/self") and _exists(pid)
     state, started = found
-    if state in ("Z", "X") or (start is not None and started != start):
-        return False
-    if state != "?":
-        return True
+    return state not in ("Z", "X") and (start is None or started == start)
+
+
+def _exists(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
