@@ -39,6 +39,13 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _positive_size(text: str) -> int:
+    value = _size(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return value
+
+
 def _stack_size(text: str) -> int:
     try:
         value = parse_size(text)
@@ -110,9 +117,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stuck-after", type=_age, default=120.0, metavar="SECS",
                    help="kill and restart a collector that has not reported for SECS "
                         "(default 120)")
-    p.add_argument("--max-object-size", type=_size, default=512 << 20, metavar="SIZE",
+    p.add_argument("--max-object-size", type=_positive_size, default=512 << 20, metavar="SIZE",
                    help="do not copy an object larger than SIZE into .q (default 512M)")
-    p.add_argument("--max-map-size", type=_size, default=64 << 20, metavar="SIZE",
+    p.add_argument("--max-map-size", type=_positive_size, default=64 << 20, metavar="SIZE",
                    help="copy at most SIZE of a JIT's /tmp/perf-PID.map, marking the copy "
                         "truncated (default 64M)")
     p.add_argument("--version", action="store_true", help="print the version and exit")
