@@ -227,7 +227,7 @@ def test_the_map_of_a_program_gone_before_the_checkpoint_is_taken(perf, build, s
     collector = q_syscollect_popen("-d", str(q), "-v", "-t", "6", "--min-samples", "1")
     try:
         said = _started(collector)
-        script = subprocess.Popen([*AS_NOBODY, str(jit), "1.5"])
+        script = subprocess.Popen([*AS_NOBODY, str(jit), "2.5"])
         perf_maps.append(script.pid)
         script.wait()  # gone long before the only checkpoint, at the end
         out, err = collector.communicate(timeout=60)
