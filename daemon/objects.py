@@ -9,6 +9,8 @@ those the kernel reported for the mapping.
 
 from __future__ import annotations
 
+import hashlib
+import mmap
 import os
 import struct
 import sys
@@ -166,6 +168,40 @@ class CopyBudget:
         self.tokens -= seconds
 
 
+class Notices:
+    """Which warnings the collectors of a run have given: a bitmap of
+    message hashes in memory shared with every process forked after it was
+    made. The supervisor makes its copier before it forks the collectors,
+    so a refusal is said once per run, not once per CPU. (Two collectors
+    racing on one bit may both say it; a hash collision silences one: with
+    a thousand messages said, a new one in about 8000.)"""
+
+    BITS = 1 << 23
+
+    def __init__(self) -> None:
+        self._map = mmap.mmap(-1, self.BITS // 8)  # anonymous and MAP_SHARED
+
+    def first(self, text: str) -> bool:
+        """Has nobody said ``text`` yet? It counts as said from now on."""
+        digest = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+        byte, bit = divmod(digest % self.BITS, 8)
+        old = self._map[byte]
+        if old & (1 << bit):
+            return False
+        self._map[byte] = old | (1 << bit)
+        return True
+
+
+_notices: Notices | None = None
+
+
+def _shared_notices() -> Notices:
+    global _notices
+    if _notices is None:
+        _notices = Notices()
+    return _notices
+
+
 @dataclass
 class _Pending:
     """A copy under way, and what to do with it once made."""
@@ -199,18 +235,15 @@ class ObjectCopier:
         self._jobs: dict[object, _Pending] = {}
         self._files: dict[str, Stored] = {}  # the last copy of a plain file, by path
         self._maps: dict[int, Stored] = {}  # the perf map copy, by Process.serial
-        self._said: set[str] = set()
+        self.notices = _shared_notices()
 
     def known(self, obj: ObjectKey) -> Copy | None:
         return self._done.get(obj)
 
     def say(self, text: str) -> None:
-        """Print ``text`` once (per collector)."""
-        if text in self._said:
+        """Print ``text`` once per run (``Notices``)."""
+        if not self.notices.first(text):
             return
-        if len(self._said) > 10000:
-            self._said.clear()
-        self._said.add(text)
         print(f"q-syscollect: {text}", file=self.out or sys.stderr, flush=True)
 
     def copy(self, proc: Process, mapping: Mapping) -> Copy:
