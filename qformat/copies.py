@@ -148,8 +148,9 @@ class CopyJob:
     ``advance`` works until a deadline and returns None if it is not done;
     called again it goes on where it stopped. Bytes past ``limit`` make the
     copy fail with ``TooLarge``, or with ``truncate`` end it there, marked
-    truncated (an append-only file such as a JIT's perf map keeps its first
-    ``limit`` bytes, which no longer change).
+    truncated: an append-only text file such as a JIT's perf map keeps its
+    whole lines within the first ``limit`` bytes, which no longer change
+    (a file with no line end there keeps ``limit`` bytes).
     """
 
     def __init__(self, qdir: QDir, src_fd: int, basename: str, limit: int, *,
@@ -171,6 +172,7 @@ class CopyJob:
         self.offset = 0
         self.synced = 0
         self.crc = 0
+        self.line_end: tuple[int, int] | None = None  # (offset, crc) after the last b"\n"
         self.closed = False
         self.identity: tuple[int, ...] | None = None  # the source's state, set by QDir
 
@@ -205,12 +207,21 @@ class CopyJob:
                     return self._finish(False)
                 if not self.truncate:
                     raise TooLarge(f"larger than the limit of {self.limit} bytes", self.basename)
+                if self.write_fd is not None and self.line_end is not None:
+                    self.offset, self.crc = self.line_end
+                    os.ftruncate(self.write_fd, self.offset)
                 return self._finish(True)
             n = self._read(buf, want)
             if not n:
                 return self._finish(False)
             chunk = memoryview(buf)[:n]
-            self.crc = zlib_ng.crc32(chunk, self.crc)
+            line_end = buf.rfind(b"\n", 0, n) + 1 if self.truncate else 0
+            if line_end:
+                head = zlib_ng.crc32(chunk[:line_end], self.crc)
+                self.line_end = (self.offset + line_end, head)
+                self.crc = zlib_ng.crc32(chunk[line_end:], head)
+            else:
+                self.crc = zlib_ng.crc32(chunk, self.crc)
             if self.write_fd is not None:
                 _write_all(self.write_fd, chunk)
             self.offset += n
@@ -258,8 +269,9 @@ def start_copy(qdir: QDir, src_fd: int, basename: str, limit: int, *, truncate: 
     leads to this file; else a reflink where the filesystem can; else a hard
     link where ``link`` is true and ``may_link`` allows; else a byte copy,
     owned by this process's user and never wider-readable than the source.
-    Whole-file ways are only taken for a file within ``limit``. A file
-    already over ``limit`` is refused with ``TooLarge`` unless ``truncate``.
+    Whole-file ways are only taken for a file within ``limit`` (links not
+    for one that may be cut). A file already over ``limit`` is refused with
+    ``TooLarge`` unless ``truncate``.
     """
     st = os.fstat(src_fd)
     if not stat.S_ISREG(st.st_mode):
@@ -268,7 +280,8 @@ def start_copy(qdir: QDir, src_fd: int, basename: str, limit: int, *, truncate: 
         raise TooLarge(f"{st.st_size} bytes, over the limit of {limit}", basename)
     mode = stat.S_IMODE(st.st_mode) & 0o444 or 0o400
     if 0 < st.st_size <= limit:
-        if symlink_to is not None and st.st_uid == 0 and root_only(symlink_to, st):
+        if symlink_to is not None and not truncate and st.st_uid == 0 \
+                and root_only(symlink_to, st):
             return CopyJob(qdir, src_fd, basename, limit, symlink_to=symlink_to)
         cloned = _clone(qdir, src_fd, mode, limit)
         if cloned is not None:
@@ -277,7 +290,7 @@ def start_copy(qdir: QDir, src_fd: int, basename: str, limit: int, *, truncate: 
                 return CopyJob(qdir, fd, basename, limit, tmp=tmp)
             finally:
                 os.close(fd)
-        if link and may_link(src_fd, st):
+        if link and not truncate and may_link(src_fd, st):  # a link would grow
             linked = _hard_link(qdir, src_fd)
             if linked is not None:
                 return CopyJob(qdir, src_fd, basename, limit, truncate=truncate, tmp=linked)
