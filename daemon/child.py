@@ -15,7 +15,7 @@ from .checkpoint import RunInfo
 from .collector import CpuCollector, Flags, Options
 from .config import Config
 from .dwarf import DwarfFrames
-from .objects import KallsymsCopy, Limits, ObjectCopier
+from .objects import CopyLimits, KallsymsCopy, ObjectCopier
 from .source import PerfSource, SourceSpec
 
 
@@ -50,7 +50,7 @@ def collector_main(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, st
                    verbose=cfg.verbose, min_samples=cfg.min_samples,
                    stacks=cfg.call_graph != "none", rotate=cfg.rotate,
                    compress=cfg.compress_closed, cpu_stats=source.target_pid == -1)
-    copier = ObjectCopier(qdir, cfg.symlink, Limits(object_size=cfg.max_object_size,
+    copier = ObjectCopier(qdir, cfg.symlink, CopyLimits(object_size=cfg.max_object_size,
                                                     map_size=cfg.max_map_size), out)
     frames = None
     if source.regs_user_mask:

@@ -129,7 +129,7 @@ def _size(n: int) -> str:
 
 
 @dataclass(frozen=True)
-class Limits:
+class CopyLimits:
     """How much copying may cost: bytes per copy, and a collector's time."""
 
     object_size: int = 512 << 20  # an object over this is refused (--max-object-size)
@@ -216,14 +216,14 @@ class ObjectCopier:
     """Makes and remembers the copy of each object a task set needs, and of
     the perf maps and kallsyms its sets name.
 
-    Copies are bounded (``Limits``) in size and in time: one that does not
-    finish within its slice stays pending and goes on at the next call, or
+    Copies are bounded (``CopyLimits``) in size and in time: one that does
+    not finish within its slice stays pending and goes on at the next call, or
     from ``work`` between drains of the rings. Each refusal is said once,
     naming the file and the pid, on ``out``.
     """
 
-    def __init__(self, qdir: QDir, symlink: bool = False, limits: Limits = Limits(),
-                 out: TextIO | None = None) -> None:
+    def __init__(self, qdir: QDir, symlink: bool = False,
+                 limits: CopyLimits = CopyLimits(), out: TextIO | None = None) -> None:
         self.qdir = qdir
         self.symlink = symlink
         self.limits = limits

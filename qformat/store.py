@@ -30,6 +30,7 @@ from .copies import CopyJob, Stored, TooLarge, start_copy  # noqa: F401 (TooLarg
 from .errors import QFormatError
 from .names import SetName, check_plain_name, info_versions, parse_copy_name, \
     parse_name
+from .writers import alive, writer_tag
 
 TEMP_PREFIX = ".tmp-"
 CHUNK = 1 << 20
@@ -230,7 +231,7 @@ class QDir:
         """A fresh temporary name: ``.tmp-PID.START-RANDOM``, START being
         the writer's start time (clock ticks after boot), so that a reused
         pid does not make a dead writer's leftovers look alive."""
-        return f"{TEMP_PREFIX}{_writer_tag()}-{secrets.token_hex(6)}"
+        return f"{TEMP_PREFIX}{writer_tag()}-{secrets.token_hex(6)}"
 
     def temp_file(self, mode: int) -> tuple[str, int]:
         while True:
@@ -322,7 +323,7 @@ class QDir:
             pid_text, _, start_text = tag.partition(".")
             if not pid_text.isdigit() or (start_text and not start_text.isdigit()):
                 continue
-            if _alive(int(pid_text), int(start_text) if start_text else None):
+            if alive(int(pid_text), int(start_text) if start_text else None):
                 continue
             self.unlink_quietly(name)
             removed += 1
@@ -413,62 +414,6 @@ def _write_chunks(f: object, data: Chunks) -> None:
     else:
         for chunk in data:
             write(chunk)
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state, start time in clock ticks after boot) of a process, from
-    /proc/PID/stat (fields 3 and 22); None if there is no such process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            text = f.read(4096).decode("ascii", "replace")
-    except FileNotFoundError:
-        return None
-    fields = text[text.rfind(")") + 2:].split()  # the comm may hold spaces and parentheses
-    if len(fields) < 20 or not fields[19].isdigit():
-        raise OSError(errno.EINVAL, "unexpected /proc/PID/stat", pid)
-    return fields[0], int(fields[19])
-
-
-_tag: tuple[int, str] | None = None
-
-
-def _writer_tag() -> str:
-    """``PID.START`` of this process, read once per process (a fork has its own)."""
-    global _tag
-    pid = os.getpid()
-    if _tag is None or _tag[0] != pid:
-        try:
-            found = _proc_stat(pid)
-        except OSError:
-            found = None
-        _tag = (pid, f"{pid}.{found[1]}" if found else str(pid))
-    return _tag[1]
-
-
-def _alive(pid: int, start: int | None = None) -> bool:
-    """Does the writer ``pid`` (started at ``start``, when known) still run?
-    A zombie has stopped writing; a pid with another start time is another
-    process. Without /proc, only whether the pid exists can be told."""
-    if pid <= 0:
-        return False
-    try:
-        found = _proc_stat(pid)
-    except OSError:
-        return _exists(pid)
-    if found is None:
-        return not os.path.isdir("/proc/self") and _exists(pid)
-    state, started = found
-    return state not in ("Z", "X") and (start is None or started == start)
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def resolve_info(path: str | os.PathLike[str]) -> str:

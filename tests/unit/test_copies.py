@@ -17,7 +17,7 @@ from qtools.daemon.records import Comm, SampleId, Task
 from qtools.daemon.tasks import ProcSnapshot, TaskTable
 from qtools.qformat import QDir, Stored, TooLarge
 from qtools.qformat.copies import may_link, root_only
-from qtools.qformat.store import _alive, _proc_stat
+from qtools.qformat.writers import alive, proc_stat
 
 MiB = 1 << 20
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give files away")
@@ -208,11 +208,11 @@ def test_symlink_is_refused_where_a_user_can_swap_the_path(tmp_path):
 
 def test_temporaries_of_dead_zombie_or_reused_writers_are_removed(tmp_path):
     zombie = subprocess.Popen([sys.executable, "-c", "pass"])
-    while _proc_stat(zombie.pid)[0] != "Z":
+    while proc_stat(zombie.pid)[0] != "Z":
         time.sleep(0.01)
     me = os.getpid()
-    started = _proc_stat(me)[1]
-    zombie_start = _proc_stat(zombie.pid)[1]
+    started = proc_stat(me)[1]
+    zombie_start = proc_stat(zombie.pid)[1]
     names = {
         f".tmp-{me}.{started}-live": True,
         f".tmp-{me}.{started + 1}-reused": False,  # our pid, another process's start
@@ -222,7 +222,7 @@ def test_temporaries_of_dead_zombie_or_reused_writers_are_removed(tmp_path):
     for name in names:
         (tmp_path / name).write_bytes(b"x")
     try:
-        assert not _alive(zombie.pid) and _alive(me, started) and not _alive(me, started + 1)
+        assert not alive(zombie.pid) and alive(me, started) and not alive(me, started + 1)
         with QDir.open(tmp_path) as q:
             assert q.remove_stale_temps() == 3
             assert q.temp_name().startswith(f".tmp-{me}.{started}-")
