@@ -11,8 +11,9 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 
-from qtools.qformat import (CallCounts, CallStacks, Histogram, Info, MapRange, ObjectRef, QDir,
-                            TaskInfo, dump_info, edge_lines, hist_lines, stack_lines)
+from qtools.qformat import (CallCounts, CallStacks, Form, Histogram, Info, MapRange, ObjectRef,
+                            QDir, Stored, TaskInfo, dump_info, edge_lines, hist_lines,
+                            stack_lines)
 
 from . import procfs
 from .aggregate import TaskSet
@@ -59,7 +60,7 @@ def _objects(ts: TaskSet, run: RunInfo, copier: ObjectCopier) -> list[ObjectRef]
 
 
 def build_info(ts: TaskSet, run: RunInfo, copier: ObjectCopier, version: int,
-               cpu_lost: int, perf_map: str | None = None) -> Info:
+               cpu_lost: int, perf_map: Stored | None = None) -> Info:
     proc = ts.process
     prof = ts.profile
     lost_end = ts.lost_at_end if ts.lost_at_end is not None else cpu_lost
@@ -99,7 +100,9 @@ def build_info(ts: TaskSet, run: RunInfo, copier: ObjectCopier, version: int,
     info.kallsyms = run.kallsyms
     info.vdso = run.vdso
     if perf_map:
-        info.perf_maps.append(perf_map)
+        info.perf_maps.append(perf_map.name)
+        if perf_map.truncated:  # its first --max-map-size bytes only
+            info.extra_forms.append(Form("q:perf-map-truncated", [perf_map.name]))
     info.objects = _objects(ts, run, copier)
     return info
 
@@ -114,27 +117,10 @@ def header_only(info: Info) -> Info:
                    task=replace(info.task, samples=0))
 
 
-def perf_map_copy(ts: TaskSet, copier: ObjectCopier) -> str | None:
-    """Copy the task's JIT symbol map (/tmp/perf-PID.map) if it has one.
-
-    Only a regular file owned by the task's own user is taken: the daemon
-    runs as root and /tmp is everybody's.
-    """
-    proc = ts.process
-    if proc is None:
-        return None
-    candidates = [f"/tmp/perf-{proc.pid}.map"]
-    if not proc.ended:
-        candidates.insert(0, f"/proc/{proc.pid}/root/tmp/perf-{proc.pid}.map")
-    try:
-        owner = os.stat(f"/proc/{proc.pid}").st_uid
-    except OSError:
-        owner = None
-    for path in candidates:
-        copy = copier.copy_file(path, f"perf-{proc.pid}.map", owner)
-        if copy is not None:
-            return copy
-    return None
+def perf_map_copy(ts: TaskSet, copier: ObjectCopier) -> Stored | None:
+    """The copy of the task's JIT symbol map (/tmp/perf-PID.map), if it has
+    one its own user wrote (``ObjectCopier.perf_map``)."""
+    return copier.perf_map(ts.process) if ts.process is not None else None
 
 
 def write_sets(qdir: QDir, sets: list[TaskSet], run: RunInfo, copier: ObjectCopier,

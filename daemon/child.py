@@ -27,7 +27,7 @@ from .collector import CpuCollector, Flags, Options
 from .config import Config
 from .dwarf import DwarfFrames
 from .messages import Tally
-from .objects import KallsymsCopy, ObjectCopier
+from .objects import CopyLimits, KallsymsCopy, ObjectCopier
 from .source import PerfSource, SourceSpec
 from .stopping import ParentGone, stop_now
 
@@ -87,7 +87,8 @@ def _collect(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, status_w
                    verbose=cfg.verbose, min_samples=cfg.min_samples,
                    stacks=cfg.call_graph != "none", rotate=cfg.rotate,
                    compress=cfg.compress_closed, cpu_stats=source.target_pid == -1)
-    copier = ObjectCopier(qdir, cfg.symlink)
+    copier = ObjectCopier(qdir, cfg.symlink, CopyLimits(object_size=cfg.max_object_size,
+                                                    map_size=cfg.max_map_size), out)
     frames = None
     if source.regs_user_mask:
         vdso = procfs.own_vdso()
@@ -107,11 +108,15 @@ def _collect(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, status_w
 
     def heartbeat() -> None:
         nonlocal last_beat
+        copier.work()  # copies under way go on between drains, a slice at a time
         now = time.monotonic()
         if now - last_beat >= 1.0:
             last_beat = now
             _report(status_w, parent, collector.tally(), "beat")
-    ok = collector.run(flags, heartbeat=heartbeat)
+    try:
+        ok = collector.run(flags, heartbeat=heartbeat)
+    finally:
+        copier.close()  # copies under way leave no temporaries, also when the parent is gone
     _report(status_w, parent, collector.tally(), "end")
     return 0 if ok else 1
 

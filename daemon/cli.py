@@ -64,6 +64,13 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _positive_size(text: str) -> int:
+    value = _size(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be positive")
+    return value
+
+
 def _stack_size(text: str) -> int:
     try:
         value = parse_size(text)
@@ -137,6 +144,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stuck-after", type=_age, default=120.0, metavar="SECS",
                    help="kill and restart a collector that has not reported for SECS "
                         "(default 120)")
+    p.add_argument("--max-object-size", type=_positive_size, default=512 << 20, metavar="SIZE",
+                   help="do not copy an object larger than SIZE into .q (default 512M)")
+    p.add_argument("--max-map-size", type=_positive_size, default=64 << 20, metavar="SIZE",
+                   help="copy at most SIZE of a JIT's /tmp/perf-PID.map, marking the copy "
+                        "truncated (default 64M)")
     p.add_argument("--version", action="store_true", help="print the version and exit")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="[--] CMD ARGS",
                    help="profile system-wide (or with -i, only this) until CMD exits")
@@ -172,6 +184,7 @@ def config_from(args: argparse.Namespace, argv: list[str]) -> Config:
                   min_samples=args.min_samples, symlink=args.symlink,
                   ring_pages=args.ring_pages, rotate=args.rotate, max_size=args.max_size,
                   max_age=args.max_age, compress=args.compress, stuck_after=args.stuck_after,
+                  max_object_size=args.max_object_size, max_map_size=args.max_map_size,
                   argv=argv)
 
 

@@ -51,6 +51,8 @@ class Config:
     max_age: float | None = None
     compress: bool | None = None  # None: compress closed slices when rotating
     stuck_after: float = 120.0  # kill and restart a collector silent this long
+    max_object_size: int = 512 << 20  # refuse to copy a larger object
+    max_map_size: int = 64 << 20  # keep only this much of a perf map
     argv: list[str] = field(default_factory=list)
 
     @property

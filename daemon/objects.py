@@ -9,13 +9,16 @@ those the kernel reported for the mapping.
 
 from __future__ import annotations
 
+import hashlib
+import mmap
 import os
 import struct
+import sys
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TextIO
 
-from qtools.qformat import QDir
+from qtools.qformat import CopyJob, QDir, QFormatError, Stored, TooLarge
 
 from . import procfs
 from .tasks import Mapping, ObjectKey, Process
@@ -116,29 +119,137 @@ def _is_object(fd: int, obj: ObjectKey, trusted: bool) -> bool:
     return trusted
 
 
-def _names(path: str, fd: int) -> bool:
-    """Does ``path``, as this process sees it, name the file open as ``fd``?"""
-    try:
-        st, mine = os.stat(path), os.fstat(fd)
-    except OSError:
-        return False
-    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
+def _size(n: int) -> str:
+    """Bytes as the options write them: 64M, 1.5G."""
+    for unit, shift in (("T", 40), ("G", 30), ("M", 20), ("K", 10)):
+        if n >= 1 << shift:
+            value = n / (1 << shift)
+            return f"{value:g}{unit}" if value == int(value) else f"{value:.1f}{unit}"
+    return str(n)
+
+
+@dataclass(frozen=True)
+class CopyLimits:
+    """How much copying may cost: bytes per copy, and a collector's time."""
+
+    object_size: int = 512 << 20  # an object over this is refused (--max-object-size)
+    map_size: int = 64 << 20  # a perf map is kept up to this, marked truncated (--max-map-size)
+    kallsyms_size: int = 256 << 20  # real ones are 2-20 MiB
+    share: float = 0.25  # of a collector's time spent copying, on average at most
+    burst: float = 1.0  # seconds of copying at once (a checkpoint, the end of the run)
+    slice: float = 0.1  # seconds one call copies before going back to the rings
+
+
+class CopyBudget:
+    """Copying time as a token bucket: ``share`` seconds per second flow
+    in, up to ``burst``; each call may copy until the earlier of ``slice``
+    and what is left. So copies never hold up ring draining for more than a
+    slice, and the last checkpoint of a run (and with it ``-t``) for more
+    than the burst, whatever files users put in the way."""
+
+    def __init__(self, share: float, burst: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.share = share
+        self.burst = burst
+        self.clock = clock
+        self.tokens = burst
+        self._at = clock()
+
+    def deadline(self, slice_: float) -> float | None:
+        """Until when the caller may copy now; None if the budget is spent."""
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self._at) * self.share)
+        self._at = now
+        if self.tokens <= 0:
+            return None
+        return now + min(slice_, self.tokens)
+
+    def spend(self, seconds: float) -> None:
+        self.tokens -= seconds
+
+
+class Notices:
+    """Which warnings the collectors of a run have given: a bitmap of
+    message hashes in memory shared with every process forked after it was
+    made. The supervisor makes its copier before it forks the collectors,
+    so a refusal is said once per run, not once per CPU. (Two collectors
+    racing on one bit may both say it; a hash collision silences one: with
+    a thousand messages said, a new one in about 8000.)"""
+
+    BITS = 1 << 23
+
+    def __init__(self) -> None:
+        self._map = mmap.mmap(-1, self.BITS // 8)  # anonymous and MAP_SHARED
+
+    def first(self, text: str) -> bool:
+        """Has nobody said ``text`` yet? It counts as said from now on."""
+        digest = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+        byte, bit = divmod(digest % self.BITS, 8)
+        old = self._map[byte]
+        if old & (1 << bit):
+            return False
+        self._map[byte] = old | (1 << bit)
+        return True
+
+
+_notices: Notices | None = None
+
+
+def _shared_notices() -> Notices:
+    global _notices
+    if _notices is None:
+        _notices = Notices()
+    return _notices
+
+
+@dataclass
+class _Pending:
+    """A copy under way, and what to do with it once made."""
+
+    job: CopyJob
+    label: str  # the file as the messages name it
+    pid: int | None
+    done: Callable[[Stored], None]
 
 
 class ObjectCopier:
-    """Makes and remembers the copy of each object a task set needs."""
+    """Makes and remembers the copy of each object a task set needs, and of
+    the perf maps and kallsyms its sets name.
 
-    def __init__(self, qdir: QDir, symlink: bool = False) -> None:
+    Copies are bounded (``CopyLimits``) in size and in time: one that does
+    not finish within its slice stays pending and goes on at the next call, or
+    from ``work`` between drains of the rings. Each refusal is said once,
+    naming the file and the pid, on ``out``.
+    """
+
+    def __init__(self, qdir: QDir, symlink: bool = False,
+                 limits: CopyLimits = CopyLimits(), out: TextIO | None = None) -> None:
         self.qdir = qdir
         self.symlink = symlink
+        self.limits = limits
+        self.out = out
+        self.budget = CopyBudget(limits.share, limits.burst)
         self._done: dict[ObjectKey, Copy] = {}
-        self._failed: dict[ObjectKey, float] = {}
+        self._failed: dict[object, float] = {}  # key -> when to try again
+        self._refused: set[ObjectKey] = set()
+        self._jobs: dict[object, _Pending] = {}
+        self._files: dict[str, Stored] = {}  # the last copy of a plain file, by path
+        self._maps: dict[int, Stored] = {}  # the perf map copy, by Process.serial
+        self.notices = _shared_notices()
 
     def known(self, obj: ObjectKey) -> Copy | None:
         return self._done.get(obj)
 
+    def say(self, text: str) -> None:
+        """Print ``text`` once per run (``Notices``)."""
+        if not self.notices.first(text):
+            return
+        print(f"q-syscollect: {text}", file=self.out or sys.stderr, flush=True)
+
     def copy(self, proc: Process, mapping: Mapping) -> Copy:
-        """The copy for ``mapping``'s object, made now if needed.
+        """The copy for ``mapping``'s object: made now, or NO_COPY while it
+        is under way (a later call or ``work`` goes on with it), refused or
+        cannot be made.
 
         Raises OSError only for trouble writing `.q` (full disk...), so the
         caller can retry at the next checkpoint.
@@ -147,37 +258,169 @@ class ObjectCopier:
         done = self._done.get(obj)
         if done is not None:
             return done
-        if obj.special or time.monotonic() < self._failed.get(obj, 0.0):
+        if obj.special or obj in self._refused or time.monotonic() < self._failed.get(obj, 0.0):
             return NO_COPY
-        fd = open_object(proc, mapping)
-        if fd is None:
-            self._failed[obj] = time.monotonic() + RETRY_SECONDS
-            return NO_COPY
-        try:
-            # A symlink only where the path still names this very file: a
-            # deleted binary, a memfd or another mount namespace's file would
-            # leave a dangling or, worse, a wrong link. Those are copied.
-            link = obj.path if self.symlink and _names(obj.path, fd) else None
-            name = self.qdir.store_object(fd, os.path.basename(obj.path), symlink_to=link)
-            result = Copy(name, build_id(fd))
-        finally:
-            os.close(fd)
-        self._done[obj] = result
-        return result
+        if obj not in self._jobs:
+            fd = open_object(proc, mapping)
+            if fd is None:
+                self._failed[obj] = time.monotonic() + RETRY_SECONDS
+                return NO_COPY
+            try:
+                found = build_id(fd)
+                # A symlink only where the path, walked from our root, leads
+                # to this very file along a way only root can change: a
+                # deleted binary, a memfd or another mount namespace's file
+                # would leave a dangling or, worse, a wrong link.
+                started = self.qdir.start_copy(fd, os.path.basename(obj.path),
+                                               limit=self.limits.object_size,
+                                               symlink_to=obj.path if self.symlink else None)
+            except TooLarge:
+                self._refused.add(obj)
+                self.say(f"not copying {obj.path} (pid {proc.pid}): larger than "
+                         f"--max-object-size {_size(self.limits.object_size)}; its symbols "
+                         "will be missing")
+                return NO_COPY
+            finally:
+                os.close(fd)
 
+            def finished(stored: Stored, obj: ObjectKey = obj, found: str | None = found) -> None:
+                self._done[obj] = Copy(stored.name, found)
+            if isinstance(started, Stored):
+                finished(started)
+                return self._done[obj]
+            self._jobs[obj] = _Pending(started, obj.path, proc.pid, finished)
+        self._advance(obj)
+        return self._done.get(obj, NO_COPY)
 
-    def copy_file(self, path: str, basename: str, owner: int | None = None) -> str | None:
-        """Copy a regular file that is not a mapping (kallsyms, a JIT map),
-        only if ``owner`` (when given) owns it; None if there is none."""
-        fd = procfs.open_plain(path)
-        if fd is None:
-            return None
+    def copy_file(self, path: str, basename: str, limit: int,
+                  wait: bool = False) -> Stored | None:
+        """The latest copy of a plain file that is not a mapping (kallsyms):
+        made now (at once with ``wait``), or the one before while a new one
+        is under way; None if there is none."""
+        if path not in self._jobs:
+            fd = procfs.open_plain(path)
+            if fd is None:
+                return self._files.get(path)
+            try:
+                started = self.qdir.start_copy(fd, basename, limit=limit, link=False)
+            except TooLarge:
+                self.say(f"not copying {path}: larger than {_size(limit)}")
+                return self._files.get(path)
+            finally:
+                os.close(fd)
+
+            def finished(stored: Stored, path: str = path) -> None:
+                self._files[path] = stored
+            if isinstance(started, Stored):
+                finished(started)
+                return started
+            self._jobs[path] = _Pending(started, path, None, finished)
+        self._advance(path, wait)
+        return self._files.get(path)
+
+    def perf_map(self, proc: Process) -> Stored | None:
+        """The copy of the task's JIT symbol map (/tmp/perf-PID.map), if it
+        has one that its own user wrote: the daemon runs as root and /tmp
+        is everybody's. The owner is the one recorded when the task was
+        first seen (and at exec), so the map of a task gone by now is still
+        taken, but not one someone else put there after it. A map over
+        --max-map-size keeps its first part, marked truncated, and is not
+        copied again."""
+        kept = self._maps.get(proc.serial)
+        if (kept is not None and kept.truncated) or proc.serial in self._jobs:
+            if proc.serial in self._jobs:
+                self._advance(proc.serial)
+            return self._maps.get(proc.serial)
+        if not proc.ended:
+            live = procfs.owner(proc.pid)
+            proc.uid = live if live is not None else proc.uid
+        candidates = [f"/tmp/perf-{proc.pid}.map"]
+        if not proc.ended:
+            candidates.insert(0, f"/proc/{proc.pid}/root/tmp/perf-{proc.pid}.map")
+        for path in candidates:
+            fd = procfs.open_plain(path)
+            if fd is None:
+                continue
+            try:
+                uid = os.fstat(fd).st_uid
+                label = f"/tmp/perf-{proc.pid}.map"
+                if proc.uid is None:
+                    self.say(f"not using {label}: the owner of pid {proc.pid} was never seen")
+                    return kept
+                if uid != proc.uid:
+                    self.say(f"not using {label}: owned by uid {uid}, not by uid {proc.uid} "
+                             f"that ran pid {proc.pid}")
+                    continue
+                # Not linked: the file grows while the JIT runs.
+                started = self.qdir.start_copy(fd, f"perf-{proc.pid}.map",
+                                               limit=self.limits.map_size, truncate=True,
+                                               link=False)
+            finally:
+                os.close(fd)
+
+            def finished(stored: Stored, proc: Process = proc, label: str = label) -> None:
+                self._maps[proc.serial] = stored
+                if stored.truncated:
+                    self.say(f"{label} (pid {proc.pid}) is larger than --max-map-size "
+                             f"{_size(self.limits.map_size)}: keeping its first "
+                             f"{_size(self.limits.map_size)}, marked truncated")
+            if isinstance(started, Stored):
+                finished(started)
+            else:
+                self._jobs[proc.serial] = _Pending(started, label, proc.pid, finished)
+                self._advance(proc.serial)
+            return self._maps.get(proc.serial)
+        return kept
+
+    def _advance(self, key: object, wait: bool = False) -> None:
+        pending = self._jobs[key]
+        deadline = None if wait else self.budget.deadline(self.limits.slice)
+        if deadline is None and not wait:
+            return
+        began = time.monotonic()
         try:
-            if owner is not None and os.fstat(fd).st_uid != owner:
-                return None
-            return self.qdir.store_object(fd, basename)
+            stored = pending.job.advance(deadline)
+        except TooLarge:
+            del self._jobs[key]
+            if isinstance(key, ObjectKey):
+                self._refused.add(key)
+            self.say(f"not copying {pending.label}" +
+                     (f" (pid {pending.pid})" if pending.pid else "") +
+                     ": it grew larger than its limit while being copied")
+            return
+        except QFormatError:  # the source cannot be read (any more): later
+            del self._jobs[key]
+            self._failed[key] = time.monotonic() + RETRY_SECONDS
+            return
+        except OSError:
+            del self._jobs[key]
+            raise
         finally:
-            os.close(fd)
+            self.budget.spend(time.monotonic() - began)
+        if stored is not None:
+            del self._jobs[key]
+            pending.done(stored)
+
+    def work(self) -> None:
+        """Go on with copies under way, as far as the budget allows (between
+        drains of the rings). Trouble writing `.q` is left to the next
+        checkpoint to say."""
+        for key in list(self._jobs):
+            if self.budget.deadline(self.limits.slice) is None:
+                return
+            try:
+                self._advance(key)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        """Give up the copies still under way (the end of the run), saying so."""
+        for pending in self._jobs.values():
+            pending.job.close()
+            self.say(f"gave up copying {pending.label}" +
+                     (f" (pid {pending.pid})" if pending.pid else "") +
+                     ": not finished when the run ended")
+        self._jobs.clear()
 
 
 class KallsymsCopy:
@@ -201,7 +444,9 @@ class KallsymsCopy:
         if (self.name is None or modules != self._modules) and \
                 (report or time.monotonic() >= self._retry_at):
             try:
-                name = copier.copy_file(self.kallsyms, "kallsyms")
+                stored = copier.copy_file(self.kallsyms, "kallsyms",
+                                          copier.limits.kallsyms_size, wait=report)
+                name = stored.name if stored else None
             except OSError:
                 self._retry_at = time.monotonic() + RETRY_SECONDS
                 if report:

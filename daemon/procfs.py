@@ -129,6 +129,15 @@ def ppid(pid: int) -> int | None:
     return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
 
 
+def owner(pid: int) -> int | None:
+    """The user a process runs as, as /proc shows it (its effective uid; root
+    for one that is not dumpable, such as a setuid program); None if gone."""
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
 def open_mapped_file(pid: int, start: int, end: int) -> int | None:
     """The file mapped at [start, end) in ``pid``, through /proc/PID/map_files
     (the kernel's own reference: deleted and replaced files, other mount

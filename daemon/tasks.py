@@ -130,6 +130,7 @@ class Process:
     stub: bool = False  # made up for a sample before any record or /proc told about it
     ppid: int | None = None
     unwind: object = None  # the user-stack unwinder's per-process state
+    uid: int | None = None  # its owner as first seen (seed, fork, exec): kept after it ends
 
     def __hash__(self) -> int:
         return self.serial
@@ -157,15 +158,25 @@ class ProcSnapshot:
     cmdline: list[str] | None = None
     exe: str | None = None
     ppid: int | None = None
+    uid: int | None = None
+
+
+def _owner(pid: int) -> int | None:
+    from . import procfs
+    return procfs.owner(pid)
 
 
 class TaskTable:
     """All known processes of a machine, keyed by pid (current incarnation)."""
 
-    def __init__(self, on_end: Callable[[Process], None] | None = None) -> None:
+    def __init__(self, on_end: Callable[[Process], None] | None = None,
+                 owner: Callable[[int], int | None] = _owner) -> None:
         self.procs: dict[int, Process] = {}
         self.tid_to_pid: dict[int, int] = {}
         self.on_end = on_end or (lambda p: None)
+        # Who owns a pid now (from /proc): asked at an exec, the one moment
+        # records cannot tell (a setuid program); a fork inherits its parent's.
+        self.owner = owner
 
     def __len__(self) -> int:
         return len(self.procs)
@@ -180,7 +191,7 @@ class TaskTable:
             return old
         proc = Process(snap.pid, snap.comm, AddressMap(mappings_from_proc(snap.maps)),
                        set(snap.threads) | {snap.pid}, since=now, cmdline=snap.cmdline,
-                       exe=snap.exe, exec_seen=True, ppid=snap.ppid)
+                       exe=snap.exe, exec_seen=True, ppid=snap.ppid, uid=snap.uid)
         self._install(proc, old)
         return proc
 
@@ -235,6 +246,9 @@ class TaskTable:
             stub.maps_version += 1
             stub.cmdline = stub.cmdline or parent.cmdline
             stub.exe = stub.exe or parent.exe
+            stub.uid = parent.uid
+        else:
+            stub.uid = self.owner(stub.pid)
 
     def _mmap(self, m: Mmap) -> None:
         if not m.executable:
@@ -255,12 +269,14 @@ class TaskTable:
         elif c.exec:
             # exec: same pid, new program, empty address space (the new
             # image's MMAP2 records follow).
+            uid = self.owner(c.pid)
             new = Process(c.pid, c.comm, since=c.sid.time, threads={c.pid}, exec_seen=True,
-                          ppid=proc.ppid if proc else None)
+                          ppid=proc.ppid if proc else None,
+                          uid=uid if uid is not None else proc.uid if proc else None)
             self._install(new, proc)
         elif proc is None:
-            self._install(Process(c.pid, c.comm, since=c.sid.time, threads={c.pid, c.tid}),
-                          None)
+            self._install(Process(c.pid, c.comm, since=c.sid.time, threads={c.pid, c.tid},
+                                  uid=self.owner(c.pid)), None)
         elif c.tid == c.pid:
             proc.comm = c.comm
 
@@ -279,7 +295,8 @@ class TaskTable:
             return
         child = Process(t.pid, parent.comm if parent else "", since=t.time,
                         threads={t.tid}, cmdline=parent.cmdline if parent else None,
-                        exe=parent.exe if parent else None, ppid=t.ppid)
+                        exe=parent.exe if parent else None, ppid=t.ppid,
+                        uid=parent.uid if parent else self.owner(t.pid))
         if parent is not None:
             child.maps = parent.maps.copy()
         self._install(child, existing)
@@ -303,4 +320,4 @@ def snapshot(pid: int) -> ProcSnapshot | None:
     if comm is None or maps is None:
         return None
     return ProcSnapshot(pid, comm, maps, procfs.threads(pid), procfs.cmdline(pid),
-                        procfs.exe(pid), procfs.ppid(pid))
+                        procfs.exe(pid), procfs.ppid(pid), procfs.owner(pid))

@@ -13,17 +13,19 @@ from .info import FORMAT_VERSION, CallCounts, CallStacks, Histogram, Info, MapRa
 from .limits import DEFAULT_LIMITS, LimitExceeded, Limits, parse_limits
 from .names import QName, SetName, check_plain_name, copy_name, info_versions, parse_copy_name, \
     parse_name, parse_set, sanitize, sanitize_prog
+from .copies import CopyJob, Stored, TooLarge
 from .sexp import Form, Symbol
 from .store import CopyProblem, MissingFile, QDir, UnsafeDirectory, crc32_of_fd, \
     open_in_directory, open_regular, resolve_info
 
 __all__ = [
-    "Arc", "CallCounts", "CallStacks", "CopyProblem", "FORMAT_VERSION", "Form", "Histogram",
-    "Info", "MapRange", "ObjectRef", "QDir", "QFormatError", "QName", "SetName", "Stack",
-    "Symbol", "TaskInfo", "UnsafeDirectory", "check_plain_name", "copy_name", "crc32_of_fd",
-    "dump_info", "edge_lines", "hist_lines", "info_versions", "iter_lines", "open_regular",
-    "parse_copy_name", "parse_info", "parse_name", "parse_set", "read_edges", "read_hist",
-    "read_info", "read_stacks", "resolve_info", "sanitize", "sanitize_prog", "stack_lines",
+    "Arc", "CallCounts", "CallStacks", "CopyJob", "CopyProblem", "FORMAT_VERSION", "Form",
+    "Histogram", "Info", "MapRange", "ObjectRef", "QDir", "QFormatError", "QName", "SetName",
+    "Stack", "Stored", "Symbol", "TaskInfo", "TooLarge", "UnsafeDirectory", "check_plain_name",
+    "copy_name", "crc32_of_fd", "dump_info", "edge_lines", "hist_lines", "info_versions",
+    "iter_lines", "open_regular", "parse_copy_name", "parse_info", "parse_name", "parse_set",
+    "read_edges", "read_hist", "read_info", "read_stacks", "resolve_info", "sanitize",
+    "sanitize_prog", "stack_lines",
 ]
 __all__ += [  # reading untrusted input: caps, and files that must be there
     "DEFAULT_LIMITS", "LimitExceeded", "Limits", "MissingFile", "data_expected",

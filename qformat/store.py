@@ -10,7 +10,9 @@
 - ``claim_version`` hands out version numbers to concurrent writers by
   hard-linking a completely written `.info` to the new name: ``link(2)``
   fails where the name exists, so two writers never get the same number.
-- ``store_object`` keeps one checksummed copy per content (docs/q-format.md 6).
+- ``store_object`` and ``start_copy`` keep one checksummed copy per
+  content (docs/q-format.md 6), bounded in size and, through
+  ``copies.CopyJob``, in time.
 """
 
 from __future__ import annotations
@@ -25,14 +27,16 @@ from typing import BinaryIO, Callable, Iterable, Iterator
 
 from zlib_ng import gzip_ng, zlib_ng
 
+from .copies import CopyJob, Stored, TooLarge, start_copy  # noqa: F401 (TooLarge: raised here)
 from .errors import QFormatError
-from .names import SetName, check_plain_name, copy_name, info_versions, parse_copy_name, \
+from .names import SetName, check_plain_name, info_versions, parse_copy_name, \
     parse_name
 from .limits import show
+from .writers import alive, writer_tag
 
 TEMP_PREFIX = ".tmp-"
 CHUNK = 1 << 20
-FICLONE = 0x40049409  # _IOW(0x94, 9, int): reflink a whole file
+MAX_OBJECT_BYTES = 512 << 20  # the default limit of one object copy
 
 Chunks = bytes | Iterable[bytes]
 
@@ -162,7 +166,7 @@ class QDir:
     def __init__(self, path: str, fd: int) -> None:
         self.path = path
         self.fd = fd
-        self._copies: dict[tuple[int, ...], str] = {}
+        self._copies: dict[tuple[int, ...], Stored] = {}
 
     # ------------------------------------------------------------ opening
 
@@ -268,9 +272,15 @@ class QDir:
 
     # ------------------------------------------------------------ writing
 
-    def _temp(self, mode: int) -> tuple[str, int]:
+    def temp_name(self) -> str:
+        """A fresh temporary name: ``.tmp-PID.START-RANDOM``, START being
+        the writer's start time (clock ticks after boot), so that a reused
+        pid does not make a dead writer's leftovers look alive."""
+        return f"{TEMP_PREFIX}{writer_tag()}-{secrets.token_hex(6)}"
+
+    def temp_file(self, mode: int) -> tuple[str, int]:
         while True:
-            name = f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
+            name = self.temp_name()
             try:
                 fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                              | os.O_CLOEXEC, mode, dir_fd=self.fd)
@@ -278,7 +288,7 @@ class QDir:
                 continue
             return name, fd
 
-    def _unlink_quietly(self, name: str) -> None:
+    def unlink_quietly(self, name: str) -> None:
         try:
             os.unlink(name, dir_fd=self.fd)
         except OSError:
@@ -289,7 +299,7 @@ class QDir:
         os.fsync(self.fd)
 
     def _write_temp(self, data: Chunks, *, compress: bool, mode: int) -> str:
-        tmp, fd = self._temp(mode)
+        tmp, fd = self.temp_file(mode)
         try:
             with os.fdopen(fd, "wb") as f:
                 if compress:
@@ -300,7 +310,7 @@ class QDir:
                 f.flush()
                 os.fsync(f.fileno())
         except BaseException:
-            self._unlink_quietly(tmp)
+            self.unlink_quietly(tmp)
             raise
         return tmp
 
@@ -317,7 +327,7 @@ class QDir:
         try:
             os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
         except BaseException:
-            self._unlink_quietly(tmp)
+            self.unlink_quietly(tmp)
             raise
         if sync:
             self.sync()
@@ -342,117 +352,80 @@ class QDir:
                 n += 1
                 continue
             finally:
-                self._unlink_quietly(tmp)
+                self.unlink_quietly(tmp)
             self.sync()
             return n
 
     def remove_stale_temps(self) -> int:
-        """Remove temporary files left by writers that no longer run."""
+        """Remove temporary files left by writers that no longer run: whose
+        pid is gone, a zombie, or now another process (its start time
+        differs from the one in the name)."""
         removed = 0
         for name in self.names():
             if not name.startswith(TEMP_PREFIX):
                 continue
-            pid_text = name[len(TEMP_PREFIX):].split("-", 1)[0]
-            if not pid_text.isdigit() or _alive(int(pid_text)):
+            tag = name[len(TEMP_PREFIX):].split("-", 1)[0]
+            pid_text, _, start_text = tag.partition(".")
+            if not pid_text.isdigit() or (start_text and not start_text.isdigit()):
                 continue
-            self._unlink_quietly(name)
+            if alive(int(pid_text), int(start_text) if start_text else None):
+                continue
+            self.unlink_quietly(name)
             removed += 1
         return removed
 
     # ------------------------------------------------------------ object copies
 
-    def store_object(self, src_fd: int, basename: str, *, symlink_to: str | None = None) -> str:
-        """Keep a copy of the open file ``src_fd``; return its copy name.
+    def start_copy(self, src_fd: int, basename: str, *, limit: int = MAX_OBJECT_BYTES,
+                   truncate: bool = False, link: bool = True,
+                   symlink_to: str | None = None) -> Stored | CopyJob:
+        """Begin keeping a copy of the open file ``src_fd`` (see
+        ``copies.start_copy`` for how and the limits): the finished copy if
+        this content is known already, else a job to ``advance``.
 
-        The copy is ``.BASENAME.crc32.XXXXXXXX`` and is made once per
-        content: a reflink where the filesystem can, else a hard link, else a
-        byte copy; with ``symlink_to`` a symlink to that path instead (the
-        crc is still of the content). A copy is never wider-readable than
-        its source. Calling again for the same content is cheap and returns
-        the same name.
-        """
+        The copy is ``.BASENAME.crc32.XXXXXXXX``, made once per content."""
         st = os.fstat(src_fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise QFormatError("not a regular file", basename)
         identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         known = self._copies.get(identity) if st.st_size else None
-        if known and self.exists(known):
+        if known and self.exists(known.name):
             return known
-        mode = stat.S_IMODE(st.st_mode) & 0o444 or 0o400
-        if symlink_to is not None:
-            name = copy_name(basename, crc32_of_fd(src_fd))
-            if not self.exists(name):
-                tmp = f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
-                os.symlink(symlink_to, tmp, dir_fd=self.fd)
-                self._publish(tmp, name)
-        else:
-            name = self._clone(src_fd, basename, st, mode) \
-                or self._hard_link(src_fd, basename, st) \
-                or self._copy(src_fd, basename, mode)
+        job = start_copy(self, src_fd, basename, limit, truncate=truncate, link=link,
+                         symlink_to=symlink_to)
         if st.st_size:
-            self._copies[identity] = name
-        return name
+            job.identity = identity
+        return job
 
-    def _publish(self, tmp: str, name: str) -> None:
+    def remember(self, identity: tuple[int, ...], stored: Stored) -> None:
+        """A copy made for this file state: asked again, it is returned at once."""
+        self._copies[identity] = stored
+
+    def store_object(self, src_fd: int, basename: str, *, symlink_to: str | None = None,
+                     limit: int = MAX_OBJECT_BYTES) -> str:
+        """Keep a copy of the open file ``src_fd`` now, whatever it takes
+        (up to ``limit`` bytes: more raise ``TooLarge``); return its name.
+
+        A reflink where the filesystem can, else a hard link where nobody
+        but root can change the file, else a byte copy; with ``symlink_to``
+        a symlink to that path where only root can change it (the crc is
+        still of the content). A copy is never wider-readable than its
+        source. Calling again for the same content is cheap and returns the
+        same name."""
+        started = self.start_copy(src_fd, basename, limit=limit, symlink_to=symlink_to)
+        if isinstance(started, Stored):
+            return started.name
+        done = started.advance(None)
+        assert done is not None
+        return done.name
+
+    def publish(self, tmp: str, name: str) -> None:
         """Give ``tmp`` its final name unless that exists already; drop ``tmp``."""
         try:
             os.link(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd, follow_symlinks=False)
         except FileExistsError:
             pass
         finally:
-            self._unlink_quietly(tmp)
+            self.unlink_quietly(tmp)
         self.sync()
-
-    def _checksum_and_publish(self, tmp: str, basename: str) -> str:
-        fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
-        try:
-            name = copy_name(basename, crc32_of_fd(fd))
-        finally:
-            os.close(fd)
-        self._publish(tmp, name)
-        return name
-
-    def _clone(self, src_fd: int, basename: str, st: os.stat_result, mode: int) -> str | None:
-        if not st.st_size:
-            return None  # /proc files report size 0 and cannot be cloned
-        tmp, fd = self._temp(mode)
-        try:
-            fcntl.ioctl(fd, FICLONE, src_fd)
-        except OSError:
-            os.close(fd)
-            self._unlink_quietly(tmp)
-            return None
-        os.close(fd)
-        return self._checksum_and_publish(tmp, basename)
-
-    def _hard_link(self, src_fd: int, basename: str, st: os.stat_result) -> str | None:
-        # A hard link shares the inode: no setuid/setgid binary is kept alive
-        # that way (a copy drops those bits), and a deleted file cannot be linked.
-        if not st.st_size or st.st_nlink == 0 or st.st_mode & (stat.S_ISUID | stat.S_ISGID):
-            return None
-        tmp = f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}"
-        try:
-            os.link(f"/proc/self/fd/{src_fd}", tmp, dst_dir_fd=self.fd, follow_symlinks=True)
-        except OSError:
-            return None
-        return self._checksum_and_publish(tmp, basename)
-
-    def _copy(self, src_fd: int, basename: str, mode: int) -> str:
-        tmp, fd = self._temp(mode)
-        try:
-            crc = 0
-            for chunk in _chunks(src_fd):
-                crc = zlib_ng.crc32(chunk, crc)
-                _write_all(fd, chunk)
-            os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            self._unlink_quietly(tmp)
-            raise
-        os.close(fd)
-        name = copy_name(basename, crc)
-        self._publish(tmp, name)
-        return name
 
     # ------------------------------------------------------------ reading
 
@@ -515,22 +488,6 @@ def _write_chunks(f: object, data: Chunks) -> None:
     else:
         for chunk in data:
             write(chunk)
-
-
-def _write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return pid != 0
 
 
 def resolve_info(path: str | os.PathLike[str]) -> str:

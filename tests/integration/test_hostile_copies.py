@@ -1,0 +1,239 @@
+"""What q-syscollect, running as root, copies from files that users control:
+perf maps and objects, bounded in size and time, never left for a user to
+change, taken only from their owner."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import q_syscollect, q_syscollect_popen
+from tests.integration.test_collect import check_complete, infos
+
+AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+MiB = 1 << 20
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                                reason="needs root and setpriv to act as another user")
+
+
+@pytest.fixture
+def shared(request) -> Path:
+    """A directory an unprivileged user can reach (pytest's tmp is root-only)."""
+    work = Path(tempfile.mkdtemp(prefix="qtools-copies-"))
+    os.chmod(work, 0o755)
+    request.addfinalizer(lambda: shutil.rmtree(work, ignore_errors=True))
+    return work
+
+
+@pytest.fixture
+def perf_maps(request) -> list[int]:
+    """Pids whose /tmp/perf-PID.map the test made: removed afterwards."""
+    pids: list[int] = []
+    request.addfinalizer(lambda: [Path(f"/tmp/perf-{p}.map").unlink(missing_ok=True)
+                                  for p in pids])
+    return pids
+
+
+def _program(build, where: Path, name: str, workload: str = "p-fan") -> Path:
+    exe = where / name
+    exe.write_bytes(build(workload).read_bytes())
+    exe.chmod(0o755)
+    return exe
+
+
+def _set_of(q: Path, pid: int):
+    found = [i for _n, i in infos(q).items() if i.task.pid == pid]
+    assert found, f"no set for pid {pid}: {os.listdir(q)}"
+    return found[0]
+
+
+def _wait_for_file(path: Path, proc: subprocess.Popen) -> None:
+    for _ in range(600):
+        if path.exists() or proc.poll() is not None:
+            return
+        time.sleep(0.05)
+
+
+def _started(proc: subprocess.Popen) -> list[str]:
+    """Wait until every collector of a -v run says it is profiling."""
+    cpus, lines = len(os.sched_getaffinity(0)), []
+    while sum("profiling on cpu" in line for line in lines) < cpus:
+        line = proc.stderr.readline()
+        if not line:
+            raise AssertionError("q-syscollect ended early:\n" + "".join(lines))
+        lines.append(line)
+    return lines
+
+
+def _truncated(q: Path, name: str) -> list[str]:
+    info = next(i for n, i in infos(q).items() if name in i.perf_maps)
+    return [f.value for f in info.extra_forms if f.tag == "q:perf-map-truncated"]
+
+
+def test_a_sparse_8tb_perf_map_ends_the_run_in_time_cut_at_the_limit(perf, build, shared,
+                                                                     tmp_path, perf_maps):
+    pfan = _program(build, shared, "sparse-fan")
+    load = subprocess.Popen([*AS_NOBODY, "sh", "-c",
+                             f"truncate -s 8T /tmp/perf-$$.map && exec {pfan} 20"])
+    perf_maps.append(load.pid)
+    path = Path(f"/tmp/perf-{load.pid}.map")
+    try:
+        _wait_for_file(path, load)
+        assert path.stat().st_uid == 65534 and path.stat().st_size == 8 << 40
+        q = tmp_path / "q"
+        r = q_syscollect("-d", str(q), "-t", "3", "--checkpoint", "1", "--max-map-size", "4M",
+                         timeout=60)  # -t 3: ends long before this, whatever the map holds
+    finally:
+        load.kill()
+        load.wait()
+    assert r.returncode == 0, r.stderr
+    warning = f"{path} (pid {load.pid}) is larger than --max-map-size 4M"
+    assert warning in r.stderr
+    info = _set_of(q, load.pid)
+    copy, = info.perf_maps
+    assert (q / copy).stat().st_size == 4 * MiB and _truncated(q, copy) == [copy]
+    check_complete(q)
+
+
+GROWER = """
+import os, time
+line = b"7f0000001000 10 grown\\n" * 40000
+with open(f"/tmp/perf-{os.getpid()}.map", "ab") as f:
+    end = time.monotonic() + 20
+    while time.monotonic() < end:
+        f.write(line)
+        f.flush()
+        spin = time.monotonic() + 0.05
+        while time.monotonic() < spin:
+            pass
+"""
+
+
+def test_a_growing_perf_map_is_copied_up_to_the_limit(perf, shared, tmp_path, perf_maps):
+    python = "/usr/bin/python3"  # one every user may run (not a pyenv shim)
+    if not os.access(python, os.X_OK):
+        pytest.skip(f"{python} is not installed")
+    load = subprocess.Popen([*AS_NOBODY, python, "-c", GROWER], cwd=shared)
+    perf_maps.append(load.pid)
+    path = Path(f"/tmp/perf-{load.pid}.map")
+    try:
+        _wait_for_file(path, load)
+        q = tmp_path / "q"
+        r = q_syscollect("-d", str(q), "-t", "3", "--checkpoint", "1", "--max-map-size", "2M",
+                         timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert f"{path} (pid {load.pid}) is larger than --max-map-size 2M" in r.stderr
+        copy, = _set_of(q, load.pid).perf_maps
+        data = (q / copy).read_bytes()
+        with open(path, "rb") as f:
+            assert f.read(len(data)) == data  # its beginning, as it was
+        assert 2 * MiB - 22 < len(data) <= 2 * MiB and data.endswith(b" grown\n")  # whole lines
+        assert _truncated(q, copy) == [copy]
+    finally:
+        load.kill()
+        load.wait()
+
+
+def test_an_object_over_the_limit_is_refused_with_one_warning(perf, build, tmp_path):
+    pfan = _program(build, tmp_path, "big-fan")
+    q = tmp_path / "q"
+    r = q_syscollect("-d", str(q), "--cpus", "0", "--checkpoint", "0.5",
+                     "--max-object-size", "4K", "--", "taskset", "-c", "0", str(pfan), "2")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count(f"not copying {pfan} (pid ") == 1
+    assert "larger than --max-object-size 4K" in r.stderr
+    objects = [o for _n, i in infos(q).items() for o in i.objects if o.path == str(pfan)]
+    assert objects and not any(o.file for o in objects)  # sampled, but not copied
+    check_complete(q)
+
+
+def test_objects_users_can_change_are_copied_not_linked(perf, build, tmp_path):
+    bins = tmp_path / "bin"
+    bins.mkdir()
+    exes = {name: _program(build, bins, name) for name in ("root-fan", "user-fan", "group-fan")}
+    os.chown(exes["user-fan"], 65534, 65534)
+    exes["group-fan"].chmod(0o775)
+    q = tmp_path / "q"
+    q.mkdir()
+    stale = q / f".tmp-{os.getpid()}.1-left-by-a-reused-pid"
+    stale.write_bytes(b"x")
+    script = " & ".join(f"{exe} 1" for exe in exes.values()) + "; wait"
+    r = q_syscollect("-d", str(q), "--min-samples", "1", "--", "sh", "-c", script)
+    assert r.returncode == 0, r.stderr
+    assert not stale.exists()
+    for name, exe in exes.items():
+        objects = [o for _n, i in infos(q).items() for o in i.objects if o.path == str(exe)]
+        assert objects and objects[0].file, name
+        copy, source = (q / objects[0].file).stat(), exe.stat()
+        if name == "root-fan":
+            assert copy.st_ino == source.st_ino  # nobody but root can change it: linked
+        else:
+            assert copy.st_ino != source.st_ino and copy.st_nlink == 1, name
+            assert copy.st_uid == 0 and not copy.st_mode & 0o222, name
+            assert (q / objects[0].file).read_bytes() == exe.read_bytes()
+
+
+def test_symlink_only_along_paths_users_cannot_swap(perf, build, shared, tmp_path):
+    home = shared / "home"
+    home.mkdir()
+    os.chown(home, 65534, 65534)  # its owner may put anything at this path later
+    pfan = _program(build, home, "home-fan")
+    q = tmp_path / "q"
+    r = q_syscollect("-d", str(q), "--symlink", "--", str(pfan), "1")
+    assert r.returncode == 0, r.stderr
+    objects = {o.path: o for _n, i in infos(q).items() for o in i.objects if o.file}
+    mine = q / objects[str(pfan)].file
+    assert not mine.is_symlink() and mine.read_bytes() == pfan.read_bytes()
+    libc = next(o for p, o in objects.items() if os.path.basename(p).startswith("libc.so"))
+    assert (q / libc.file).is_symlink()  # root's, in root's directories: linked
+
+
+def test_a_map_planted_for_an_exited_pid_is_not_used(perf, build, tmp_path, perf_maps):
+    pfan = _program(build, tmp_path, "gone-fan")
+    q = tmp_path / "q"
+    collector = q_syscollect_popen("-d", str(q), "-v", "-t", "6", "--min-samples", "1")
+    try:
+        said = _started(collector)
+        victim = subprocess.Popen([str(pfan), "1"])
+        perf_maps.append(victim.pid)
+        victim.wait()  # root's program has exited; a user plants a map for its pid
+        planted = f"/tmp/perf-{victim.pid}.map"
+        subprocess.run([*AS_NOBODY, "sh", "-c", f"echo '7f0000001000 10 planted' > {planted}"],
+                       check=True)
+        out, err = collector.communicate(timeout=60)
+    finally:
+        collector.kill()
+    err = "".join(said) + err
+    assert collector.returncode == 0, err
+    assert f"not using {planted}: owned by uid 65534, not by uid 0 that ran pid {victim.pid}" \
+        in err
+    assert not _set_of(q, victim.pid).perf_maps
+    copies = [n for n in os.listdir(q) if n.startswith(".") and ".crc32." in n]
+    assert not [n for n in copies if b"planted" in (q / n).read_bytes()]
+
+
+def test_the_map_of_a_program_gone_before_the_checkpoint_is_taken(perf, build, shared,
+                                                                  tmp_path, perf_maps):
+    if os.uname().machine != "x86_64":
+        pytest.skip("the JIT workload writes x86_64 machine code")
+    jit = _program(build, shared, "short-jit", "jit")
+    q = tmp_path / "q"
+    collector = q_syscollect_popen("-d", str(q), "-v", "-t", "6", "--min-samples", "1")
+    try:
+        said = _started(collector)
+        script = subprocess.Popen([*AS_NOBODY, str(jit), "2.5"])
+        perf_maps.append(script.pid)
+        script.wait()  # gone long before the only checkpoint, at the end
+        out, err = collector.communicate(timeout=60)
+    finally:
+        collector.kill()
+    assert collector.returncode == 0, "".join(said) + err
+    copy, = _set_of(q, script.pid).perf_maps
+    assert b"jitted_spin_loop" in (q / copy).read_bytes()
