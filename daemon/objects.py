@@ -293,7 +293,7 @@ class ObjectCopier:
         return self._done.get(obj, NO_COPY)
 
     def copy_file(self, path: str, basename: str, limit: int,
-                  wait: bool = False) -> Stored | None:
+                  wait: bool = False, private: bool = False) -> Stored | None:
         """The latest copy of a plain file that is not a mapping (kallsyms):
         made now (at once with ``wait``), or the one before while a new one
         is under way; None if there is none."""
@@ -302,7 +302,8 @@ class ObjectCopier:
             if fd is None:
                 return self._files.get(path)
             try:
-                started = self.qdir.start_copy(fd, basename, limit=limit, link=False)
+                started = self.qdir.start_copy(fd, basename, limit=limit, link=False,
+                                               private=private)
             except TooLarge:
                 self.say(f"not copying {path}: larger than {_size(limit)}")
                 return self._files.get(path)
@@ -445,7 +446,8 @@ class KallsymsCopy:
                 (report or time.monotonic() >= self._retry_at):
             try:
                 stored = copier.copy_file(self.kallsyms, "kallsyms",
-                                          copier.limits.kallsyms_size, wait=report)
+                                          copier.limits.kallsyms_size, wait=report,
+                                          private=True)
                 name = stored.name if stored else None
             except OSError:
                 self._retry_at = time.monotonic() + RETRY_SECONDS

@@ -262,7 +262,8 @@ class CopyJob:
 
 
 def start_copy(qdir: QDir, src_fd: int, basename: str, limit: int, *, truncate: bool = False,
-               link: bool = True, symlink_to: str | None = None) -> CopyJob:
+               link: bool = True, symlink_to: str | None = None,
+               private: bool = False) -> CopyJob:
     """Begin keeping the open file ``src_fd`` in ``qdir``.
 
     A symlink where ``symlink_to`` is a path only root can change and it
@@ -271,14 +272,17 @@ def start_copy(qdir: QDir, src_fd: int, basename: str, limit: int, *, truncate: 
     owned by this process's user and never wider-readable than the source.
     Whole-file ways are only taken for a file within ``limit`` (links not
     for one that may be cut). A file already over ``limit`` is refused with
-    ``TooLarge`` unless ``truncate``.
+    ``TooLarge`` unless ``truncate``. A ``private`` copy is readable by its
+    owner only, whatever the source's mode: /proc/kallsyms is mode 0444 but
+    shows real kernel addresses only to privileged readers, and its copy
+    must not hand them to everyone.
     """
     st = os.fstat(src_fd)
     if not stat.S_ISREG(st.st_mode):
         raise QFormatError("not a regular file", basename)
     if st.st_size > limit and not truncate:
         raise TooLarge(f"{st.st_size} bytes, over the limit of {limit}", basename)
-    mode = stat.S_IMODE(st.st_mode) & 0o444 or 0o400
+    mode = 0o400 if private else stat.S_IMODE(st.st_mode) & 0o444 or 0o400
     if 0 < st.st_size <= limit:
         if symlink_to is not None and not truncate and st.st_uid == 0 \
                 and root_only(symlink_to, st):

@@ -378,7 +378,7 @@ class QDir:
 
     def start_copy(self, src_fd: int, basename: str, *, limit: int = MAX_OBJECT_BYTES,
                    truncate: bool = False, link: bool = True,
-                   symlink_to: str | None = None) -> Stored | CopyJob:
+                   symlink_to: str | None = None, private: bool = False) -> Stored | CopyJob:
         """Begin keeping a copy of the open file ``src_fd`` (see
         ``copies.start_copy`` for how and the limits): the finished copy if
         this content is known already, else a job to ``advance``.
@@ -390,7 +390,7 @@ class QDir:
         if known and self.exists(known.name):
             return known
         job = start_copy(self, src_fd, basename, limit, truncate=truncate, link=link,
-                         symlink_to=symlink_to)
+                         symlink_to=symlink_to, private=private)
         if st.st_size:
             job.identity = identity
         return job

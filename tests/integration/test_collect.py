@@ -68,6 +68,9 @@ def test_collects_a_workload_with_symbols_and_copies(perf, build, tmp_path):
         assert info.kallsyms and qdir.verify_copy(info.kallsyms) is None
         assert info.vdso and qdir.verify_copy(info.vdso) is None
     assert os.path.isfile(q / info.kallsyms) and not os.path.islink(q / info.kallsyms)
+    # real kernel addresses, which /proc/kallsyms shows only to privileged
+    # readers: the copy is for the collector's user alone
+    assert (q / info.kallsyms).stat().st_mode & 0o077 == 0
     assert exe_copy.build_id and len(exe_copy.build_id) == 40
     check_complete(q)
 
