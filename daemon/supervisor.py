@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import platform
+import secrets
 import select
 import signal
 import sys
@@ -56,7 +57,8 @@ def run_info(cfg: Config, spec: EventSpec, source: SourceSpec, kallsyms: str | N
         label, factor = spec.unit, 1.0
     unwinder = None if cfg.call_graph == "none" else cfg.call_graph
     return RunInfo(["q-syscollect", *cfg.argv], spec.name, label, factor, unwinder,
-                   procfs.machine(), kallsyms, vdso)
+                   procfs.machine(), kallsyms, vdso,
+                   run_id=secrets.token_hex(6), run_start=time.time())
 
 
 @dataclass

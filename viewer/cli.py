@@ -19,9 +19,10 @@ from qtools.qformat import QFormatError
 from . import processors
 from .build import BY_CHOICES, build_samples
 from .callgraph import analyze
-from .errors import ViewError
+from .errors import UsageError, ViewError
 from .model import Profile, printable
-from .load import Selection, TaskSet, default_directory, select, sets_in
+from .load import Selection, TaskSet, default_directory, pick_run, select, sets_in
+from . import hints, runs
 from .render import collapsed, dot, flat, graph, jsonfmt, overview, quality
 from .symbols import Symbols, debug_roots_from_env
 from .symcache import SymbolCache, cache_dir
@@ -53,6 +54,10 @@ def parser() -> argparse.ArgumentParser:
                      help="only time slices that reach past TIME ('2h ago', '03:00', "
                           "'2026-11-22 03:00', '@UNIXSECONDS'); every version is a candidate")
     sel.add_argument("--until", metavar="TIME", help="only time slices that began before TIME")
+    sel.add_argument("--run", metavar="ID",
+                     help="only the sets one q-syscollect run wrote: its id (a unique prefix "
+                          "will do), 'latest', or 'unknown' (sets older than run ids); by "
+                          "default every run is shown, with a note when there are several")
     rep = p.add_argument_group("report")
     rep.add_argument("--flat", action="store_true",
                      help="the flat profile (default: flat profile and call graph)")
@@ -116,6 +121,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
         return 2
     try:
         return _run(args, out, err)
+    except UsageError as e:
+        err.write(f"{PROG}: {printable(str(e))}\n")
+        return 2
     except (ViewError, QFormatError) as e:
         err.write(f"{PROG}: {printable(str(e))}\n")
         return 1
@@ -136,22 +144,33 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
         return 130
 
 
-def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _run(args: argparse.Namespace, out: TextIO, err: TextIO, rows: int | None = None) -> int:
+    """Show what ``args`` ask for; ``rows``: fit the overview in that many lines."""
     now = time.time()
-    selection = Selection(args.comm, args.pid, args.cpu,
-                          parse_time(args.since, now) if args.since else None,
-                          parse_time(args.until, now) if args.until else None)
+    selection = Selection(args.comm, args.pid, args.cpu, _time("--since", args.since, now),
+                          _time("--until", args.until, now))
+    if selection.since is not None and selection.until is not None \
+            and selection.until < selection.since:
+        raise UsageError(f"--until {args.until} is before --since {args.since}")
+    run = runs.check_spec(args.run) if args.run is not None else None
     directory = default_directory(args.directory)
+    if not args.inputs and not os.path.isdir(directory):
+        given_by = "-d" if args.directory else "Q_DIR" if os.environ.get("Q_DIR") else ""
+        raise hints.no_directory(directory, given_by)
     inputs = [_locate(item, directory) for item in args.inputs] or [directory]
+    if run is not None and not any(os.path.isdir(i) for i in inputs):
+        raise UsageError("--run picks among the sets of a directory; each FILE.info "
+                         "named is shown whatever run wrote it")
     if args.watch:
         from .watch import watch
         args.watch = False
-        return watch(inputs, lambda o: _run(args, o, err), out)
+        return watch(inputs, lambda o, rows: _run(args, o, o, rows), out)
     if not selection.active and all(os.path.isdir(i) for i in inputs):
         for directory in inputs:
-            _overview(directory, selection, args, out)
+            _overview(directory, selection, args, out, err, rows)
         return 0
-    sets = select(inputs, selection, args.all_versions)
+    sets = select(inputs, selection, args.all_versions, run)
+    _note_runs(sets, run is None and any(os.path.isdir(i) for i in inputs), err)
     warn = _Warnings(err)
     cache = SymbolCache(None if args.no_cache else cache_dir())
     symbols = Symbols(cache, list(args.debug_root) + debug_roots_from_env(), warn)
@@ -173,6 +192,13 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         profile = processors.threshold(profile, args.min_percent or 0.0)
     _report(profile, args, out)
     return 0
+
+
+def _time(option: str, text: str | None, now: float) -> float | None:
+    try:
+        return parse_time(text, now) if text else None
+    except UsageError as e:
+        raise UsageError(f"{option}: {e}") from None
 
 
 def _locate(item: str, directory: str) -> str:
@@ -206,12 +232,25 @@ def _report(profile: Profile, args: argparse.Namespace, out: TextIO) -> None:
             quality.render(profile, out)
 
 
+def _note_runs(sets: list[TaskSet], hint: bool, err: TextIO) -> bool:
+    """The one-line note of a selection that spans several runs; was there one?"""
+    line = runs.notice(runs.runs_of(sets), hint)
+    if line:
+        err.write(f"{PROG}: note: {printable(line)}\n")
+    return line is not None
+
+
 def _overview(directory: str, selection: Selection, args: argparse.Namespace,
-              out: TextIO) -> None:
+              out: TextIO, err: TextIO, height: int | None = None) -> None:
     found = sets_in(directory, all_versions=selection.windowed,
                     written_since=selection.written_since, objects=False)
     if selection.windowed:
         found = [ts for ts in found if selection.in_window(ts)]
+    if args.run is not None and found:
+        found = pick_run(found, runs.check_spec(args.run), [directory], selection,
+                         selection.windowed, objects=False)
+    elif _note_runs(found, True, err) and height is not None:
+        height -= 1  # in --watch the note is on the screen
     groups: dict[object, list[TaskSet]] = {}
     for ts in found:  # a set's slices in the window make one row
         groups.setdefault(ts.set_name or ts.name, []).append(ts)
@@ -225,11 +264,13 @@ def _overview(directory: str, selection: Selection, args: argparse.Namespace,
         out.write("\n")
         return
     if not rows:
+        if not selection.windowed and hints.sets_below(directory):
+            raise hints.no_sets(directory)  # the user meant the directory below
         what = f" in {selection.describe()}" if selection.windowed else ""
         out.write(f"No task sets (*.info#N) in {directory}{what}.\n")
         return
     window = selection.describe() if selection.windowed else None
-    overview.render(rows, directory, out, cpus, window)
+    overview.render(rows, directory, out, cpus, window, height)
 
 
 def _row(group: list[TaskSet]) -> overview.Row:
@@ -243,8 +284,10 @@ def _row(group: list[TaskSet]) -> overview.Row:
             if isinstance(value, (int, float)):
                 name = key.removeprefix("q:")
                 stats[name] = stats.get(name, 0) + value
+    run_ids = list(dict.fromkeys(runs.run_of(t).id for t in group))
     return overview.Row(printable(ts.comm or ts.name), pid, cpu, sum(t.total() for t in group),
-                        ts.unit, printable(ts.name), len(group), stats)
+                        ts.unit, printable(ts.name), len(group), stats,
+                        [printable(r) if r else None for r in run_ids])
 
 
 def _cpu_row(group: list[TaskSet]) -> overview.CpuRow | None:
