@@ -58,7 +58,7 @@ def run_info(cfg: Config, spec: EventSpec, source: SourceSpec, kallsyms: str | N
     unwinder = None if cfg.call_graph == "none" else cfg.call_graph
     return RunInfo(["q-syscollect", *cfg.argv], spec.name, label, factor, unwinder,
                    procfs.machine(), kallsyms, vdso,
-                   run_id=secrets.token_hex(6), run_start=time.time())
+                   run_id=secrets.token_hex(6), run_start=round(time.time(), 3))
 
 
 @dataclass

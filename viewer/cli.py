@@ -77,7 +77,9 @@ def parser() -> argparse.ArgumentParser:
                      help="what a node is: a function (default), an object, an address")
     rep.add_argument("--format", choices=FORMATS, default="text", help="output format")
     rep.add_argument("--watch", action="store_true",
-                     help="redraw, like top, whenever a checkpoint lands (until Ctrl-C)")
+                     help="redraw, like top, whenever a checkpoint lands (until Ctrl-C): "
+                          "the top rows that fit the terminal; of a profile, the flat "
+                          "profile unless --graph")
     sym = p.add_argument_group("symbols")
     sym.add_argument("--debug-root", action="append", default=[], metavar="DIR",
                      help="look for DIR/.build-id/xx/rest.debug and debuglink files here "
@@ -164,6 +166,8 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, rows: int | None = 
     if args.watch:
         from .watch import watch
         args.watch = False
+        if not (args.flat or args.graph or args.stack_quality):
+            args.flat = True  # what a screen holds; the call graph is one --graph away
         return watch(inputs, lambda o, rows: _run(args, o, o, rows), out)
     if not selection.active and all(os.path.isdir(i) for i in inputs):
         for directory in inputs:

@@ -49,7 +49,7 @@ def sets_below(directory: str) -> str | None:
     for name in names[:1] + sorted(names[1:]):
         path = os.path.join(directory, name)
         if os.path.isdir(path) and holds_sets(path):
-            return path
+            return os.path.normpath(path)
     return None
 
 

@@ -324,19 +324,25 @@ def pick_run(chosen: list[TaskSet], spec: str, directories: list[str], selection
              every: bool, objects: bool = True) -> list[TaskSet]:
     """The sets of the run ``spec`` names among ``chosen`` (sets of
     ``directories`` that ``selection`` wants); without ``every`` (each
-    set's latest version) older versions are read where they may hold it."""
-    def reread(run_start: float | None) -> list[TaskSet]:
+    set's latest version) older versions are read where they may hold it.
+
+    ``latest`` is the latest run of the chosen sets; an id is looked for
+    among every set there, so that a run the selection excludes is a
+    selection that matches nothing, not a run that does not exist."""
+    def reread(run_start: float | None, wanted: bool = True) -> list[TaskSet]:
+        # every set (wanted=False) is read only for its run, without q:object forms
         since = run_start - MTIME_SLACK if run_start is not None else None
         if selection.written_since is not None:
             since = max(since or selection.written_since, selection.written_since)
         return [ts for d in directories
-                for ts in sets_in(d, True, selection.may_match, since, objects)
-                if selection.wants(ts)]
+                for ts in sets_in(d, True, selection.may_match if wanted else None, since,
+                                  objects and wanted)
+                if not wanted or selection.wants(ts)]
 
     known = runs.runs_of(chosen)
     run = runs.resolve(spec, known)
-    if run is None and spec != runs.LATEST and not every:  # perhaps only in older versions
-        known = runs.runs_of(reread(None))
+    if run is None and spec != runs.LATEST:  # perhaps a run the selection excludes
+        known = runs.runs_of(reread(None, wanted=False))
         run = runs.resolve(spec, known)
     if run is None:
         raise runs.no_such_run(spec, known, directories[0] if len(directories) == 1 else None)

@@ -63,7 +63,7 @@ def _task_table(rows: list[Row]) -> tuple[list[str], list[str], list[str]]:
     amount_head = unit if unit else "amount"
     stats = [(key, label) for key, label in STAT_COLUMNS if any(key in r.stats for r in rows)]
     extra = "".join(f" {label:>7}" for _key, label in stats)
-    several = len({tuple(r.runs) for r in rows}) > 1  # a run column when rows differ in it
+    several = len({run for r in rows for run in r.runs}) > 1  # a run column: several runs
     extra += f" {'run':<{RUN_DIGITS}}" if several else ""
     head = [f"{'command':<{width}} {'pid':>8} {'cpu':>4} {amount_head:>8} {'%':>6}{extra}  file"]
     lines = []
