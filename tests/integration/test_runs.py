@@ -1,0 +1,93 @@
+"""Runs told apart on real collections: every `.info` of a run carries its
+id and start, slices and restarted collectors stay in the run, and q-view
+tells two runs in one directory apart."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import psutil
+
+from tests.conftest import q_syscollect, q_syscollect_popen, q_view
+from tests.integration.test_collect import _wait_for, infos
+
+RUN_ID = re.compile(r"[0-9a-f]{12}")
+
+
+def _runs(q) -> dict[str, set[str]]:
+    """Run id -> names of the `.info` files it wrote."""
+    out: dict[str, set[str]] = {}
+    for name, info in infos(q).items():
+        out.setdefault(info.task.run_id, set()).add(name)
+    return out
+
+
+def _collectors(pid: int) -> set[psutil.Process]:
+    """The running collector children of q-syscollect ``pid``."""
+    found = set()
+    for child in psutil.Process(pid).children():
+        try:
+            if "q-syscollect" in " ".join(child.cmdline()):
+                found.add(child)
+        except psutil.Error:  # gone, or a zombie not reaped yet
+            pass
+    return found
+
+
+def test_two_runs_into_one_directory(perf, build, tmp_path):
+    pfan = build("p-fan")
+    q = tmp_path / "q"
+    starts = []
+    for _ in range(2):
+        before = time.time()
+        r = q_syscollect("-d", str(q), "-i", "--", str(pfan), "1")
+        assert r.returncode == 0, r.stderr
+        starts.append((before, time.time()))
+    runs = _runs(q)
+    assert len(runs) == 2 and all(RUN_ID.fullmatch(i) for i in runs), runs
+    for name, info in infos(q).items():
+        assert info.task.hostname  # host, run id and start in every .info
+        span = next(s for s in starts if s[0] - 1 <= info.task.run_start <= s[1])
+        assert info.task.start_time >= span[0] - 1, name
+    first, second = sorted(runs, key=lambda i: next(
+        infos(q)[n].task.run_start for n in runs[i]))
+    view = q_view(str(q))
+    assert view.returncode == 0, view.stderr
+    notes = [line for line in view.stderr.splitlines() if "note:" in line]
+    assert len(notes) == 1 and "2 runs" in notes[0] and first in notes[0] \
+        and second in notes[0] and "--run" in notes[0], view.stderr
+    assert all(n in view.stdout for n in runs[first] | runs[second])  # nothing hidden
+    latest = q_view(str(q), "--run", "latest")
+    assert latest.returncode == 0 and latest.stderr == "", latest.stderr
+    assert all(n in latest.stdout for n in runs[second])
+    assert not any(n in latest.stdout for n in runs[first])
+    older = q_view(str(q), "--run", first[:5])
+    assert older.returncode == 0 and older.stderr == "", older.stderr
+    assert all(n in older.stdout for n in runs[first])
+    assert not any(n in older.stdout for n in runs[second])
+    name = sorted(runs[first])[0]
+    one = q_view(str(q / name), "--flat")  # an explicit name of the older run: as it is
+    assert one.returncode == 0 and one.stderr == "" and "Flat profile" in one.stdout
+
+
+def test_slices_and_restarted_collectors_keep_the_run_id(perf, build, tmp_path):
+    pfan = build("p-fan")
+    q = tmp_path / "q"
+    proc = q_syscollect_popen("-d", str(q), "--rotate", "1", "--checkpoint", "1",
+                              "--", str(pfan), "4")
+    try:
+        _wait_for(lambda: len(psutil.Process(proc.pid).children()) >= 3, 30, proc)
+        time.sleep(1.5)
+        collectors = _collectors(proc.pid)
+        next(iter(collectors)).kill()
+        _wait_for(lambda: _collectors(proc.pid) - set(collectors), 30, proc)  # restarted
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    runs = _runs(q)
+    assert len(runs) == 1, {k: sorted(v)[:3] for k, v in runs.items()}
+    versions = {n.split("#")[1] for n in next(iter(runs.values())) if n.startswith(pfan.name)}
+    assert len(versions) >= 2  # several slices, one run
