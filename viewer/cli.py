@@ -16,13 +16,12 @@ from typing import Sequence, TextIO
 
 from qtools.qformat import QFormatError
 
-from . import processors
+from . import hints, processors, runs
 from .build import BY_CHOICES, build_samples
 from .callgraph import analyze
 from .errors import UsageError, ViewError
 from .model import Profile, printable
 from .load import Selection, TaskSet, default_directory, pick_run, select, sets_in
-from . import hints, runs
 from .render import collapsed, dot, flat, graph, jsonfmt, overview, quality
 from .symbols import Symbols, debug_roots_from_env
 from .symcache import SymbolCache, cache_dir
@@ -171,7 +170,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, rows: int | None = 
         return watch(inputs, lambda o, rows: _run(args, o, o, rows), out)
     if not selection.active and all(os.path.isdir(i) for i in inputs):
         for directory in inputs:
-            _overview(directory, selection, args, out, err, rows)
+            _overview(directory, selection, run, args, out, err, rows)
         return 0
     sets = select(inputs, selection, args.all_versions, run)
     _note_runs(sets, run is None and any(os.path.isdir(i) for i in inputs), err)
@@ -244,15 +243,15 @@ def _note_runs(sets: list[TaskSet], hint: bool, err: TextIO) -> bool:
     return line is not None
 
 
-def _overview(directory: str, selection: Selection, args: argparse.Namespace,
-              out: TextIO, err: TextIO, height: int | None = None) -> None:
+def _overview(directory: str, selection: Selection, run: str | None,
+              args: argparse.Namespace, out: TextIO, err: TextIO,
+              height: int | None = None) -> None:
     found = sets_in(directory, all_versions=selection.windowed,
                     written_since=selection.written_since, objects=False)
     if selection.windowed:
         found = [ts for ts in found if selection.in_window(ts)]
-    if args.run is not None and found:
-        found = pick_run(found, runs.check_spec(args.run), [directory], selection,
-                         selection.windowed, objects=False)
+    if run is not None and found:
+        found = pick_run(found, run, [directory], selection, selection.windowed, objects=False)
     elif _note_runs(found, True, err) and height is not None:
         height -= 1  # in --watch the note is on the screen
     groups: dict[object, list[TaskSet]] = {}
