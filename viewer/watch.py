@@ -111,12 +111,14 @@ def watch(inputs: list[str], draw: Callable[[TextIO, int], int], out: TextIO,
     resized = signal.signal(signal.SIGWINCH, lambda *_: changed.set())
     drawn = 0
     try:
-        while redraws is None or drawn < redraws:
+        while True:
             stamps = _stamps(directories) if observer is None else None
             size = shutil.get_terminal_size()
             out.write(screen(inputs, draw, size.columns, size.lines))
             out.flush()
             drawn += 1
+            if redraws is not None and drawn >= redraws:
+                break
             _wait(changed, directories, stamps)
     except KeyboardInterrupt:
         pass

@@ -123,3 +123,30 @@ def test_fit_text_cuts_each_table_and_says_how_much():
     assert fit_text("a\nb\n", 10, 80) == "a\nb\n"  # what fits is left alone
     tiny = fit_text(text, 3, 80).splitlines()
     assert len(tiny) == 3 and tiny[-1].endswith("more lines")
+
+
+def test_without_inotify_a_change_of_the_directory_redraws(tmp_path, monkeypatch):
+    """Where inotify cannot be had (its per-user limit reached: not something
+    a test may do to this shared machine), the directory's change time is
+    looked at instead."""
+    import io
+    import threading
+
+    from qtools.viewer import watch as watch_module
+    monkeypatch.setattr(watch_module, "_observe", lambda directories, flag: None)
+    qb = QBuilder(tmp_path / "q")
+    qb.task("alpha", 1, 0, hist={0x1000: MS})
+    draws: list[bool] = []
+    later = threading.Timer(0.5, lambda: qb.task("omega", 2, 0, hist={0x1000: MS}))
+
+    def draw(out, rows: int) -> int:
+        draws.append((qb.path / "omega-pid2-cpu0.info#0").exists())
+        if len(draws) == 1:
+            later.start()  # a checkpoint lands after the first screen
+        return 0
+
+    try:
+        assert watch_module.watch([str(qb.path)], draw, io.StringIO(), redraws=2) == 0
+    finally:
+        later.cancel()
+    assert draws == [False, True]
