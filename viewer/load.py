@@ -329,20 +329,21 @@ def pick_run(chosen: list[TaskSet], spec: str, directories: list[str], selection
     ``latest`` is the latest run of the chosen sets; an id is looked for
     among every set there, so that a run the selection excludes is a
     selection that matches nothing, not a run that does not exist."""
-    def reread(run_start: float | None, wanted: bool = True) -> list[TaskSet]:
-        # every set (wanted=False) is read only for its run, without q:object forms
+    def reread(run_start: float | None, names: set[SetName] | None) -> list[TaskSet]:
+        """Every version since ``run_start`` of the sets ``names`` (None: all
+        those the selection may want by name, read only for their runs)."""
         since = run_start - MTIME_SLACK if run_start is not None else None
         if selection.written_since is not None:
             since = max(since or selection.written_since, selection.written_since)
-        return [ts for d in directories
-                for ts in sets_in(d, True, selection.may_match if wanted else None, since,
-                                  objects and wanted)
-                if not wanted or selection.wants(ts)]
+        named = (lambda n: n in names) if names is not None else selection.may_match
+        return [ts for d in directories for ts in sets_in(d, True, named, since,
+                                                            objects and names is not None)
+                if names is None or selection.wants(ts)]
 
     known = runs.runs_of(chosen)
     run = runs.resolve(spec, known)
     if run is None and spec != runs.LATEST:  # perhaps a run the selection excludes
-        known = runs.runs_of(reread(None, wanted=False))
+        known = runs.runs_of(reread(None, None))
         run = runs.resolve(spec, known)
     if run is None:
         raise runs.no_such_run(spec, known, directories[0] if len(directories) == 1 else None)

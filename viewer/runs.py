@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from .errors import UsageError, ViewError
 
 if TYPE_CHECKING:  # load imports this module
+    from qtools.qformat import SetName
+
     from .load import TaskSet
+
+    # (run start, set names) -> every version of those sets written since the start
+    Reread = Callable[[float | None, set[SetName]], list[TaskSet]]
 
 LATEST = "latest"
 UNKNOWN = "unknown"
@@ -109,19 +114,29 @@ def _when(t: float) -> str:
     return "started " + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
-def of_run(chosen: list[TaskSet], run: Run, reread: Callable[[float | None], list[TaskSet]],
+def of_run(chosen: list[TaskSet], run: Run, reread: Reread,
            every_version: bool) -> list[TaskSet]:
     """The sets of ``run``, from ``chosen`` (the selection's sets of directories).
 
     Without ``every_version`` each set shows its latest version, but a
     set's latest version may belong to a later run (``kernel-cpu0`` is
-    written by every run): ``reread(run_start)`` gives every version,
-    and each set's latest version of ``run`` is kept (``run.start`` tells
-    ``reread`` which `.info` files are too old to hold it)."""
+    written by every run). Versions only grow, so only such sets can hold
+    an older version of ``run``: ``reread(run_start, names)`` gives every
+    version of those, and each one's latest version of ``run`` is kept."""
+    kept = [ts for ts in chosen if run_of(ts).id == run.id]
     if every_version:
-        return [ts for ts in chosen if run_of(ts).id == run.id]
-    latest: dict[object, TaskSet] = {}
-    for ts in reread(run.start):  # each set's versions come oldest first
-        if run_of(ts).id == run.id:
-            latest[ts.set_name or ts.name] = ts
-    return list(latest.values())
+        return kept
+    later = {ts.set_name for ts in chosen
+             if ts.set_name is not None and run_of(ts).id != run.id
+             and not _before(run_of(ts), run)}
+    if not later:
+        return kept
+    older: dict[SetName, TaskSet] = {}
+    for ts in reread(run.start, later):  # each set's versions come oldest first
+        if run_of(ts).id == run.id and ts.set_name is not None:
+            older[ts.set_name] = ts
+    return kept + list(older.values())
+
+
+def _before(a: Run, b: Run) -> bool:
+    return a.start is not None and b.start is not None and a.start < b.start

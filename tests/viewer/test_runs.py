@@ -160,3 +160,15 @@ def test_the_note_is_one_line_however_many_runs(count, listed):
     if count > listed:
         assert f"{count - listed} older" in line
     assert notice(runs[:1], hint=True) is None
+
+
+def test_run_latest_reads_no_older_version(tmp_path):
+    """Versions only grow: the latest run's sets are the latest versions, so
+    picking it reads nothing more; an older run reads the older versions of
+    the sets a later run wrote again (here a damaged one, which is named)."""
+    q, _, _ = _two_runs(tmp_path)
+    (q.path / "kernel-cpu0.info#0").write_text("(((")
+    code, out, err = run(str(q.path), "--run", "latest")
+    assert code == 0 and "kernel-cpu0.info#1" in out, err
+    code, out, err = run(str(q.path), "--run", OLD)
+    assert code == 1 and "kernel-cpu0.info#0:1:" in err
