@@ -48,7 +48,7 @@ def parse_time(text: str, now: float | None = None) -> float:
         return datetime.fromisoformat(t).timestamp()
     except ValueError:
         raise UsageError(f"not a time: {text!r} (try '2h ago', '03:00', "
-                        "'2026-11-22 03:00' or '@UNIXSECONDS')") from None
+                         "'2026-11-22 03:00' or '@UNIXSECONDS')") from None
 
 
 def overlaps(start: float | None, end: float | None, since: float | None,
