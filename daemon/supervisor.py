@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import os
 import platform
-import secrets
 import select
 import signal
 import sys
@@ -58,7 +57,7 @@ def run_info(cfg: Config, spec: EventSpec, source: SourceSpec, kallsyms: str | N
     unwinder = None if cfg.call_graph == "none" else cfg.call_graph
     return RunInfo(["q-syscollect", *cfg.argv], spec.name, label, factor, unwinder,
                    procfs.machine(), kallsyms, vdso,
-                   run_id=secrets.token_hex(6), run_start=round(time.time(), 3))
+                   run_id=os.urandom(6).hex(), run_start=round(time.time(), 3))
 
 
 @dataclass
