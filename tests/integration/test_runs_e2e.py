@@ -35,13 +35,28 @@ def _collectors(pid: int) -> set[psutil.Process]:
     return found
 
 
+def _latest(names: set[str]) -> set[str]:
+    """The latest version of each set among ``names``."""
+    versions: dict[str, int] = {}
+    for name in names:
+        base, v = name.rsplit("#", 1)
+        versions[base] = max(versions.get(base, -1), int(v))
+    return {f"{base}#{v}" for base, v in versions.items()}
+
+
+def _files(overview: str) -> set[str]:
+    return {m[1] for m in re.finditer(r"  (\S+\.info#\d+)", overview)}
+
+
 def test_two_runs_into_one_directory(perf, build, tmp_path):
     pfan = build("p-fan")
     q = tmp_path / "q"
     starts = []
     for _ in range(2):
         before = time.time()
-        r = q_syscollect("-d", str(q), "-i", "--", str(pfan), "1")
+        # --min-samples 1: p-fan gets sets of its own in each run, however
+        # busy the machine (fewer samples would fold it into p-fan-cpuN)
+        r = q_syscollect("-d", str(q), "-i", "--min-samples", "1", "--", str(pfan), "1")
         assert r.returncode == 0, r.stderr
         starts.append((before, time.time()))
     runs = _runs(q)
@@ -57,15 +72,16 @@ def test_two_runs_into_one_directory(perf, build, tmp_path):
     notes = [line for line in view.stderr.splitlines() if "note:" in line]
     assert len(notes) == 1 and "2 runs" in notes[0] and first in notes[0] \
         and second in notes[0] and "--run" in notes[0], view.stderr
-    assert all(n in view.stdout for n in runs[first] | runs[second])  # nothing hidden
+    # nothing hidden: the latest version of every set, whichever run wrote it
+    # (a set both runs wrote, such as a pid-less p-fan-cpuN, shows the second's)
+    assert _files(view.stdout) == _latest(runs[first] | runs[second])
+    assert _latest(runs[first]) & _files(view.stdout)  # the older run is there too
     latest = q_view(str(q), "--run", "latest")
     assert latest.returncode == 0 and latest.stderr == "", latest.stderr
-    assert all(n in latest.stdout for n in runs[second])
-    assert not any(n in latest.stdout for n in runs[first])
+    assert _files(latest.stdout) == _latest(runs[second])
     older = q_view(str(q), "--run", first[:5])
     assert older.returncode == 0 and older.stderr == "", older.stderr
-    assert all(n in older.stdout for n in runs[first])
-    assert not any(n in older.stdout for n in runs[second])
+    assert _files(older.stdout) == _latest(runs[first])
     name = sorted(runs[first])[0]
     one = q_view(str(q / name), "--flat")  # an explicit name of the older run: as it is
     assert one.returncode == 0 and one.stderr == "" and "Flat profile" in one.stdout
