@@ -35,6 +35,8 @@ class RunInfo:
     kallsyms: str | None = None
     vdso: str | None = None
     compress: bool = False
+    run_id: str | None = None  # one per q-syscollect invocation, kept across collector restarts
+    run_start: float | None = None  # Unix seconds
 
 
 def _objects(ts: TaskSet, run: RunInfo, copier: ObjectCopier) -> list[ObjectRef]:
@@ -75,6 +77,8 @@ def build_info(ts: TaskSet, run: RunInfo, copier: ObjectCopier, version: int,
         hostname=run.machine.get("hostname"),
         kernel_release=run.machine.get("kernel_release"),
         arch=run.machine.get("arch"),
+        run_id=run.run_id,
+        run_start=run.run_start,
         start_time=ts.start_time,
         end_time=ts.end_time if ts.end_time is not None else time.time(),
         samples=prof.samples,

@@ -49,7 +49,8 @@ def run_info(cfg: Config, spec: EventSpec, source: SourceSpec, kallsyms: str | N
         label, factor = spec.unit, 1.0
     unwinder = None if cfg.call_graph == "none" else cfg.call_graph
     return RunInfo(["q-syscollect", *cfg.argv], spec.name, label, factor, unwinder,
-                   procfs.machine(), kallsyms, vdso)
+                   procfs.machine(), kallsyms, vdso,
+                   run_id=os.urandom(6).hex(), run_start=round(time.time(), 3))
 
 
 @dataclass

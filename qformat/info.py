@@ -62,6 +62,8 @@ class TaskInfo:
     hostname: str | None = None
     kernel_release: str | None = None
     arch: str | None = None
+    run_id: str | None = None  # random, one per q-syscollect invocation: tells runs apart
+    run_start: float | None = None  # Unix seconds when that invocation started
     start_time: float | None = None
     end_time: float | None = None
     samples: int | None = None

@@ -19,12 +19,12 @@ from qtools.qformat.limits import DEFAULT_LIMITS, LimitExceeded, describe_defaul
 from qtools.qformat import QFormatError
 from qtools.qformat.version import package_version
 
-from . import processors
+from . import hints, processors, runs
 from .build import BY_CHOICES, build_samples
 from .callgraph import analyze
-from .errors import ViewError
+from .errors import UsageError, ViewError
 from .model import Profile, printable
-from .load import Selection, SetRemoved, TaskSet, default_directory, select, sets_in
+from .load import Selection, SetRemoved, TaskSet, default_directory, pick_run, select, sets_in
 from .render import collapsed, dot, flat, graph, jsonfmt, overview, quality
 from .symbols import Symbols, debug_roots_from_env
 from .symcache import SymbolCache, cache_dir
@@ -57,6 +57,10 @@ def parser() -> argparse.ArgumentParser:
                      help="only time slices that reach past TIME ('2h ago', '03:00', "
                           "'2026-11-22 03:00', '@UNIXSECONDS'); every version is a candidate")
     sel.add_argument("--until", metavar="TIME", help="only time slices that began before TIME")
+    sel.add_argument("--run", metavar="ID",
+                     help="only the sets one q-syscollect run wrote: its id (a unique prefix "
+                          "will do), 'latest', or 'unknown' (sets older than run ids); by "
+                          "default every run is shown, with a note when there are several")
     rep = p.add_argument_group("report")
     rep.add_argument("--flat", action="store_true",
                      help="the flat profile (default: flat profile and call graph)")
@@ -76,7 +80,9 @@ def parser() -> argparse.ArgumentParser:
                      help="what a node is: a function (default), an object, an address")
     rep.add_argument("--format", choices=FORMATS, default="text", help="output format")
     rep.add_argument("--watch", action="store_true",
-                     help="redraw, like top, whenever a checkpoint lands (until Ctrl-C)")
+                     help="redraw, like top, whenever a checkpoint lands (until Ctrl-C): "
+                          "the top rows that fit the terminal; of a profile, the flat "
+                          "profile unless --graph")
     sym = p.add_argument_group("symbols")
     sym.add_argument("--debug-root", action="append", default=[], metavar="DIR",
                      help="look for DIR/.build-id/xx/rest.debug and debuglink files here "
@@ -137,6 +143,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
     except LimitExceeded as e:
         err.write(f"{PROG}: {printable(str(e))}; raise it with --limits {e.key}=N\n")
         return 1
+    except UsageError as e:
+        err.write(f"{PROG}: {printable(str(e))}\n")
+        return 2
     except (ViewError, QFormatError) as e:
         err.write(f"{PROG}: {printable(str(e))}\n")
         return 1
@@ -157,22 +166,35 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
         return 130
 
 
-def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def _run(args: argparse.Namespace, out: TextIO, err: TextIO, rows: int | None = None) -> int:
+    """Show what ``args`` ask for; ``rows``: fit the overview in that many lines."""
     now = time.time()
-    selection = Selection(args.comm, args.pid, args.cpu,
-                          parse_time(args.since, now) if args.since else None,
-                          parse_time(args.until, now) if args.until else None)
+    selection = Selection(args.comm, args.pid, args.cpu, _time("--since", args.since, now),
+                          _time("--until", args.until, now))
+    if selection.since is not None and selection.until is not None \
+            and selection.until < selection.since:
+        raise UsageError(f"--until {args.until} is before --since {args.since}")
+    run = runs.check_spec(args.run) if args.run is not None else None
     directory = default_directory(args.directory)
+    if not args.inputs and not os.path.isdir(directory):
+        given_by = "-d" if args.directory else "Q_DIR" if os.environ.get("Q_DIR") else ""
+        raise hints.no_directory(directory, given_by)
     inputs = [_locate(item, directory) for item in args.inputs] or [directory]
+    if run is not None and not any(os.path.isdir(i) for i in inputs):
+        raise UsageError("--run picks among the sets of a directory; each FILE.info "
+                         "named is shown whatever run wrote it")
     if args.watch:
         from .watch import watch
         args.watch = False
-        return watch(inputs, lambda o: _run(args, o, err), out)
+        if not (args.flat or args.graph or args.stack_quality):
+            args.flat = True  # what a screen holds; the call graph is one --graph away
+        return watch(inputs, lambda o, rows: _run(args, o, o, rows), out)
     if not selection.active and all(os.path.isdir(i) for i in inputs):
         for directory in inputs:
-            _overview(directory, selection, args, out)
+            _overview(directory, selection, run, args, out, err, rows)
         return 0
-    sets = select(inputs, selection, args.all_versions, args.limits)
+    sets = select(inputs, selection, args.all_versions, run, args.limits)
+    _note_runs(sets, run is None and any(os.path.isdir(i) for i in inputs), err)
     warn = _Warnings(err)
     cache = SymbolCache(None if args.no_cache else cache_dir())
     symbols = Symbols(cache, list(args.debug_root) + debug_roots_from_env(), warn,
@@ -196,6 +218,13 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         profile = processors.threshold(profile, args.min_percent or 0.0)
     _report(profile, args, out)
     return 0
+
+
+def _time(option: str, text: str | None, now: float) -> float | None:
+    try:
+        return parse_time(text, now) if text else None
+    except UsageError as e:
+        raise UsageError(f"{option}: {e}") from None
 
 
 def _locate(item: str, directory: str) -> str:
@@ -229,12 +258,26 @@ def _report(profile: Profile, args: argparse.Namespace, out: TextIO) -> None:
             quality.render(profile, out)
 
 
-def _overview(directory: str, selection: Selection, args: argparse.Namespace,
-              out: TextIO) -> None:
+def _note_runs(sets: list[TaskSet], hint: bool, err: TextIO) -> bool:
+    """The one-line note of a selection that spans several runs; was there one?"""
+    line = runs.notice(runs.runs_of(sets), hint)
+    if line:
+        err.write(f"{PROG}: note: {printable(line)}\n")
+    return line is not None
+
+
+def _overview(directory: str, selection: Selection, run: str | None,
+              args: argparse.Namespace, out: TextIO, err: TextIO,
+              height: int | None = None) -> None:
     found = sets_in(directory, all_versions=selection.windowed,
                     written_since=selection.written_since, objects=False, limits=args.limits)
     if selection.windowed:
         found = [ts for ts in found if selection.in_window(ts)]
+    if run is not None and found:
+        found = pick_run(found, run, [directory], selection, selection.windowed, objects=False,
+                         limits=args.limits)
+    elif _note_runs(found, True, err) and height is not None:
+        height -= 1  # in --watch the note is on the screen
     groups: dict[object, list[TaskSet]] = {}
     for ts in found:  # a set's slices in the window make one row
         groups.setdefault(ts.set_name or ts.name, []).append(ts)
@@ -253,11 +296,13 @@ def _overview(directory: str, selection: Selection, args: argparse.Namespace,
         out.write("\n")
         return
     if not rows:
+        if not selection.windowed and hints.sets_below(directory):
+            raise hints.no_sets(directory)  # the user meant the directory below
         what = f" in {selection.describe()}" if selection.windowed else ""
         out.write(f"No task sets (*.info#N) in {directory}{what}.\n")
         return
     window = selection.describe() if selection.windowed else None
-    overview.render(rows, directory, out, cpus, window)
+    overview.render(rows, directory, out, cpus, window, height)
 
 
 def _same(text: str) -> str:
@@ -275,8 +320,10 @@ def _row(group: list[TaskSet], escape: Callable[[str], str]) -> overview.Row:
             if isinstance(value, (int, float)):
                 name = key.removeprefix("q:")
                 stats[name] = stats.get(name, 0) + value
+    run_ids = list(dict.fromkeys(runs.run_of(t).id for t in group))
     return overview.Row(escape(ts.comm or ts.name), pid, cpu, sum(t.total() for t in group),
-                        ts.unit, escape(ts.name), len(group), stats)
+                        ts.unit, escape(ts.name), len(group), stats,
+                        [escape(r) if r else None for r in run_ids])
 
 
 def _cpu_row(group: list[TaskSet]) -> overview.CpuRow | None:

@@ -17,3 +17,7 @@ class ViewError(Exception):
             return self.message
         where = self.path if self.line is None else f"{self.path}:{self.line}"
         return f"{where}: {self.message}"
+
+
+class UsageError(ViewError):
+    """The command line asks for something malformed: exit status 2."""

@@ -19,6 +19,7 @@ from qtools.qformat import DEFAULT_LIMITS, Info, Limits, MissingFile, QFormatErr
     read_info, read_stacks, require_complete, resolve_info, sanitize_prog
 from qtools.qformat.data import Arc
 
+from . import hints, runs
 from .errors import ViewError
 from .timewin import overlaps
 
@@ -195,6 +196,7 @@ def open_info(path: str, limits: Limits = DEFAULT_LIMITS) -> TaskSet:
         raise ViewError("no such file or directory", path)
     if _set_name(os.path.basename(path)) is None and not os.path.isfile(path):
         raise ViewError("no such file (nor an .info name whose versions exist)", path)
+    _check_version(path)
     try:
         resolved = path if _set_name(os.path.basename(path)) is None else resolve_info(path)
     except QFormatError as e:
@@ -204,6 +206,19 @@ def open_info(path: str, limits: Limits = DEFAULT_LIMITS) -> TaskSet:
         return read_set(directory or ".", name, _set_name(name), limits)
     except MissingFile as e:
         raise ViewError("no such file", e.path) from None
+
+
+def _check_version(path: str) -> None:
+    """A ``NAME.info#N`` that does not exist: say which versions do."""
+    directory, name = os.path.split(path)
+    try:
+        q = parse_name(name)
+    except QFormatError:
+        return
+    if q.type != "info" or q.version is None or os.path.lexists(path):
+        return
+    versions = info_versions(_listdir(directory or ".")).get(q.set, [])
+    raise hints.missing_version(path, q.version, versions)
 
 
 def _set_name(name: str) -> SetName | None:
@@ -289,6 +304,9 @@ class Selection:
             return False
         return self.cpu is None or set_name.cpu == self.cpu
 
+    def wants(self, ts: TaskSet) -> bool:
+        return self.matches(ts) and self.in_window(ts)
+
     def matches(self, ts: TaskSet) -> bool:
         if self.comm is not None:
             names = {ts.comm, ts.set_name.prog if ts.set_name else None}
@@ -325,28 +343,36 @@ def versions_of(path: str, limits: Limits = DEFAULT_LIMITS) -> list[TaskSet]:
 
 
 def select(inputs: list[str], selection: Selection, all_versions: bool,
-           limits: Limits = DEFAULT_LIMITS) -> list[TaskSet]:
+           run: str | None = None, limits: Limits = DEFAULT_LIMITS) -> list[TaskSet]:
     """Task sets named by ``inputs`` (files or directories) that match ``selection``.
 
     With a time window every version (time slice) is a candidate, and those
-    that overlap the window are merged.
+    that overlap the window are merged. ``run`` (a ``--run`` argument)
+    picks one run's sets among those found in directories; files named
+    explicitly are taken whatever run wrote them.
     """
-    candidates: list[TaskSet] = []
+    every = all_versions or selection.windowed
+    directories = [item for item in inputs if os.path.isdir(item)]
+    found: list[TaskSet] = []
+    named: list[TaskSet] = []
     for item in inputs:
-        if os.path.isdir(item):
-            found = sets_in(item, all_versions or selection.windowed, selection.may_match,
-                            selection.written_since, limits=limits)
-            if not found and not info_versions(_listdir(item)):
-                raise ViewError("no task sets (*.info#N) in this directory", item)
-            candidates += found
+        if item in directories:
+            sets = sets_in(item, every, selection.may_match, selection.written_since,
+                           limits=limits)
+            if not sets and not info_versions(_listdir(item)):
+                raise hints.no_sets(item)
+            found += sets
         elif selection.windowed and "#" not in os.path.basename(item):
-            candidates += versions_of(item, limits)
+            named += versions_of(item, limits)
         else:
-            candidates.append(open_info(item, limits))
-    chosen = [ts for ts in candidates if selection.matches(ts) and selection.in_window(ts)]
+            named.append(open_info(item, limits))
+
+    chosen = [ts for ts in found if selection.wants(ts)]
+    if run is not None and directories:
+        chosen = pick_run(chosen, run, directories, selection, every, limits=limits)
+    chosen += [ts for ts in named if selection.wants(ts)]
     if not chosen:
-        raise ViewError(f"no task set matches {selection.describe()}",
-                        inputs[0] if len(inputs) == 1 else None)
+        raise _nothing_matches(selection, run, inputs, found + named)
     seen: set[str] = set()
     unique = []
     for ts in chosen:  # the same set named twice is merged once
@@ -355,3 +381,49 @@ def select(inputs: list[str], selection: Selection, all_versions: bool,
             seen.add(key)
             unique.append(ts)
     return unique
+
+
+def pick_run(chosen: list[TaskSet], spec: str, directories: list[str], selection: Selection,
+             every: bool, objects: bool = True,
+             limits: Limits = DEFAULT_LIMITS) -> list[TaskSet]:
+    """The sets of the run ``spec`` names among ``chosen`` (sets of
+    ``directories`` that ``selection`` wants); without ``every`` (each
+    set's latest version) older versions are read where they may hold it.
+
+    ``latest`` is the latest run of the chosen sets; an id is looked for
+    among every set there, so that a run the selection excludes is a
+    selection that matches nothing, not a run that does not exist."""
+    def reread(run_start: float | None, names: set[SetName] | None) -> list[TaskSet]:
+        """Every version since ``run_start`` of the sets ``names`` (None: all
+        those the selection may want by name, read only for their runs)."""
+        since = run_start - MTIME_SLACK if run_start is not None else None
+        if selection.written_since is not None:
+            since = max(since or selection.written_since, selection.written_since)
+        named = (lambda n: n in names) if names is not None else selection.may_match
+        return [ts for d in directories for ts in sets_in(d, True, named, since,
+                                                            objects and names is not None,
+                                                            limits)
+                if names is None or selection.wants(ts)]
+
+    known = runs.runs_of(chosen)
+    run = runs.resolve(spec, known)
+    if run is None and spec != runs.LATEST:  # perhaps a run the selection excludes
+        known = runs.runs_of(reread(None, None))
+        run = runs.resolve(spec, known)
+    if run is None:
+        raise runs.no_such_run(spec, known, directories[0] if len(directories) == 1 else None)
+    return runs.of_run(chosen, run, reread, every)
+
+
+def _nothing_matches(selection: Selection, run: str | None, inputs: list[str],
+                     candidates: list[TaskSet]) -> ViewError:
+    what = selection.describe() if selection.active or selection.windowed else ""
+    if run is not None:
+        what = f"{what} --run {run}".strip()
+    near = ""
+    if selection.comm is not None:
+        names = [n for ts in candidates
+                 for n in (ts.comm, ts.set_name.prog if ts.set_name else None) if n]
+        near = hints.nearest(selection.comm, names)
+    return ViewError(f"no task set matches {what or 'the selection'}{near}",
+                     inputs[0] if len(inputs) == 1 else None)

@@ -12,7 +12,7 @@ import re
 import time
 from datetime import datetime, timedelta
 
-from .errors import ViewError
+from .errors import UsageError
 
 _AGO = re.compile(r"(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|hour|d|day|w|week)s?\s+ago\Z", re.I)
 _UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hour": 3600, "d": 86400,
@@ -38,17 +38,17 @@ def parse_time(text: str, now: float | None = None) -> float:
         try:
             return float(t[1:])
         except ValueError:
-            raise ViewError(f"not a time: {text!r}") from None
+            raise UsageError(f"not a time: {text!r}") from None
     if m := _CLOCK.match(t):
         hour, minute, second = int(m[1]), int(m[2]), int(m[3] or 0)
         if hour > 23 or minute > 59 or second > 59:
-            raise ViewError(f"not a time of day: {text!r}")
+            raise UsageError(f"not a time of day: {text!r}")
         return midnight.replace(hour=hour, minute=minute, second=second).timestamp()
     try:
         return datetime.fromisoformat(t).timestamp()
     except ValueError:
-        raise ViewError(f"not a time: {text!r} (try '2h ago', '03:00', "
-                        "'2026-11-22 03:00' or '@UNIXSECONDS')") from None
+        raise UsageError(f"not a time: {text!r} (try '2h ago', '03:00', "
+                         "'2026-11-22 03:00' or '@UNIXSECONDS')") from None
 
 
 def overlaps(start: float | None, end: float | None, since: float | None,

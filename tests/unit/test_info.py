@@ -61,6 +61,17 @@ def test_reading_without_objects_skips_them_but_not_their_checks():
         parse_info(unbalanced, "x.info#0", objects=False)
 
 
+def test_the_run_of_a_set():
+    info = parse_info('(q:info \'((q:hostname . "h1") (q:run-id . "3f2a9c0e1b7d")\n'
+                      '             (q:run-start . 1763900000.25)))')
+    assert (info.task.run_id, info.task.run_start) == ("3f2a9c0e1b7d", 1763900000.25)
+    assert info.task.extra == {}
+    text = dump_info(info)
+    assert '(q:run-id . "3f2a9c0e1b7d")' in text and "(q:run-start . 1763900000.25)" in text
+    old = parse_info("(q:info '((q:hostname . \"h1\")))")  # written before run ids
+    assert old.task.run_id is None and old.task.run_start is None
+
+
 def test_one_map_written_loosely_is_one_map():
     info = parse_info("(q:object '((q:name . \"a\") (q:maps . ((q:addr . #x10) (q:size . 32)"
                       " (q:offset . 0)))))")
@@ -135,7 +146,8 @@ _infos = st.builds(
         syscollect_cmdline=_opt(st.lists(_text, max_size=4)), cmdline=_opt(st.lists(_text)),
         comm=_opt(_text), exe=_opt(_text), pid=_opt(st.integers(0, 1 << 22)),
         pids=_opt(st.lists(st.integers(0, 1 << 22), max_size=5)), cpu=_opt(st.integers(0, 4096)),
-        hostname=_opt(_text), start_time=_opt(_floats), end_time=_opt(_floats),
+        hostname=_opt(_text), run_id=_opt(st.from_regex(r"[0-9a-f]{12}", fullmatch=True)),
+        run_start=_opt(_floats), start_time=_opt(_floats), end_time=_opt(_floats),
         samples=_opt(_u64), lost_samples=_opt(_u64),
         task_stats=_opt(st.dictionaries(_keys, _ints, min_size=1, max_size=3)), extra=_extra),
     histogram=_opt(st.builds(Histogram, file=_names, event_name=_opt(_text),
@@ -183,6 +195,7 @@ BAD = {
     "brackets": ("(q:info [1])", 1, "'['"),
     "misplaced dot": ("(q:info '(1 . 2 . 3))", 1, "misplaced '.'"),
     "lone pair": ("(q:x (q:a . 1 . 2))", 1, "dotted pair"),
+    "run id not a string": ("(q:info '((q:run-id . 12)))", 1, "q:run-id"),
     "huge number": ("(q:info '((q:start-time . 1" + "0" * 400 + ".0)))", 1, "range"),
 }
 

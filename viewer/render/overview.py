@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from ..numfmt import percent, si
+from .fit import cut, share
 
 
 @dataclass
@@ -18,6 +19,7 @@ class Row:
     file: str
     slices: int = 1
     stats: dict[str, float] = field(default_factory=dict)  # q:task-stats, summed
+    runs: list[str | None] = field(default_factory=list)  # run ids of the slices (None: unknown)
 
 
 @dataclass
@@ -27,41 +29,68 @@ class CpuRow:
     mhz: float | None
 
 
+RUN_DIGITS = 8  # of a run id in the run column: a prefix --run takes
+
 STAT_COLUMNS = (("user-seconds", "user"), ("system-seconds", "sys"),
                 ("voluntary-switches", "vcsw"), ("involuntary-switches", "ivcsw"),
                 ("minor-faults", "minflt"), ("major-faults", "majflt"))
 
 
 def render(rows: list[Row], directory: str, out: TextIO, cpus: list[CpuRow] | None = None,
-           window: str | None = None) -> None:
+           window: str | None = None, height: int | None = None) -> None:
+    """The two tables; with ``height``, their top rows that fit in that many lines."""
+    what = f"slices {window}" if window else "latest version of each"
+    head, lines, foot = _task_table(rows)
+    head.insert(0, f"Task sets in {directory} ({what}):")
+    cpu_lines = [_cpu_line(c) for c in sorted(cpus or [], key=lambda c: c.cpu)]
+    if height is not None:
+        room = height - len(head) - len(foot) - (2 if cpu_lines else 0)
+        task_room, cpu_room = share([len(lines), len(cpu_lines)], room)
+        lines = cut(lines, max(1, task_room), "task sets")
+        cpu_lines = cut(cpu_lines, cpu_room, "CPUs")
+    cpu_head = ["", " cpu    busy      MHz"] if cpu_lines else []
+    for line in head + lines + foot + cpu_head + cpu_lines:
+        out.write(line + "\n")
+
+
+def _task_table(rows: list[Row]) -> tuple[list[str], list[str], list[str]]:
+    """Header, rows (largest first) and total line of the task sets' table."""
     ordered = sorted(rows, key=lambda r: (-r.amount, r.file))
     units = sorted({r.unit for r in rows})
     unit = units[0] if len(units) == 1 else None
     total = sum(r.amount for r in rows)
-    what = f"slices {window}" if window else "latest version of each"
-    out.write(f"Task sets in {directory} ({what}):\n")
     width = max([len("command")] + [len(r.command) for r in ordered])
-    head = unit if unit else "amount"
+    amount_head = unit if unit else "amount"
     stats = [(key, label) for key, label in STAT_COLUMNS if any(key in r.stats for r in rows)]
     extra = "".join(f" {label:>7}" for _key, label in stats)
-    out.write(f"{'command':<{width}} {'pid':>8} {'cpu':>4} {head:>8} {'%':>6}{extra}  file\n")
+    several = len({run for r in rows for run in r.runs}) > 1  # a run column: several runs
+    extra += f" {'run':<{RUN_DIGITS}}" if several else ""
+    head = [f"{'command':<{width}} {'pid':>8} {'cpu':>4} {amount_head:>8} {'%':>6}{extra}  file"]
+    lines = []
     for r in ordered:
         amount = si(r.amount) + ("" if unit else f" {r.unit}")
-        share = f"{percent(r.amount, total):6.2f}" if unit else f"{'-':>6}"
+        pct = f"{percent(r.amount, total):6.2f}" if unit else f"{'-':>6}"
         values = "".join(f" {_stat(key, r.stats[key]) if key in r.stats else '-':>7}"
                          for key, _label in stats)
+        values += f" {_run(r.runs):<{RUN_DIGITS}}" if several else ""
         more = f" (+{r.slices - 1} slices)" if r.slices > 1 else ""
-        out.write(f"{r.command:<{width}} {r.pid:>8} {r.cpu:>4} {amount:>8} {share}{values}"
-                  f"  {r.file}{more}\n")
-    if unit:
-        whole = 100.0 if total else 0.0
-        out.write(f"{'total':<{width}} {'':>8} {'':>4} {si(total):>8} {whole:6.2f}\n")
-    if cpus:
-        out.write("\n cpu    busy      MHz\n")
-        for c in sorted(cpus, key=lambda c: c.cpu):
-            busy = f"{100 * c.busy:6.1f}%" if c.busy is not None else f"{'-':>7}"
-            mhz = f"{c.mhz:8.0f}" if c.mhz else f"{'-':>8}"
-            out.write(f"{c.cpu:>4} {busy} {mhz}\n")
+        lines.append(f"{r.command:<{width}} {r.pid:>8} {r.cpu:>4} {amount:>8} {pct}{values}"
+                     f"  {r.file}{more}")
+    whole = 100.0 if total else 0.0
+    foot = [f"{'total':<{width}} {'':>8} {'':>4} {si(total):>8} {whole:6.2f}"] if unit else []
+    return head, lines, foot
+
+
+def _run(ids: list[str | None]) -> str:
+    if len(ids) > 1:
+        return f"{len(ids)} runs"
+    return (ids[0] or "?")[:RUN_DIGITS] if ids else "?"
+
+
+def _cpu_line(c: CpuRow) -> str:
+    busy = f"{100 * c.busy:6.1f}%" if c.busy is not None else f"{'-':>7}"
+    mhz = f"{c.mhz:8.0f}" if c.mhz else f"{'-':>8}"
+    return f"{c.cpu:>4} {busy} {mhz}"
 
 
 def _stat(key: str, value: float) -> str:
