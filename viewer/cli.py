@@ -17,7 +17,7 @@ from typing import Sequence, TextIO
 from qtools.qformat import QFormatError
 from qtools.qformat.version import package_version
 
-from . import processors
+from . import filters, processors
 from .build import BY_CHOICES, build_samples
 from .callgraph import analyze
 from .errors import ViewError
@@ -63,8 +63,10 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--stack-quality", action="store_true",
                      help="the share of user stacks that reach a root frame, per object")
     rep.add_argument("--min-percent", type=float, default=None, metavar="P",
-                     help="leave out functions below P%% of the total (inclusive time); "
-                          "for dot the default is 0.5")
+                     help="sum the rows below P%% of the whole in one row, judged by the "
+                          "column a table is sorted by (self in the flat profile, "
+                          "inclusive in the call graph); for dot the default is 0.5")
+    filters.add_arguments(rep)
     kern = rep.add_mutually_exclusive_group()
     kern.add_argument("--no-kernel", action="store_true",
                       help="leave out samples taken in the kernel")
@@ -73,6 +75,8 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--by", choices=BY_CHOICES, default="function",
                      help="what a node is: a function (default), an object, an address")
     rep.add_argument("--format", choices=FORMATS, default="text", help="output format")
+    rep.add_argument("--stacks", action="store_true",
+                     help="with --format json: add the weighted stacks (docs/json.md)")
     rep.add_argument("--watch", action="store_true",
                      help="redraw, like top, whenever a checkpoint lands (until Ctrl-C)")
     sym = p.add_argument_group("symbols")
@@ -165,6 +169,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         samples = processors.hide_kernel(samples)
     elif args.kernel_only:
         samples = processors.kernel_only(samples)
+    samples = filters.apply(samples, args)
     profile = analyze(samples)
     try:
         profile.self_check()
@@ -188,7 +193,7 @@ def _locate(item: str, directory: str) -> str:
 
 def _report(profile: Profile, args: argparse.Namespace, out: TextIO) -> None:
     if args.format == "json":
-        jsonfmt.render(profile, out)
+        jsonfmt.render(profile, out, args.stacks)
     elif args.format == "collapsed":
         collapsed.render(profile, out)
     elif args.format == "dot":

@@ -4,8 +4,9 @@
   kernel are left out, as if only user time had been sampled;
 - ``kernel_only`` keeps the samples whose leaf is in the kernel, with their
   kernel frames only;
-- ``threshold`` hides functions whose inclusive time (self time where there
-  are no stacks) is below a share of the total; totals stay as they were.
+- ``threshold`` sets the share below which report rows are summed rather
+  than shown: each table judges by the column it is sorted by (self in the
+  flat profile, inclusive in the call graph); totals stay as they were.
 """
 
 from __future__ import annotations
@@ -41,7 +42,4 @@ def kernel_only(samples: Samples) -> Samples:
 def threshold(profile: Profile, min_percent: float) -> Profile:
     if min_percent <= 0 or not profile.total:
         return profile
-    limit = profile.total * min_percent / 100.0
-    hidden = {frame for frame, fn in profile.functions.items()
-              if (fn.inclusive if profile.has_stacks else fn.self) < limit}
-    return dataclasses.replace(profile, hidden=hidden | profile.hidden, _adj=None)
+    return dataclasses.replace(profile, min_percent=min_percent, _adj=None)
