@@ -54,6 +54,7 @@ class SampleBuilder:
 
     def __init__(self, symbols: Symbols, by: str, warn: Warn) -> None:
         self.symbols = symbols
+        self.by = by
         self.make_frame = frame_maker(by)
         # Grouped by object, the frames of one object follow each other in a
         # stack; a run of them is one visit of the object, not recursion.
@@ -179,7 +180,7 @@ class SampleBuilder:
         lost = sum(ts.info.task.lost_samples or 0 for ts in self.sets)
         samples = Samples(",".join(events), units[0], granularities, self.sets[0].factor, lost,
                           tasks, self.frames, self.stacks, self.with_stacks > 0, self.calls,
-                          self.quality)
+                          self.quality, by=self.by)
         if not math.isfinite(samples.total):
             raise ViewError("sample weights overflow (total is not finite)")
         return samples
