@@ -98,3 +98,35 @@ def test_bad_regular_expression_is_a_usage_error(tmp_path, calls_pie, capsys):
     code, out, _err = run(q.info_path(name), "--focus", "(")
     assert code == 2 and out == ""
     assert "argument --focus: not a regular expression: '('" in capsys.readouterr().err
+
+
+def test_json_stacks_rebuild_the_profile(tmp_path, calls_pie):
+    q, _o, name = calls_dir(tmp_path, calls_pie)
+    code, out, err = run(q.info_path(name), "--format", "json", "--stacks",
+                         "--min-percent", "30")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert doc["format"] == 1
+    fns = doc["functions"]
+    # stacks refer to every function, so --min-percent leaves none out here
+    assert doc["functions_left_out"] == {"count": 0, "self": 0.0}
+    self_of = [0.0] * len(fns)
+    incl_of = [0.0] * len(fns)
+    for st in doc["stacks"]:
+        self_of[st["frames"][-1]] += st["weight"]
+        for i in set(st["frames"]):
+            incl_of[i] += st["weight"]
+    assert sum(st["weight"] for st in doc["stacks"]) == pytest.approx(doc["total"])
+    for i, f in enumerate(fns):
+        assert self_of[i] == pytest.approx(f["self"], abs=1e-12), f["name"]
+        assert incl_of[i] == pytest.approx(f["inclusive"], abs=1e-12), f["name"]
+    # the collapsed lines, rebuilt from the JSON alone
+    names = [f["name"] for f in fns]
+    assert {";".join(names[i] for i in st["frames"]) for st in doc["stacks"]} >= {
+        "_start;main;work;leaf2", "_start;main;helper;work;leaf1", "main;0x10000<[unknown]>"}
+    # without --stacks, --min-percent lists what the flat profile shows
+    doc = json.loads(run(q.info_path(name), "--format", "json", "--min-percent", "30")[1])
+    assert [f["name"] for f in doc["functions"]] == ["leaf1", "leaf2"]
+    assert doc["functions_left_out"]["count"] == 10  # five of them have no self time
+    assert doc["functions_left_out"]["self"] == pytest.approx(0.006)
+    assert "stacks" not in doc

@@ -43,6 +43,7 @@ def document(profile: Profile, with_stacks: bool = False) -> dict[str, Any]:
         "event": s.event,
         "unit": s.unit,
         "total": _num(profile.total),
+        "count_unit": _num(s.count_unit),
         "selection_total": _num(profile.base),
         "filters": list(s.filters),
         "by": s.by,
