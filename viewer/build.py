@@ -41,6 +41,9 @@ def frame_maker(by: str) -> Callable[[Location], Frame]:
         return lambda loc: Frame(printable(loc.object), printable(loc.object), loc.kernel)
     if by == "address":
         def at_address(loc: Location) -> Frame:
+            if loc.by_fde:  # unnamed code: the address itself, not START+offset
+                return Frame(f"0x{loc.offset:x}<{printable(loc.object)}>",
+                             printable(loc.object), loc.kernel)
             name = printable(loc.name)
             if loc.start is not None:
                 name += f"+0x{loc.offset - loc.start:x}"
@@ -62,6 +65,7 @@ class SampleBuilder:
         self.warn = warn
         self.frames: list[Frame] = []
         self.ids: dict[Frame, int] = {}
+        self.unnamed: set[int] = set()  # frames of single addresses (no symbol, no FDE)
         self.stacks: dict[tuple[int, ...], float] = {}
         self.calls: dict[tuple[int, int], float] | None = None
         self.quality = StackQuality()
@@ -74,6 +78,8 @@ class SampleBuilder:
         if fid is None:
             fid = self.ids[frame] = len(self.frames)
             self.frames.append(frame)
+            if self.by == "function" and loc.start is None and loc.name.startswith("0x"):
+                self.unnamed.add(fid)
         return fid
 
     def add(self, ts: TaskSet) -> None:
@@ -180,7 +186,7 @@ class SampleBuilder:
         lost = sum(ts.info.task.lost_samples or 0 for ts in self.sets)
         samples = Samples(",".join(events), units[0], granularities, self.sets[0].factor, lost,
                           tasks, self.frames, self.stacks, self.with_stacks > 0, self.calls,
-                          self.quality, by=self.by)
+                          self.quality, by=self.by, unnamed=frozenset(self.unnamed))
         if not math.isfinite(samples.total):
             raise ViewError("sample weights overflow (total is not finite)")
         return samples

@@ -26,6 +26,7 @@ from qtools.qformat.errors import QFormatError
 
 from .demangle import demangle
 from .elf import ElfObject, ElfProblem, Segment, read_elf
+from .fde import read_fde_ranges
 from .symcache import SymbolCache
 from .symtab import RawSymbol, SymbolTable
 
@@ -52,6 +53,9 @@ class Location(NamedTuple):
     kernel: bool
     offset: int  # link-time address in the object (absolute where there is no object)
     start: int | None  # the symbol's start in the same space; None when unknown
+    # No symbol: ``start`` is the start of the unwind entry (FDE) that holds
+    # the address, and the name is ``0xSTART<object>``.
+    by_fde: bool = False
 
 
 @dataclass
@@ -60,6 +64,7 @@ class LoadedObject:
 
     segments: list[Segment]
     table: SymbolTable
+    fdes: SymbolTable | None = None  # function ranges of a stripped object (fde.py)
 
     def vaddr_of(self, file_offset: int) -> int | None:
         for seg in self.segments:
@@ -151,7 +156,9 @@ class Symbols:
             hit = self.cache.load(cache_key)
             if hit is not None and not self._stale(hit[1], directory, ref):
                 table, meta = hit
-                return LoadedObject([Segment(*s) for s in meta["segments"]], table)
+                fdes = self._fdes(path, cache_key) if meta.get("stripped_without_debug") \
+                    else None
+                return LoadedObject([Segment(*s) for s in meta["segments"]], table, fdes)
         try:
             elf = read_elf(path)
         except ElfProblem as e:
@@ -169,7 +176,20 @@ class Symbols:
                 "build_id": elf.build_id or ref.build_id,
                 "debuglink": list(elf.debuglink) if elf.debuglink else None,
             })
-        return LoadedObject(elf.segments, table)
+        stripped = not elf.has_symtab and debug is None
+        return LoadedObject(elf.segments, table, self._fdes(path, cache_key) if stripped else None)
+
+    def _fdes(self, path: str, cache_key: str | None) -> SymbolTable:
+        """The function ranges of a stripped copy, through the cache (a large
+        library's unwind table takes a second to read)."""
+        key = cache_key and cache_key.removesuffix("-elf") + "-fde"
+        hit = self.cache.load(key) if key else None
+        if hit is not None:
+            return hit[0]
+        table = read_fde_ranges(path)
+        if key:
+            self.cache.store(key, table, {})
+        return table
 
     def _stale(self, meta: dict[str, Any], directory: str, ref: ObjectRef) -> bool:
         """A cached stripped table is stale once a debug file has appeared."""
@@ -424,6 +444,10 @@ class AddressSpace:
         where = vaddr if vaddr is not None else file_offset
         hit = obj.table.lookup(vaddr) if obj and vaddr is not None else None
         if hit is None:
+            fde = obj.fdes.lookup(vaddr) if obj and obj.fdes and vaddr is not None else None
+            if fde is not None:  # unnamed, but known to be one function
+                return Location(f"0x{fde[1]:x}<{ref.name}>", ref.name, False, where, fde[1],
+                                True)
             return Location(f"0x{where:x}<{ref.name}>", ref.name, False, where, None)
         return Location(demangle(hit[0]), ref.name, False, where, hit[1])
 

@@ -111,5 +111,7 @@ def _unnamed(profile: Profile) -> str | None:
     if not fns:
         return None
     total = math.fsum(f.self for f in fns)
-    return (f"{len(fns)} rows are single addresses of code with no symbol and no unwind "
-            f"entry: {si(total)} {s.unit}, {percent(total, profile.base):.2f}% in all")
+    rows = "1 row is a single address" if len(fns) == 1 else \
+        f"{len(fns)} rows are single addresses"
+    return (f"{rows} (no symbol, and no unwind entry to group by function): "
+            f"{si(total)} {s.unit}, {percent(total, profile.base):.2f}% in all")
