@@ -17,12 +17,13 @@ from typing import Sequence, TextIO
 from qtools.qformat import QFormatError
 from qtools.qformat.version import package_version
 
-from . import filters, processors
+from . import filters, processes, processors
+from .programs import select_inputs
 from .build import BY_CHOICES, build_samples
 from .callgraph import analyze
 from .errors import ViewError
 from .model import Profile, printable
-from .load import Selection, TaskSet, default_directory, select, sets_in
+from .load import Selection, TaskSet, default_directory, sets_in
 from .render import collapsed, dot, flat, graph, jsonfmt, overview, quality
 from .symbols import Symbols, debug_roots_from_env
 from .symcache import SymbolCache, cache_dir
@@ -36,10 +37,13 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
         description="gprof-style flat profiles and call graphs from a q-syscollect .q directory.",
-        epilog="With no FILE, or only directories and no selection, prints an overview of "
-               "the task sets. Several FILEs (or a selection) are merged into one profile.")
-    p.add_argument("inputs", nargs="*", metavar="FILE.info[#N]|DIR",
-                   help="task sets to show (without #N: the latest version) or directories")
+        epilog="With no FILE, or only directories and neither a selection nor a report "
+               "option (--flat, --graph, --format...), prints an overview of the task sets. "
+               "Otherwise every selected set is merged into one profile: PROG.info means "
+               "all sets of program PROG, a directory all its sets.")
+    p.add_argument("inputs", nargs="*", metavar="FILE.info[#N]|PROG.info|DIR",
+                   help="task sets to show (without #N: the latest version), all sets of "
+                        "a program, or directories")
     p.add_argument("-d", "--directory", metavar="DIR",
                    help="the .q directory (default: $Q_DIR, else .q): shown when no input "
                         "is given, searched for bare names")
@@ -77,6 +81,13 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--format", choices=FORMATS, default="text", help="output format")
     rep.add_argument("--stacks", action="store_true",
                      help="with --format json: add the weighted stacks (docs/json.md)")
+    rep.add_argument("--per-pid", action="store_true",
+                     help="with --format collapsed: the root frame is comm-pid, not comm")
+    rep.add_argument("--weight", choices=processes.WEIGHTS, default="event",
+                     help="with --format collapsed: weigh stacks by the event's count "
+                          "(default; nanoseconds for clocks) or by samples")
+    rep.add_argument("--overview", action="store_true",
+                     help="the overview of the directories, whatever the format")
     rep.add_argument("--watch", action="store_true",
                      help="redraw, like top, whenever a checkpoint lands (until Ctrl-C)")
     sym = p.add_argument_group("symbols")
@@ -120,6 +131,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
     if args.min_percent is not None and not 0 <= args.min_percent <= 100:
         err.write(f"{PROG}: --min-percent must be between 0 and 100\n")
         return 2
+    if args.weight != "event" and args.format != "collapsed":
+        err.write(f"{PROG}: --weight {args.weight} goes with --format collapsed\n")
+        return 2
     try:
         return _run(args, out, err)
     except (ViewError, QFormatError) as e:
@@ -153,16 +167,21 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         from .watch import watch
         args.watch = False
         return watch(inputs, lambda o: _run(args, o, err), out)
-    if not selection.active and all(os.path.isdir(i) for i in inputs):
+    if all(os.path.isdir(i) for i in inputs) and (
+            args.overview or not (selection.active or _report_asked(args))):
         for directory in inputs:
             _overview(directory, selection, args, out)
         return 0
-    sets = select(inputs, selection, args.all_versions)
+    sets = select_inputs(inputs, selection, args.all_versions)
     warn = _Warnings(err)
     cache = SymbolCache(None if args.no_cache else cache_dir())
     symbols = Symbols(cache, list(args.debug_root) + debug_roots_from_env(), warn)
     try:
-        samples = build_samples(sets, symbols, args.by, warn)
+        if args.format == "collapsed":  # a root frame for each process
+            samples = processes.by_process(sets, symbols, args.by, warn, args.per_pid,
+                                           args.weight)
+        else:
+            samples = build_samples(sets, symbols, args.by, warn)
     finally:
         symbols.close()
     if args.no_kernel:
@@ -180,6 +199,12 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         profile = processors.threshold(profile, args.min_percent or 0.0)
     _report(profile, args, out)
     return 0
+
+
+def _report_asked(args: argparse.Namespace) -> bool:
+    """A directory with one of these is a whole-machine report, not the overview."""
+    return bool(args.flat or args.graph or args.stack_quality or args.format != "text"
+                or args.focus or args.ignore or args.hide or args.min_percent is not None)
 
 
 def _locate(item: str, directory: str) -> str:

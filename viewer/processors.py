@@ -15,6 +15,8 @@ import dataclasses
 
 from .model import Profile, Samples
 
+PROCESS_OBJECT = "[process]"  # processes.py: the root frame of whole-machine stacks
+
 
 def _keep_frames(samples: Samples, kernel: bool) -> Samples:
     frames = samples.frames
@@ -22,7 +24,9 @@ def _keep_frames(samples: Samples, kernel: bool) -> Samples:
     for stack, w in samples.stacks.items():
         if frames[stack[0]].kernel != kernel:
             continue
-        kept = tuple(f for f in stack if frames[f].kernel == kernel)
+        # the process frame at the root (processes.py) stays either way
+        kept = tuple(f for f in stack if frames[f].kernel == kernel
+                     or frames[f].object == PROCESS_OBJECT)
         stacks[kept] = stacks.get(kept, 0.0) + w
     calls = None
     if samples.calls is not None:

@@ -96,7 +96,7 @@ def test_json_follows_the_design_contract(tmp_path, calls_pie):
 
 def test_overview_json(tmp_path, calls_pie):
     q = _two_processes(tmp_path, calls_pie)
-    doc = json.loads(run(str(q.path), "--format", "json")[1])
+    doc = json.loads(run(str(q.path), "--format", "json", "--overview")[1])
     rows = {r["file"]: r["amount"] for r in doc["sets"]}
     assert rows["calls-pid10-cpu0.info#1"] == pytest.approx(0.002)
     assert len(rows) == 4

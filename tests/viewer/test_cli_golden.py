@@ -64,7 +64,7 @@ def test_collapsed_and_dot(tmp_path, calls_pie):
     for line in out.splitlines():  # flamegraph.pl / speedscope: "a;b;c COUNT"
         stack, count = line.rsplit(" ", 1)
         assert stack and int(count) > 0
-    assert f"_start;main;work;leaf2 {3 * MS}" in out.splitlines()
+    assert f"calls;_start;main;work;leaf2 {3 * MS}" in out.splitlines()
     code, out, _err = run(q.info_path(name), "--format", "dot")
     assert code == 0
     golden.check("calls.dot", out)
