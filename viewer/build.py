@@ -16,22 +16,13 @@ from qtools.qformat import Arc, Stack
 
 from .errors import ViewError
 from .load import TaskSet
-from .model import Frame, Samples, StackQuality, Task, printable, root_name
+from .model import Frame, Samples, StackQuality, Task, printable
 from .symbols import MAX_MEMO, AddressSpace, Location, Symbols, Warn
 
 BY_CHOICES = ("function", "object", "address")
 
-# A resolved address: frame id, in the kernel, object name, is a root frame.
-_Resolved = tuple[int, bool, str, bool]
-
-# The outermost user frame of a complete stack (issue 5): the program's
-# entry, libc's start-up, or the start of a thread.
-ROOT_FRAMES = frozenset({
-    "_start", "__libc_start_main", "__libc_start_call_main", "__libc_start_main_impl",
-    "start_thread", "clone", "__clone", "clone3", "__clone3", "__clone_internal",
-    "thread_start",
-})
-
+# A resolved address: frame id, in the kernel, object name.
+_Resolved = tuple[int, bool, str]
 
 def frame_maker(by: str) -> Callable[[Location], Frame]:
     """How a location becomes a call-graph node for ``--by``."""
@@ -98,13 +89,14 @@ class SampleBuilder:
 
     def _resolve(self, space: AddressSpace, address: int, is_return: bool) -> _Resolved:
         loc = space.lookup(address, is_return)
-        return (self._id(loc), loc.kernel, loc.object, root_name(loc.name) in ROOT_FRAMES)
+        return (self._id(loc), loc.kernel, loc.object)
 
     def _add_stacks(self, space: AddressSpace, stacks: Iterable[Stack], factor: float) -> None:
         # Hot loop: one memo for leaves, one for return addresses (looked up
         # at address-1), each address resolved once per set.
         leaves: dict[int, _Resolved] = {}
         returns: dict[int, _Resolved] = {}
+        rooted: dict[tuple[int, bool], bool] = {}  # outermost frame -> the stack is complete
         acc = self.stacks
         quality = self.quality
         resolve = self._resolve
@@ -119,6 +111,7 @@ class SampleBuilder:
                 first = leaves[addresses[0]] = resolve(space, addresses[0], False)
             entries = [first]
             in_kernel = first[1]
+            is_return = False
             for address in addresses[1:]:
                 if in_kernel and not space.is_kernel(address):
                     # The first user frame under kernel frames is where the
@@ -143,7 +136,11 @@ class SampleBuilder:
             outermost = entries[-1]
             if not outermost[1]:  # kernel frames come first: a user frame is last
                 innermost_user = next(e for e in entries if not e[1])
-                quality.add(innermost_user[2], w, outermost[3])
+                key = (addresses[-1], is_return)
+                root = rooted.get(key)
+                if root is None:
+                    root = rooted[key] = space.is_root(addresses[-1], is_return)
+                quality.add(innermost_user[2], w, root)
 
     def _add_hist(self, space: AddressSpace, ts: TaskSet, factor: float) -> None:
         acc = self.stacks

@@ -87,11 +87,6 @@ class StackQuality:
         counts.add(weight, rooted)
 
 
-def root_name(name: str) -> str:
-    """The name to compare with root frames (no @plt or version suffix)."""
-    return name.split("@", 1)[0]
-
-
 @dataclass
 class Samples:
     """Symbolized call stacks of the selected task sets, merged."""

@@ -26,7 +26,7 @@ from qtools.qformat.errors import QFormatError
 
 from .demangle import demangle
 from .elf import ElfObject, ElfProblem, Segment, read_elf
-from .fde import read_fde_ranges
+from .fde import read_fde_ranges, read_root_ranges
 from .symcache import SymbolCache
 from .symtab import RawSymbol, SymbolTable
 
@@ -98,6 +98,7 @@ class Symbols:
         self._kallsyms: dict[tuple[str, str], Kallsyms | None] = {}
         self._perf_maps: dict[tuple[str, str], SymbolTable | None] = {}
         self._verified: dict[tuple[str, str], bool] = {}
+        self._roots: dict[tuple[str, str], SymbolTable | None] = {}
         self._qdirs: dict[str, QDir] = {}
 
     def close(self) -> None:
@@ -243,6 +244,22 @@ class Symbols:
                     continue
             return dbg, dbg.symbols
         return None
+
+    def roots(self, directory: str, copy: str) -> SymbolTable | None:
+        """Where stacks end in the object ``copy`` (fde.read_root_ranges); None
+        where there is no trustworthy copy to read them from."""
+        key = (directory, copy)
+        if key not in self._roots:
+            self._roots[key] = None
+            if self._verify(directory, copy):
+                path = os.path.join(directory, copy)
+                cache_key = self._cache_key(path, copy, "roots")
+                hit = self.cache.load(cache_key) if cache_key else None
+                table = hit[0] if hit is not None else read_root_ranges(path)
+                if hit is None and cache_key:
+                    self.cache.store(cache_key, table, {})
+                self._roots[key] = table
+        return self._roots[key]
 
     # ------------------------------------------------------------ kallsyms, perf maps
 
@@ -421,6 +438,25 @@ class AddressSpace:
             shown = loc.offset + (address - target)
             loc = loc._replace(name=f"0x{shown:x}<{loc.object}>", offset=shown)
         return loc
+
+    def is_root(self, address: int, is_return: bool) -> bool:
+        """Whether a stack whose outermost frame is ``address`` is complete: the
+        frame is code whose call-frame information says it has no caller
+        (the return address is undefined: ``_start``, a new thread's first
+        frame in ``clone3``), or the function of an entry point. Decided by
+        the object's own unwind tables, not by a name, so a stripped program
+        is judged like any other. Unknown (no copy of the object): False."""
+        target = address - 1 if is_return and address > 0 else address
+        i = bisect_right(self._starts, target) - 1
+        if i < 0 or target >= self._maps[i].end or address >= self.kernel_start > target:
+            return False
+        mapping = self._maps[i]
+        if mapping.copy is None:
+            return False
+        obj = self.symbols.object(self.directory, mapping.ref, mapping.copy)
+        vaddr = obj.vaddr_of(mapping.map.file_offset(target)) if obj else None
+        roots = self.symbols.roots(self.directory, mapping.copy) if vaddr is not None else None
+        return bool(roots and roots.lookup(vaddr))  # type: ignore[arg-type]
 
     def _resolve(self, address: int) -> Location:
         # Mappings first: a recorded [vsyscall] page lies above kernel_start.

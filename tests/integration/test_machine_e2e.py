@@ -98,3 +98,20 @@ def test_a_stripped_program_is_grouped_by_function(collection):
                                    "--no-kernel", "--by", "address").stdout)
     addresses = [f for f in by_address["functions"] if f["object"] == bare.name and f["self"]]
     assert len(addresses) > len(rows)
+
+
+def test_stripped_stacks_are_rooted_by_their_unwind_tables(collection):
+    q, _pfan, bare = collection
+    doc = json.loads(q_view(str(q), "--comm", bare.name, "--format", "json").stdout)
+    # single-threaded: every stack ends in _start, whose CFI undefines the
+    # return address, though the stripped program has no symbol _start
+    assert doc["stack_quality"]["share"] >= 0.99
+
+
+def test_stacks_cut_short_are_not_rooted(perf, build, tmp_path):
+    pfan = build("p-fan")
+    q = tmp_path / "q"
+    r = q_syscollect("-d", str(q), "--stack-size", "64", "--", str(pfan), "1")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(q_view(str(q), "--comm", pfan.name, "--format", "json").stdout)
+    assert doc["stack_quality"]["share"] < 0.5

@@ -54,3 +54,25 @@ def test_unnamed_code_is_grouped_by_function(tmp_path, stripped_plain):
     names = {f["name"] for f in doc["functions"] if f["self"]}
     leaf1_start = full.functions["leaf1"][0]
     assert {f"0x{leaf1_start + 1:x}<calls>", f"0x{leaf1_start + 3:x}<calls>"} <= names
+
+
+def test_stack_quality_is_decided_by_the_unwind_tables(tmp_path, stripped_plain):
+    """A stack is rooted when its outermost frame is where the CFI undefines
+    the return address (_start), whatever the object's symbols say."""
+    full, bare = stripped_plain
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(bare, name="calls", path="/nonexistent/calls")
+
+    def at(func: str, offset: int = 2) -> int:
+        return o.link(full.functions[func][0] + offset)
+
+    stacks = [(6 * MS, [at("leaf1", 1), at("work"), at("main"), at("_start")]),
+              (2 * MS, [at("leaf2", 1), at("main")]),  # cut short: ends in main
+              (2 * MS, [at("_start", 1)])]  # sampled in _start itself
+    name = q.task("calls", 2, 0, stacks=stacks, exe="/opt/demo/calls")
+    code, out, err = run(q.info_path(name), "--stack-quality")
+    assert (code, err) == (0, "")
+    assert "Stack quality: 80.0% of user stacks reach a root frame" in out
+    doc = json.loads(run(q.info_path(name), "--format", "json")[1])
+    assert doc["stack_quality"]["share"] == 0.8
+    assert "undefined" in doc["stack_quality"]["rule"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, TextIO
 
-from ..build import ROOT_FRAMES
+from .quality import RULE
 from ..model import Function, Profile
 
 FORMAT = 1  # docs/json.md: raised only when a field changes meaning or goes away
@@ -70,7 +70,7 @@ def document(profile: Profile, with_stacks: bool = False) -> dict[str, Any]:
                     "members": [{"name": m.name, "object": m.object} for m in c.members]}
                    for c in profile.cycles],
         "stack_quality": None if not stacks else {
-            "roots": sorted(ROOT_FRAMES),
+            "rule": RULE,
             "user_stacks": _num(q.overall.stacks),
             "rooted": _num(q.overall.rooted),
             "share": _num(q.overall.share),
