@@ -26,7 +26,6 @@ from typing import BinaryIO
 from typing import Iterator
 
 from elftools.dwarf.callframe import FDE
-from elftools.dwarf.constants import DW_CFA_undefined
 from elftools.elf.elffile import ELFFile
 
 from qtools.qformat import open_regular
@@ -37,6 +36,7 @@ MAX_FDES = 1 << 20  # libxul, the largest object around, has about 200,000
 NAME = "fde"  # every range has the same name: callers name it by its start
 RA_UNDEFINED = "ra-undefined"  # a root range: the CFI says there is no caller
 ENTRY = "entry"  # a root range: the function that holds the ELF entry point
+DW_CFA_UNDEFINED = 0x07  # DWARF 5, 6.4.2.3: "the register has no recoverable value"
 
 
 def read_fde_ranges(path: str | os.PathLike[str]) -> SymbolTable:
@@ -91,11 +91,14 @@ def _roots(f: BinaryIO) -> SymbolTable:
         end = start + fde.header["address_range"]
         if start <= entry_point < end:
             raw.append(RawSymbol(start, end - start, 1, ENTRY))
-        ra = fde.cie.header["return_address_register"]
+        cie = fde.cie
+        if cie is None:
+            continue
+        ra = cie.header["return_address_register"]
         # Decoding every FDE's table would take seconds on a large library:
         # only entries that undefine the return address at all are decoded.
-        if not any(i.opcode == DW_CFA_undefined and i.args and i.args[0] == ra
-                   for i in (*fde.cie.instructions, *fde.instructions)):
+        if not any(i.opcode == DW_CFA_UNDEFINED and i.args and i.args[0] == ra
+                   for i in (*cie.instructions, *fde.instructions)):
             continue
         rows = fde.get_decoded().table
         for i, row in enumerate(rows):

@@ -90,13 +90,9 @@ def _stacks(profile: Profile, fns: list[Function]) -> list[dict[str, Any]]:
     indexes into ``functions``: enough to rebuild a flame graph or a diff."""
     s = profile.samples
     index = {f.frame: i for i, f in enumerate(fns)}
-    out = []
-    for stack, w in s.stacks.items():
-        if w > 0:
-            out.append({"frames": [index[s.frames[f]] for f in reversed(stack)],
-                        "weight": _num(w)})
-    out.sort(key=lambda st: (-st["weight"], st["frames"]))
-    return out
+    rows = sorted(((-w, [index[s.frames[f]] for f in reversed(stack)])
+                   for stack, w in s.stacks.items() if w > 0))
+    return [{"frames": frames, "weight": _num(-neg)} for neg, frames in rows]
 
 
 def render(profile: Profile, out: TextIO, stacks: bool = False) -> None:
