@@ -56,6 +56,12 @@ def select_inputs(inputs: list[str], selection: Selection,
     for item, prog in programs:
         if prog is not None:
             chosen += _program_sets(item, prog[0], prog[1], selection, all_versions)
+    # A set without a histogram holds no samples (a version just claimed, a
+    # set kept only for its CPU statistics): it would only make a merge of
+    # the whole directory refuse "different units".
+    with_data = [ts for ts in chosen if ts.info.histogram is not None]
+    if with_data:
+        chosen = with_data
     seen: set[str] = set()
     unique = []
     for ts in chosen:  # a set named twice is merged once

@@ -75,6 +75,17 @@ def test_a_directory_with_a_report_option_is_the_whole_machine(tmp_path, calls_p
         "leaf2": 2, "vfs_read": 4}
 
 
+def test_sets_without_samples_do_not_stop_a_whole_machine_report(tmp_path, calls_pie):
+    from qtools.qformat import Info, QDir, TaskInfo, dump_info
+    q = machine(tmp_path, calls_pie)
+    with QDir.open(q.path) as d:  # a version just claimed: no data forms yet
+        d.atomic_write("late-pid99-cpu0.info#0",
+                       dump_info(Info(task=TaskInfo(comm="late", pid=99, cpu=0))).encode())
+    code, out, err = run(str(q.path), "--format", "json")
+    assert (code, err) == (0, "")
+    assert "late-pid99-cpu0.info#0" not in {t["file"] for t in json.loads(out)["tasks"]}
+
+
 def test_folded_stacks_start_with_the_process(tmp_path, calls_pie):
     q = machine(tmp_path, calls_pie)
     code, out, err = run(str(q.path), "--format", "collapsed")
