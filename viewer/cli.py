@@ -17,7 +17,7 @@ from typing import Sequence, TextIO
 from qtools.qformat import QFormatError
 from qtools.qformat.version import package_version
 
-from . import filters, processes, processors
+from . import filters, overview_rows, processes, processors
 from .programs import select_inputs
 from .build import BY_CHOICES, build_samples
 from .callgraph import analyze
@@ -88,6 +88,9 @@ def parser() -> argparse.ArgumentParser:
                           "(default; nanoseconds for clocks) or by samples")
     rep.add_argument("--overview", action="store_true",
                      help="the overview of the directories, whatever the format")
+    rep.add_argument("--per-cpu", action="store_true",
+                     help="in the overview, one row per task set (process and CPU), not "
+                          "one per process")
     rep.add_argument("--watch", action="store_true",
                      help="redraw, like top, whenever a checkpoint lands (until Ctrl-C)")
     sym = p.add_argument_group("symbols")
@@ -247,9 +250,11 @@ def _overview(directory: str, selection: Selection, args: argparse.Namespace,
     groups: dict[object, list[TaskSet]] = {}
     for ts in found:  # a set's slices in the window make one row
         groups.setdefault(ts.set_name or ts.name, []).append(ts)
-    rows = [_row(group) for group in groups.values()]
+    rows = [overview_rows.label_kernel(_row(group), group) for group in groups.values()] \
+        if args.per_cpu else overview_rows.process_rows(found)
+    idle = overview_rows.idle_seconds(found)
     cpus = [c for group in groups.values() if group[-1].is_kernel
-            if (c := _cpu_row(group)) is not None]
+            if (c := _cpu_row(group, idle)) is not None]
     if args.format == "json":
         import json
         json.dump({"directory": directory, "sets": [r.__dict__ for r in rows],
@@ -279,8 +284,9 @@ def _row(group: list[TaskSet]) -> overview.Row:
                         ts.unit, printable(ts.name), len(group), stats)
 
 
-def _cpu_row(group: list[TaskSet]) -> overview.CpuRow | None:
-    """Busy share (weighted by each slice's length) and latest clock of a CPU."""
+def _cpu_row(group: list[TaskSet], idle: dict[int, float]) -> overview.CpuRow | None:
+    """Busy share (weighted by each slice's length), sampled idle share and
+    latest clock of a CPU."""
     seconds = busy = 0.0
     mhz = None
     for ts in group:
@@ -292,7 +298,9 @@ def _cpu_row(group: list[TaskSet]) -> overview.CpuRow | None:
             mhz = float(cs["q:frequency-mhz"])
     if not seconds and mhz is None or group[-1].cpu is None:
         return None
-    return overview.CpuRow(group[-1].cpu, busy / seconds if seconds else None, mhz)
+    cpu = group[-1].cpu
+    idle_share = idle[cpu] / seconds if seconds and cpu in idle else None
+    return overview.CpuRow(cpu, busy / seconds if seconds else None, mhz, idle_share)
 
 
 if __name__ == "__main__":

@@ -96,10 +96,15 @@ def test_json_follows_the_design_contract(tmp_path, calls_pie):
 
 def test_overview_json(tmp_path, calls_pie):
     q = _two_processes(tmp_path, calls_pie)
-    doc = json.loads(run(str(q.path), "--format", "json", "--overview")[1])
+    doc = json.loads(run(str(q.path), "--format", "json", "--overview", "--per-cpu")[1])
     rows = {r["file"]: r["amount"] for r in doc["sets"]}
     assert rows["calls-pid10-cpu0.info#1"] == pytest.approx(0.002)
     assert len(rows) == 4
+    doc = json.loads(run(str(q.path), "--format", "json", "--overview")[1])
+    rows = {(r["command"], r["pid"], r["cpu"]): r["amount"] for r in doc["sets"]}
+    assert rows == {("calls", "10", "0,1"): pytest.approx(0.005),  # one row per process
+                    ("calls", "11", "0"): pytest.approx(0.004),
+                    ("other", "12", "0"): pytest.approx(0.005)}
 
 
 def test_compressed_data_files_read_the_same(tmp_path, calls_pie):

@@ -25,6 +25,7 @@ class CpuRow:
     cpu: int
     busy: float | None  # share of the time the CPU was not idle
     mhz: float | None
+    idle: float | None = None  # share of its time sampled in the idle task (pid 0)
 
 
 STAT_COLUMNS = (("user-seconds", "user"), ("system-seconds", "sys"),
@@ -39,7 +40,7 @@ def render(rows: list[Row], directory: str, out: TextIO, cpus: list[CpuRow] | No
     unit = units[0] if len(units) == 1 else None
     total = sum(r.amount for r in rows)
     what = f"slices {window}" if window else "latest version of each"
-    out.write(f"Task sets in {directory} ({what}):\n")
+    out.write(f"Task sets in {directory} ({what}; % of all samples listed):\n")
     width = max([len("command")] + [len(r.command) for r in ordered])
     head = unit if unit else "amount"
     stats = [(key, label) for key, label in STAT_COLUMNS if any(key in r.stats for r in rows)]
@@ -57,11 +58,12 @@ def render(rows: list[Row], directory: str, out: TextIO, cpus: list[CpuRow] | No
         whole = 100.0 if total else 0.0
         out.write(f"{'total':<{width}} {'':>8} {'':>4} {si(total):>8} {whole:6.2f}\n")
     if cpus:
-        out.write("\n cpu    busy      MHz\n")
+        out.write("\n cpu    busy    idle      MHz\n")
         for c in sorted(cpus, key=lambda c: c.cpu):
             busy = f"{100 * c.busy:6.1f}%" if c.busy is not None else f"{'-':>7}"
+            idle = f"{100 * c.idle:6.1f}%" if c.idle is not None else f"{'-':>7}"
             mhz = f"{c.mhz:8.0f}" if c.mhz else f"{'-':>8}"
-            out.write(f"{c.cpu:>4} {busy} {mhz}\n")
+            out.write(f"{c.cpu:>4} {busy} {idle} {mhz}\n")
 
 
 def _stat(key: str, value: float) -> str:
