@@ -24,6 +24,7 @@ BY_CHOICES = ("function", "object", "address")
 # A resolved address: frame id, in the kernel, object name.
 _Resolved = tuple[int, bool, str]
 
+
 def frame_maker(by: str) -> Callable[[Location], Frame]:
     """How a location becomes a call-graph node for ``--by``."""
     if by == "function":

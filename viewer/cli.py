@@ -18,12 +18,12 @@ from qtools.qformat import QFormatError
 from qtools.qformat.version import package_version
 
 from . import filters, overview_rows, processes, processors
-from .programs import select_inputs
 from .build import BY_CHOICES, build_samples
 from .callgraph import analyze
 from .errors import ViewError
 from .model import Profile, printable
 from .load import Selection, TaskSet, default_directory, sets_in
+from .programs import select_inputs
 from .render import collapsed, dot, flat, graph, jsonfmt, overview, quality
 from .symbols import Symbols, debug_roots_from_env
 from .symcache import SymbolCache, cache_dir
