@@ -21,13 +21,19 @@ from .build import build_samples
 from .errors import ViewError
 from .load import TaskSet
 from .model import Frame, Samples, StackQuality, printable
+from .overview_rows import IDLE, KERNEL, kernel_only_run
 from .processors import PROCESS_OBJECT
 from .symbols import Symbols, Warn
 WEIGHTS = ("event", "samples")
 
 
 def process_label(ts: TaskSet, per_pid: bool) -> str:
-    """The root frame of a set's stacks."""
+    """The root frame of a set's stacks: the command, or ``idle`` for the
+    idle task's kernel sets (``kernel`` where a -k run put every pid there)."""
+    if ts.is_kernel:
+        if kernel_only_run(ts):
+            return KERNEL
+        return f"{IDLE}-0" if per_pid else IDLE
     comm = printable(ts.comm or ts.name)
     if per_pid and ts.pid is not None:
         return f"{comm}-{ts.pid}"

@@ -95,17 +95,18 @@ def test_folded_stacks_start_with_the_process(tmp_path, calls_pie):
     assert lines == [
         f"calls;_start;main;leaf2 {2 * MS}",
         f"calls;_start;main;work;leaf1 {4 * MS}",
-        "kernel;asm_sysvec_apic_timer_interrupt_[k] 5000000",
+        "idle;asm_sysvec_apic_timer_interrupt_[k] 5000000",  # pid 0's set
         f"other;_start;main;work;do_syscall_64_[k];vfs_read_[k] {4 * MS}",
     ]
     _c, per_pid, _e = run(str(q.path), "--format", "collapsed", "--per-pid")
     assert f"calls-10;_start;main;work;leaf1 {3 * MS}" in per_pid.splitlines()
     assert f"calls-11;_start;main;work;leaf1 {1 * MS}" in per_pid.splitlines()
+    assert "idle-0;asm_sysvec_apic_timer_interrupt_[k] 5000000" in per_pid.splitlines()
     _c, samples, _e = run(str(q.path), "--format", "collapsed", "--weight", "samples")
     assert samples.splitlines()[:2] == ["calls;_start;main;leaf2 2",
                                         "calls;_start;main;work;leaf1 4"]
     _c, kern, _e = run(str(q.path), "--format", "collapsed", "--kernel-only")
-    assert kern.splitlines() == ["kernel;asm_sysvec_apic_timer_interrupt_[k] 5000000",
+    assert kern.splitlines() == ["idle;asm_sysvec_apic_timer_interrupt_[k] 5000000",
                                  f"other;do_syscall_64_[k];vfs_read_[k] {4 * MS}"]
 
 
