@@ -11,7 +11,9 @@ The ``kernel-cpuN`` sets hold what pid 0 (the idle task) ran: the idle
 loop and the interrupts taken in it, which perf calls swapper. They make
 one row of their own, ``idle``, apart from the kernel work that every
 process's row already holds. A collection made with ``q-syscollect -k``
-puts every pid's kernel samples there: that row is ``kernel``.
+puts every pid's kernel samples there: those sets say how much of their
+weight was the idle task's (``q:idle-weight``), which makes the ``idle``
+row, and the rest is the ``kernel`` row.
 """
 
 from __future__ import annotations
@@ -48,6 +50,17 @@ def process_key(ts: TaskSet) -> tuple[object, ...]:
     return (prog, ts.pid)  # pid None: the program's aggregates, all CPUs
 
 
+def idle_weight(ts: TaskSet) -> float | None:
+    """The idle task's part of a kernel set, in output units; None where the
+    set does not say (written before q:idle-weight existed)."""
+    if not ts.is_kernel:
+        return None
+    if not kernel_only_run(ts):
+        return ts.total()  # only pid 0's samples go there
+    value = ts.info.task.extra.get("q:idle-weight")
+    return value * ts.factor if isinstance(value, int) and value >= 0 else None
+
+
 def process_rows(found: Iterable[TaskSet]) -> list[Row]:
     groups: dict[tuple[object, ...], list[TaskSet]] = {}
     for ts in found:
@@ -56,7 +69,20 @@ def process_rows(found: Iterable[TaskSet]) -> list[Row]:
     # of its own: it takes the directory's, so the shares still add up.
     units = [ts.unit for group in groups.values() for ts in group if ts.info.histogram]
     default = max(set(units), key=units.count) if units else None
-    return [_row(group, default) for group in groups.values()]
+    rows = [_row(group, default) for group in groups.values()]
+    return [r for row in rows for r in _split_idle(row, groups.get((KERNEL,), []))]
+
+
+def _split_idle(row: Row, kernel_sets: list[TaskSet]) -> list[Row]:
+    """A -k run's kernel row, split into the idle task's part and the rest."""
+    if row.command != KERNEL or not kernel_sets:
+        return [row]
+    parts = [idle_weight(ts) for ts in kernel_sets]
+    if any(p is None for p in parts):
+        return [row]
+    idle = sum(p for p in parts if p is not None)
+    return [dataclasses.replace(row, amount=row.amount - idle),
+            dataclasses.replace(row, command=IDLE, pid="0", amount=idle)]
 
 
 def _row(group: list[TaskSet], default_unit: str | None = None) -> Row:
@@ -118,9 +144,10 @@ def _summed(slices: list[TaskSet]) -> dict[str, float]:
 
 
 def idle_seconds(found: Iterable[TaskSet]) -> dict[int, float]:
-    """Idle time sampled on each CPU (the kernel sets of a run without -k)."""
+    """Idle time sampled on each CPU, where the kernel sets tell it."""
     out: dict[int, float] = {}
     for ts in found:
-        if ts.is_kernel and ts.cpu is not None and not kernel_only_run(ts):
-            out[ts.cpu] = out.get(ts.cpu, 0.0) + ts.total()
+        idle = idle_weight(ts) if ts.cpu is not None else None
+        if idle is not None and ts.cpu is not None:
+            out[ts.cpu] = out.get(ts.cpu, 0.0) + idle
     return out

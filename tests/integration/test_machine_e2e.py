@@ -115,3 +115,20 @@ def test_stacks_cut_short_are_not_rooted(perf, build, tmp_path):
     assert r.returncode == 0, r.stderr
     doc = json.loads(q_view(str(q), "--comm", pfan.name, "--format", "json").stdout)
     assert doc["stack_quality"]["share"] < 0.5
+
+
+def test_a_kernel_only_run_shows_idle_apart(perf, tmp_path):
+    from qtools.qformat import read_info
+    q = tmp_path / "q"
+    r = q_syscollect("-d", str(q), "-k", "-t", "2")
+    assert r.returncode == 0, r.stderr
+    infos = [read_info(p) for p in q.glob("kernel-cpu*.info#*")]
+    with_samples = [i for i in infos if i.task.samples]
+    assert with_samples
+    for info in with_samples:
+        idle = info.task.extra["q:idle-weight"]
+        assert isinstance(idle, int) and idle >= 0
+    out = q_view(str(q))
+    assert out.returncode == 0, out.stderr
+    rows = [line.split()[0] for line in out.stdout.split("\n\n")[0].splitlines()[2:]]
+    assert "idle" in rows and "kernel" in rows

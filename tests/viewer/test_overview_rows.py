@@ -9,7 +9,7 @@ from scenarios import run
 STATS = {"q:user-seconds": 32.9, "q:system-seconds": 0.5, "q:voluntary-switches": 10}
 
 
-def machine(tmp_path, kernel_only: bool = False) -> QBuilder:
+def machine(tmp_path, kernel_only: bool = False, idle_weight: bool = True) -> QBuilder:
     q = QBuilder(tmp_path / ".q")
     cmdline = ["q-syscollect", "-k"] if kernel_only else ["q-syscollect", "-t", "60"]
     common = {"syscollect_cmdline": cmdline}
@@ -23,8 +23,10 @@ def machine(tmp_path, kernel_only: bool = False) -> QBuilder:
     q.task("sh", None, 1, hist={0x1000: 3 * MS}, pids=[302],
            extra_info={**common, "task_stats": {"q:user-seconds": 0.2}})
     for cpu, idle in ((0, 10), (1, 15)):
-        q.task("kernel", None, cpu, hist={0xFFFFFFFF81000000: idle * MS}, comm="kernel",
-               objects=[], extra_info={**common, "cpu_stats": {
+        # with -k, 5 ms of each kernel set are other pids' kernel work
+        extra = {"q:idle-weight": idle * MS} if kernel_only and idle_weight else {}
+        q.task("kernel", None, cpu, hist={0xFFFFFFFF81000000: (idle + 5 * kernel_only) * MS},
+               comm="kernel", objects=[], extra_info={**common, "extra": extra, "cpu_stats": {
                    "q:busy": 0.5, "q:seconds": 0.05, "q:frequency-mhz": 2400.0}})
     return q
 
@@ -46,11 +48,19 @@ def test_one_row_per_process_and_idle_apart(tmp_path):
     assert sum(line.startswith("idle ") for line in per_cpu.splitlines()) == 2
 
 
-def test_a_kernel_only_collection_has_a_kernel_row(tmp_path):
+def test_a_kernel_only_collection_has_idle_and_kernel_rows(tmp_path):
     q = machine(tmp_path, kernel_only=True)
     _c, out, _e = run(str(q.path))
-    assert any(line.startswith("kernel         -  0,1    25.0m") for line in out.splitlines())
-    assert "idle" not in out.split("\n\n")[0]
+    lines = out.splitlines()
+    assert any(line.startswith("kernel         -  0,1    10.0m") for line in lines), out
+    assert any(line.startswith("idle           0  0,1    25.0m") for line in lines), out
+    assert "   0   50.0%   20.0%     2400" in out  # idle 10 ms of the CPU's 50 ms
+    # sets written before q:idle-weight: one kernel row, idle unknown
+    q = machine(tmp_path / "old", kernel_only=True, idle_weight=False)
+    _c, out, _e = run(str(q.path))
+    assert any(line.startswith("kernel         -  0,1    35.0m") for line in out.splitlines())
+    assert "idle " not in out.split("\n\n")[0]
+    assert "   0   50.0%       -     2400" in out
 
 
 def test_a_set_without_samples_keeps_the_shares(tmp_path):
