@@ -129,6 +129,7 @@ class TaskSet:
     stats_last: dict[str, float] | None = None  # ... at the last look
     stats_at: float = 0.0  # monotonic time of that look
     stats_folded: dict[str, float] = field(default_factory=dict)  # aggregates: folded tasks
+    idle_weight: int = 0  # kernel sets: weight of the idle task's (pid 0) samples
 
     def task_stats(self) -> dict[str, float] | None:
         """Counters over the set's life (process-wide, not per CPU)."""

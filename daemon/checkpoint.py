@@ -90,6 +90,8 @@ def build_info(ts: TaskSet, run: RunInfo, copier: ObjectCopier, version: int,
     )
     if ts.pids_dropped:
         task.extra["q:pids-not-listed"] = ts.pids_dropped
+    if ts.name.is_kernel and prof.samples:
+        task.extra["q:idle-weight"] = ts.idle_weight  # docs/q-format.md 4.1
     total = prof.total
     granularity = (total / prof.samples * run.conversion_factor) if prof.samples else 0.0
     info = Info(task=task)

@@ -174,6 +174,8 @@ class CpuCollector:
         if self.opts.kernel_only or s.pid == 0:
             ts = self.book.kernel_set()
             ts.dirty = True
+            if s.pid == 0:  # with -k every pid lands here: keep the idle task's share apart
+                ts.idle_weight += weight
             stack = tuple(kernel) if self.opts.stacks and kernel else None
             ts.profile.add(s.ip, weight, stack)
             return

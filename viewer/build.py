@@ -17,21 +17,13 @@ from qtools.qformat.limits import exceeded
 
 from .errors import ViewError
 from .load import TaskSet
-from .model import Frame, Samples, StackQuality, Task, printable, root_name
+from .model import Frame, Samples, StackQuality, Task, printable
 from .symbols import MAX_MEMO, AddressSpace, Location, Symbols, Warn
 
 BY_CHOICES = ("function", "object", "address")
 
-# A resolved address: frame id, in the kernel, object name, is a root frame.
-_Resolved = tuple[int, bool, str, bool]
-
-# The outermost user frame of a complete stack (issue 5): the program's
-# entry, libc's start-up, or the start of a thread.
-ROOT_FRAMES = frozenset({
-    "_start", "__libc_start_main", "__libc_start_call_main", "__libc_start_main_impl",
-    "start_thread", "clone", "__clone", "clone3", "__clone3", "__clone_internal",
-    "thread_start",
-})
+# A resolved address: frame id, in the kernel, object name.
+_Resolved = tuple[int, bool, str]
 
 
 # Where a `.stack` file's remainder line (``WEIGHT -``: stacks the collector
@@ -50,6 +42,9 @@ def frame_maker(by: str, escape: Escape = printable) -> Callable[[Location], Fra
         return lambda loc: Frame(escape(loc.object), escape(loc.object), loc.kernel)
     if by == "address":
         def at_address(loc: Location) -> Frame:
+            if loc.by_fde:  # unnamed code: the address itself, not START+offset
+                return Frame(f"0x{loc.offset:x}<{escape(loc.object)}>",
+                             escape(loc.object), loc.kernel)
             name = escape(loc.name)
             if loc.start is not None:
                 name += f"+0x{loc.offset - loc.start:x}"
@@ -68,6 +63,7 @@ class SampleBuilder:
     def __init__(self, symbols: Symbols, by: str, warn: Warn, escape: Escape | None = printable,
                  max_stacks: int = DEFAULT_LIMITS.stacks) -> None:
         self.symbols = symbols
+        self.by = by
         self.escape = escape or _same
         self.make_frame = frame_maker(by, self.escape)
         self.max_stacks = max_stacks
@@ -77,6 +73,7 @@ class SampleBuilder:
         self.warn = warn
         self.frames: list[Frame] = []
         self.ids: dict[Frame, int] = {}
+        self.unnamed: set[int] = set()  # frames of single addresses (no symbol, no FDE)
         self.stacks: dict[tuple[int, ...], float] = {}
         self.calls: dict[tuple[int, int], float] | None = None
         self.quality = StackQuality()
@@ -90,6 +87,8 @@ class SampleBuilder:
         if fid is None:
             fid = self.ids[frame] = len(self.frames)
             self.frames.append(frame)
+            if self.by == "function" and loc.start is None and loc.name.startswith("0x"):
+                self.unnamed.add(fid)
         return fid
 
     def add(self, ts: TaskSet) -> None:
@@ -128,7 +127,7 @@ class SampleBuilder:
 
     def _resolve(self, space: AddressSpace, address: int, is_return: bool) -> _Resolved:
         loc = space.lookup(address, is_return)
-        return (self._id(loc), loc.kernel, loc.object, root_name(loc.name) in ROOT_FRAMES)
+        return (self._id(loc), loc.kernel, loc.object)
 
     def _add_stacks(self, space: AddressSpace, stacks: Iterable[Stack], factor: float,
                     path: str) -> tuple[dict[int, int], int, int]:
@@ -140,6 +139,7 @@ class SampleBuilder:
         returns: dict[int, _Resolved] = {}
         per_leaf: dict[int, int] = {}
         remainder = total = 0
+        rooted: dict[tuple[int, bool], bool] = {}  # outermost frame -> the stack is complete
         acc = self.stacks
         quality = self.quality
         resolve = self._resolve
@@ -160,6 +160,7 @@ class SampleBuilder:
                 first = leaves[addresses[0]] = resolve(space, addresses[0], False)
             entries = [first]
             in_kernel = first[1]
+            is_return = False
             for address in addresses[1:]:
                 if in_kernel and not space.is_kernel(address):
                     # The first user frame under kernel frames is where the
@@ -190,7 +191,11 @@ class SampleBuilder:
             outermost = entries[-1]
             if not outermost[1]:  # kernel frames come first: a user frame is last
                 innermost_user = next(e for e in entries if not e[1])
-                quality.add(innermost_user[2], w, outermost[3])
+                key = (addresses[-1], is_return)
+                root = rooted.get(key)
+                if root is None:
+                    root = rooted[key] = space.is_root(addresses[-1], is_return)
+                quality.add(innermost_user[2], w, root)
         return per_leaf, remainder, total
 
     def _check_hist(self, space: AddressSpace, ts: TaskSet, per_leaf: dict[int, int],
@@ -293,7 +298,7 @@ class SampleBuilder:
         lost = sum(ts.info.task.lost_samples or 0 for ts in self.sets)
         samples = Samples(",".join(events), units[0], granularities, self.sets[0].factor, lost,
                           tasks, self.frames, self.stacks, self.with_stacks > 0, self.calls,
-                          self.quality)
+                          self.quality, by=self.by, unnamed=frozenset(self.unnamed))
         if not math.isfinite(samples.total):
             raise ViewError("sample weights overflow (total is not finite)")
         return samples

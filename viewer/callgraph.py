@@ -73,7 +73,9 @@ def analyze(samples: Samples) -> Profile:
         _add_calls(samples, functions, arcs)
 
     profile = Profile(samples, samples.total, functions, arcs, [])
-    profile.cycles = _cycles(samples, profile)
+    # Objects call each other both ways all the time (a library calls back
+    # into the program): by object, that is no cycle worth a mark.
+    profile.cycles = _cycles(samples, profile) if samples.by != "object" else []
     return profile
 
 

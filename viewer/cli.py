@@ -19,12 +19,13 @@ from qtools.qformat.limits import DEFAULT_LIMITS, LimitExceeded, describe_defaul
 from qtools.qformat import QFormatError
 from qtools.qformat.version import package_version
 
-from . import hints, processors, runs
+from . import filters, hints, overview_rows, processes, processors, runs
 from .build import BY_CHOICES, build_samples
 from .callgraph import analyze
 from .errors import UsageError, ViewError
 from .model import Profile, printable
-from .load import Selection, SetRemoved, TaskSet, default_directory, pick_run, select, sets_in
+from .load import Selection, SetRemoved, TaskSet, default_directory, pick_run, sets_in
+from .programs import select_inputs
 from .render import collapsed, dot, flat, graph, jsonfmt, overview, quality
 from .symbols import Symbols, debug_roots_from_env
 from .symcache import SymbolCache, cache_dir
@@ -38,10 +39,13 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
         description="gprof-style flat profiles and call graphs from a q-syscollect .q directory.",
-        epilog="With no FILE, or only directories and no selection, prints an overview of "
-               "the task sets. Several FILEs (or a selection) are merged into one profile.")
-    p.add_argument("inputs", nargs="*", metavar="FILE.info[#N]|DIR",
-                   help="task sets to show (without #N: the latest version) or directories")
+        epilog="With no FILE, or only directories and neither a selection nor a report "
+               "option (--flat, --graph, --format...), prints an overview of the task sets. "
+               "Otherwise every selected set is merged into one profile: PROG.info means "
+               "all sets of program PROG, a directory all its sets.")
+    p.add_argument("inputs", nargs="*", metavar="FILE.info[#N]|PROG.info|DIR",
+                   help="task sets to show (without #N: the latest version), all sets of "
+                        "a program, or directories")
     p.add_argument("-d", "--directory", metavar="DIR",
                    help="the .q directory (default: $Q_DIR, else .q): shown when no input "
                         "is given, searched for bare names")
@@ -69,8 +73,10 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--stack-quality", action="store_true",
                      help="the share of user stacks that reach a root frame, per object")
     rep.add_argument("--min-percent", type=float, default=None, metavar="P",
-                     help="leave out functions below P%% of the total (inclusive time); "
-                          "for dot the default is 0.5")
+                     help="sum the rows below P%% of the whole in one row, judged by the "
+                          "column a table is sorted by (self in the flat profile, "
+                          "inclusive in the call graph); for dot the default is 0.5")
+    filters.add_arguments(rep)
     kern = rep.add_mutually_exclusive_group()
     kern.add_argument("--no-kernel", action="store_true",
                       help="leave out samples taken in the kernel")
@@ -79,6 +85,18 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--by", choices=BY_CHOICES, default="function",
                      help="what a node is: a function (default), an object, an address")
     rep.add_argument("--format", choices=FORMATS, default="text", help="output format")
+    rep.add_argument("--stacks", action="store_true",
+                     help="with --format json: add the weighted stacks (docs/json.md)")
+    rep.add_argument("--per-pid", action="store_true",
+                     help="with --format collapsed: the root frame is comm-pid, not comm")
+    rep.add_argument("--weight", choices=processes.WEIGHTS, default="event",
+                     help="with --format collapsed: weigh stacks by the event's count "
+                          "(default; nanoseconds for clocks) or by samples")
+    rep.add_argument("--overview", action="store_true",
+                     help="the overview of the directories, whatever the format")
+    rep.add_argument("--per-cpu", action="store_true",
+                     help="in the overview, one row per task set (process and CPU), not "
+                          "one per process")
     rep.add_argument("--watch", action="store_true",
                      help="redraw, like top, whenever a checkpoint lands (until Ctrl-C): "
                           "the top rows that fit the terminal; of a profile, the flat "
@@ -138,6 +156,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
     if args.min_percent is not None and not 0 <= args.min_percent <= 100:
         err.write(f"{PROG}: --min-percent must be between 0 and 100\n")
         return 2
+    if args.weight != "event" and args.format != "collapsed":
+        err.write(f"{PROG}: --weight {args.weight} goes with --format collapsed\n")
+        return 2
     try:
         return _run(args, out, err)
     except LimitExceeded as e:
@@ -183,31 +204,39 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, rows: int | None = 
     if run is not None and not any(os.path.isdir(i) for i in inputs):
         raise UsageError("--run picks among the sets of a directory; each FILE.info "
                          "named is shown whatever run wrote it")
+    if all(os.path.isdir(i) for i in inputs) and not (selection.active or _report_asked(args)):
+        args.overview = True
     if args.watch:
         from .watch import watch
         args.watch = False
-        if not (args.flat or args.graph or args.stack_quality):
+        if not (args.overview or args.flat or args.graph or args.stack_quality):
             args.flat = True  # what a screen holds; the call graph is one --graph away
         return watch(inputs, lambda o, rows: _run(args, o, o, rows), out)
-    if not selection.active and all(os.path.isdir(i) for i in inputs):
+    if args.overview and all(os.path.isdir(i) for i in inputs):
         for directory in inputs:
             _overview(directory, selection, run, args, out, err, rows)
         return 0
-    sets = select(inputs, selection, args.all_versions, run, args.limits)
+    sets = select_inputs(inputs, selection, args.all_versions, run, args.limits)
     _note_runs(sets, run is None and any(os.path.isdir(i) for i in inputs), err)
     warn = _Warnings(err)
     cache = SymbolCache(None if args.no_cache else cache_dir())
     symbols = Symbols(cache, list(args.debug_root) + debug_roots_from_env(), warn,
                       args.limits.copy_size)
-    try:  # JSON escapes control characters itself: names go to it as they are
-        samples = build_samples(sets, symbols, args.by, warn,
-                                None if args.format == "json" else printable)
+    # JSON escapes control characters itself: names go to it as they are
+    escape = None if args.format == "json" else printable
+    try:
+        if args.format == "collapsed":  # a root frame for each process
+            samples = processes.by_process(sets, symbols, args.by, warn, args.per_pid,
+                                           args.weight)
+        else:
+            samples = build_samples(sets, symbols, args.by, warn, escape)
     finally:
         symbols.close()
     if args.no_kernel:
         samples = processors.hide_kernel(samples)
     elif args.kernel_only:
         samples = processors.kernel_only(samples)
+    samples = filters.apply(samples, args)
     profile = analyze(samples)
     try:
         profile.self_check()
@@ -227,6 +256,12 @@ def _time(option: str, text: str | None, now: float) -> float | None:
         raise UsageError(f"{option}: {e}") from None
 
 
+def _report_asked(args: argparse.Namespace) -> bool:
+    """A directory with one of these is a whole-machine report, not the overview."""
+    return bool(args.flat or args.graph or args.stack_quality or args.format != "text"
+                or args.focus or args.ignore or args.hide or args.min_percent is not None)
+
+
 def _locate(item: str, directory: str) -> str:
     """A bare name that is not here is looked for in the .q directory
     (``q-view -d .q p-fan-pid1-cpu0.info``)."""
@@ -238,7 +273,7 @@ def _locate(item: str, directory: str) -> str:
 
 def _report(profile: Profile, args: argparse.Namespace, out: TextIO) -> None:
     if args.format == "json":
-        jsonfmt.render(profile, out)
+        jsonfmt.render(profile, out, args.stacks)
     elif args.format == "collapsed":
         collapsed.render(profile, out)
     elif args.format == "dot":
@@ -281,14 +316,19 @@ def _overview(directory: str, selection: Selection, run: str | None,
     groups: dict[object, list[TaskSet]] = {}
     for ts in found:  # a set's slices in the window make one row
         groups.setdefault(ts.set_name or ts.name, []).append(ts)
-    rows = []
-    for group in groups.values():
-        try:
-            rows.append(_row(group, _same if args.format == "json" else printable))
-        except SetRemoved:
-            continue  # retention removed it while the overview was being read
+    escape = _same if args.format == "json" else printable
+    if args.per_cpu:
+        rows = []
+        for group in groups.values():
+            try:
+                rows.append(overview_rows.label_kernel(_row(group, escape), group))
+            except SetRemoved:
+                continue  # retention removed it while the overview was being read
+    else:
+        rows = overview_rows.process_rows(found, escape)
+    idle = overview_rows.idle_seconds(found)
     cpus = [c for group in groups.values() if group[-1].is_kernel
-            if (c := _cpu_row(group)) is not None]
+            if (c := _cpu_row(group, idle)) is not None]
     if args.format == "json":
         import json
         json.dump({"directory": directory, "sets": [r.__dict__ for r in rows],
@@ -326,8 +366,9 @@ def _row(group: list[TaskSet], escape: Callable[[str], str]) -> overview.Row:
                         [escape(r) if r else None for r in run_ids])
 
 
-def _cpu_row(group: list[TaskSet]) -> overview.CpuRow | None:
-    """Busy share (weighted by each slice's length) and latest clock of a CPU."""
+def _cpu_row(group: list[TaskSet], idle: dict[int, float]) -> overview.CpuRow | None:
+    """Busy share (weighted by each slice's length), sampled idle share and
+    latest clock of a CPU."""
     seconds = busy = 0.0
     mhz = None
     for ts in group:
@@ -339,7 +380,9 @@ def _cpu_row(group: list[TaskSet]) -> overview.CpuRow | None:
             mhz = float(cs["q:frequency-mhz"])
     if not seconds and mhz is None or group[-1].cpu is None:
         return None
-    return overview.CpuRow(group[-1].cpu, busy / seconds if seconds else None, mhz)
+    cpu = group[-1].cpu
+    idle_share = idle[cpu] / seconds if seconds and cpu in idle else None
+    return overview.CpuRow(cpu, busy / seconds if seconds else None, mhz, idle_share)
 
 
 if __name__ == "__main__":

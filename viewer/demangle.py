@@ -18,6 +18,10 @@ from typing import Callable
 _RUST_LEGACY = re.compile(r"_ZN.*17h[0-9a-f]{16}E(\.llvm\.\d+)?\Z")
 _RUST_HASH = re.compile(r"::h[0-9a-f]{16}\Z")
 _SUFFIX = re.compile(r"(@plt|@@?[A-Za-z0-9_.]+)\Z")
+# Compiler clones (GCC's .isra.N, .constprop.N, .part.N, .cold, LTO's
+# .lto_priv.N, LLVM's .llvm.N): perf shows them as "f(int) [clone .isra.0]".
+_CLONE = re.compile(r"\.(?:isra|constprop|part|cold|lto_priv|localalias|llvm|clone|"
+                    r"specialized|str)(?:\.\d+)*\Z")
 
 
 def _load_cxx() -> Callable[[str], str] | None:
@@ -79,9 +83,29 @@ def _demangle_core(core: str) -> str | None:
     if core.startswith("_Z"):
         cxx = _cxx_demangler()
         if cxx is not None:
-            try:
-                text = cxx(core)
-            except Exception:
-                return None
-            return text if text else None
+            text = _cxx_or_none(cxx, core)
+            return text if text is not None else _cxx_clone(cxx, core)
     return None
+
+
+def _cxx_or_none(cxx: Callable[[str], str], core: str) -> str | None:
+    try:
+        text = cxx(core)
+    except Exception:
+        return None
+    return text if text and text != core else None
+
+
+def _cxx_clone(cxx: Callable[[str], str], core: str) -> str | None:
+    """Where the demangler refuses a name with clone suffixes, demangle the
+    name without them and add them back the way c++filt and perf show them."""
+    clones: list[str] = []
+    while (m := _CLONE.search(core)) and m.start() > 0:
+        clones.insert(0, m.group(0))
+        core = core[: m.start()]
+    if not clones:
+        return None
+    text = _cxx_or_none(cxx, core)
+    if text is None:
+        return None
+    return text + "".join(f" [clone {c}]" for c in clones)

@@ -87,11 +87,6 @@ class StackQuality:
         counts.add(weight, rooted)
 
 
-def root_name(name: str) -> str:
-    """The name to compare with root frames (no @plt or version suffix)."""
-    return name.split("@", 1)[0]
-
-
 @dataclass
 class Samples:
     """Symbolized call stacks of the selected task sets, merged."""
@@ -107,10 +102,22 @@ class Samples:
     has_stacks: bool  # False: only `.hist` data, every stack is its leaf alone
     calls: dict[tuple[int, int], float] | None  # (caller id, callee id) -> calls; None: no `.edge`
     quality: StackQuality = field(default_factory=StackQuality)
+    # The total of the whole selection before --focus/--ignore/--hide took
+    # stacks or frames away (None: nothing was filtered): percentages stay
+    # shares of it, so a filtered report never inflates a share.
+    whole: float | None = None
+    filters: tuple[str, ...] = ()  # the filters applied, as the user wrote them
+    by: str = "function"  # what a frame is (--by)
+    unnamed: frozenset[int] = frozenset()  # frame ids of single addresses with no function
 
     @property
     def total(self) -> float:
         return math.fsum(self.stacks.values())
+
+    @property
+    def base(self) -> float:
+        """What percentages are of: the whole selection."""
+        return self.total if self.whole is None else self.whole
 
 
 @dataclass
@@ -182,7 +189,9 @@ class Profile:
     functions: dict[Frame, Function]
     arcs: dict[tuple[Frame, Frame], Arc]
     cycles: list[Cycle]
-    hidden: set[Frame] = field(default_factory=set)  # left out of reports (threshold)
+    # --min-percent: rows below this share of the whole selection are summed
+    # in one row, judged by the column a table is sorted by.
+    min_percent: float = 0.0
     _adj: tuple[dict[Frame, list[Arc]], dict[Frame, list[Arc]]] | None = field(
         default=None, repr=False, compare=False)
 
@@ -194,8 +203,28 @@ class Profile:
     def has_calls(self) -> bool:
         return self.samples.calls is not None
 
+    @property
+    def base(self) -> float:
+        """What percentages are of (the whole selection, before --focus and co.)."""
+        return self.samples.base
+
+    @property
+    def limit(self) -> float:
+        """The smallest time a row needs under --min-percent."""
+        return self.base * self.min_percent / 100.0 if self.min_percent > 0 else 0.0
+
     def shown(self, frame: Frame) -> bool:
-        return frame not in self.hidden
+        """In the call graph (sorted by inclusive time): inclusive at the limit."""
+        if not self.min_percent:
+            return True
+        fn = self.functions.get(frame)
+        if fn is None:
+            return False
+        return (fn.inclusive if self.has_stacks else fn.self) >= self.limit
+
+    def shown_flat(self, fn: Function) -> bool:
+        """In the flat profile (sorted by self time): self time at the limit."""
+        return not self.min_percent or fn.self >= self.limit
 
     def callers(self, frame: Frame) -> list[Arc]:
         return self._adjacency()[0].get(frame, [])

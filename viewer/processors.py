@@ -4,8 +4,9 @@
   kernel are left out, as if only user time had been sampled;
 - ``kernel_only`` keeps the samples whose leaf is in the kernel, with their
   kernel frames only;
-- ``threshold`` hides functions whose inclusive time (self time where there
-  are no stacks) is below a share of the total; totals stay as they were.
+- ``threshold`` sets the share below which report rows are summed rather
+  than shown: each table judges by the column it is sorted by (self in the
+  flat profile, inclusive in the call graph); totals stay as they were.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import dataclasses
 
 from .model import Profile, Samples
 
+PROCESS_OBJECT = "[process]"  # processes.py: the root frame of whole-machine stacks
+
 
 def _keep_frames(samples: Samples, kernel: bool) -> Samples:
     frames = samples.frames
@@ -21,7 +24,9 @@ def _keep_frames(samples: Samples, kernel: bool) -> Samples:
     for stack, w in samples.stacks.items():
         if frames[stack[0]].kernel != kernel:
             continue
-        kept = tuple(f for f in stack if frames[f].kernel == kernel)
+        # the process frame at the root (processes.py) stays either way
+        kept = tuple(f for f in stack if frames[f].kernel == kernel
+                     or frames[f].object == PROCESS_OBJECT)
         stacks[kept] = stacks.get(kept, 0.0) + w
     calls = None
     if samples.calls is not None:
@@ -41,7 +46,4 @@ def kernel_only(samples: Samples) -> Samples:
 def threshold(profile: Profile, min_percent: float) -> Profile:
     if min_percent <= 0 or not profile.total:
         return profile
-    limit = profile.total * min_percent / 100.0
-    hidden = {frame for frame, fn in profile.functions.items()
-              if (fn.inclusive if profile.has_stacks else fn.self) < limit}
-    return dataclasses.replace(profile, hidden=hidden | profile.hidden, _adj=None)
+    return dataclasses.replace(profile, min_percent=min_percent, _adj=None)

@@ -27,6 +27,7 @@ from qtools.qformat.errors import QFormatError
 
 from .demangle import demangle
 from .elf import ElfObject, ElfProblem, Segment, read_elf
+from .fde import read_fde_ranges, read_root_ranges
 from .symcache import SymbolCache
 from .symtab import RawSymbol, SymbolTable
 
@@ -53,6 +54,9 @@ class Location(NamedTuple):
     kernel: bool
     offset: int  # link-time address in the object (absolute where there is no object)
     start: int | None  # the symbol's start in the same space; None when unknown
+    # No symbol: ``start`` is the start of the unwind entry (FDE) that holds
+    # the address, and the name is ``0xSTART<object>``.
+    by_fde: bool = False
 
 
 @dataclass
@@ -61,6 +65,7 @@ class LoadedObject:
 
     segments: list[Segment]
     table: SymbolTable
+    fdes: SymbolTable | None = None  # function ranges of a stripped object (fde.py)
 
     def vaddr_of(self, file_offset: int) -> int | None:
         for seg in self.segments:
@@ -95,6 +100,7 @@ class Symbols:
         self._objects: dict[tuple[str, str], LoadedObject | None] = {}
         self._kallsyms: dict[tuple[str, str], Kallsyms | None] = {}
         self._perf_maps: dict[tuple[str, str], SymbolTable | None] = {}
+        self._roots: dict[tuple[str, str], SymbolTable | None] = {}
         self._qdirs: dict[str, QDir] = {}
 
     def close(self) -> None:
@@ -164,7 +170,9 @@ class Symbols:
             hit = self.cache.load(cache_key)
             if hit is not None and not self._stale(hit[1], directory, ref):
                 table, meta = hit
-                return LoadedObject([Segment(*s) for s in meta["segments"]], table)
+                fdes = self._fdes(source, cache_key) if meta.get("stripped_without_debug") \
+                    else None
+                return LoadedObject([Segment(*s) for s in meta["segments"]], table, fdes)
         try:
             elf = read_elf(source)
         except ElfProblem as e:
@@ -182,7 +190,20 @@ class Symbols:
                 "build_id": elf.build_id or ref.build_id,
                 "debuglink": list(elf.debuglink) if elf.debuglink else None,
             })
-        return LoadedObject(elf.segments, table)
+        stripped = not elf.has_symtab and debug is None
+        return LoadedObject(elf.segments, table, self._fdes(source, cache_key) if stripped else None)
+
+    def _fdes(self, path: str, cache_key: str | None) -> SymbolTable:
+        """The function ranges of a stripped copy, through the cache (a large
+        library's unwind table takes a second to read)."""
+        key = cache_key and cache_key.removesuffix("-elf") + "-fde"
+        hit = self.cache.load(key) if key else None
+        if hit is not None:
+            return hit[0]
+        table = read_fde_ranges(path)
+        if key:
+            self.cache.store(key, table, {})
+        return table
 
     def _stale(self, meta: dict[str, Any], directory: str, ref: ObjectRef) -> bool:
         """A cached stripped table is stale once a debug file has appeared."""
@@ -236,6 +257,22 @@ class Symbols:
                     continue
             return dbg, dbg.symbols
         return None
+
+    def roots(self, directory: str, copy: str) -> SymbolTable | None:
+        """Where stacks end in the object ``copy`` (fde.read_root_ranges); None
+        where there is no trustworthy copy to read them from."""
+        key = (directory, copy)
+        if key not in self._roots:
+            self._roots[key] = None
+            with self._verified(directory, copy) as source:
+                if source is not None:
+                    cache_key = self._cache_key(source, copy, "roots")
+                    hit = self.cache.load(cache_key) if cache_key else None
+                    table = hit[0] if hit is not None else read_root_ranges(source)
+                    if hit is None and cache_key:
+                        self.cache.store(cache_key, table, {})
+                    self._roots[key] = table
+        return self._roots[key]
 
     # ------------------------------------------------------------ kallsyms, perf maps
 
@@ -418,6 +455,25 @@ class AddressSpace:
             loc = loc._replace(name=f"0x{shown:x}<{loc.object}>", offset=shown)
         return loc
 
+    def is_root(self, address: int, is_return: bool) -> bool:
+        """Whether a stack whose outermost frame is ``address`` is complete: the
+        frame is code whose call-frame information says it has no caller
+        (the return address is undefined: ``_start``, a new thread's first
+        frame in ``clone3``), or the function of an entry point. Decided by
+        the object's own unwind tables, not by a name, so a stripped program
+        is judged like any other. Unknown (no copy of the object): False."""
+        target = address - 1 if is_return and address > 0 else address
+        i = bisect_right(self._starts, target) - 1
+        if i < 0 or target >= self._maps[i].end or address >= self.kernel_start > target:
+            return False
+        mapping = self._maps[i]
+        if mapping.copy is None:
+            return False
+        obj = self.symbols.object(self.directory, mapping.ref, mapping.copy)
+        vaddr = obj.vaddr_of(mapping.map.file_offset(target)) if obj else None
+        roots = self.symbols.roots(self.directory, mapping.copy) if vaddr is not None else None
+        return bool(roots and roots.lookup(vaddr))  # type: ignore[arg-type]
+
     def _resolve(self, address: int) -> Location:
         # Mappings first: a recorded [vsyscall] page lies above kernel_start.
         i = bisect_right(self._starts, address) - 1
@@ -440,6 +496,10 @@ class AddressSpace:
         where = vaddr if vaddr is not None else file_offset
         hit = obj.table.lookup(vaddr) if obj and vaddr is not None else None
         if hit is None:
+            fde = obj.fdes.lookup(vaddr) if obj and obj.fdes and vaddr is not None else None
+            if fde is not None:  # unnamed, but known to be one function
+                return Location(f"0x{fde[1]:x}<{ref.name}>", ref.name, False, where, fde[1],
+                                True)
             return Location(f"0x{where:x}<{ref.name}>", ref.name, False, where, None)
         return Location(demangle(hit[0]), ref.name, False, where, hit[1])
 

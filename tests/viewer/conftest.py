@@ -63,3 +63,15 @@ def stripped(build_dir) -> tuple[Binary, Binary, Path]:
     subprocess.run(["objcopy", "--strip-all", f"--add-gnu-debuglink={debug}", str(full),
                     str(out)], check=True)
     return Binary.read(full), Binary.read(out), debug
+
+
+@pytest.fixture(scope="session")
+def stripped_plain(build_dir) -> tuple[Binary, Binary]:
+    """calls, and a copy run through ``strip`` (no symbols, no debug link):
+    returns (full, stripped)."""
+    _need("cc")
+    _need("strip")
+    full = compile_c(SRC / "calls.c", build_dir / "calls-fde", "-fPIE", "-pie")
+    out = build_dir / "calls-fde-stripped"
+    subprocess.run(["strip", "-o", str(out), str(full)], check=True)
+    return Binary.read(full), Binary.read(out)

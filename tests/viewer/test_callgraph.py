@@ -165,8 +165,13 @@ def test_hide_kernel_and_kernel_only():
     assert kern.functions[Frame("entry", "[k]", True)].inclusive == 4
 
 
-def test_threshold_hides_small_functions_but_keeps_totals():
+def test_threshold_judges_by_the_column_a_table_is_sorted_by():
     p = analyze(samples_of([(98, ["big", "main"]), (2, ["small", "main"])]))
     t = processors.threshold(p, 5)
     assert t.total == 100
+    # the call graph (by inclusive time) keeps main, which has no self time
     assert not t.shown(F("small")) and t.shown(F("big")) and t.shown(F("main"))
+    # the flat profile (by self time) does not
+    fns = t.functions
+    assert t.shown_flat(fns[F("big")]) and not t.shown_flat(fns[F("main")])
+    assert not t.shown_flat(fns[F("small")])

@@ -96,10 +96,15 @@ def test_json_follows_the_design_contract(tmp_path, calls_pie):
 
 def test_overview_json(tmp_path, calls_pie):
     q = _two_processes(tmp_path, calls_pie)
-    doc = json.loads(run(str(q.path), "--format", "json")[1])
+    doc = json.loads(run(str(q.path), "--format", "json", "--overview", "--per-cpu")[1])
     rows = {r["file"]: r["amount"] for r in doc["sets"]}
     assert rows["calls-pid10-cpu0.info#1"] == pytest.approx(0.002)
     assert len(rows) == 4
+    doc = json.loads(run(str(q.path), "--format", "json", "--overview")[1])
+    rows = {(r["command"], r["pid"], r["cpu"]): r["amount"] for r in doc["sets"]}
+    assert rows == {("calls", "10", "0,1"): pytest.approx(0.005),  # one row per process
+                    ("calls", "11", "0"): pytest.approx(0.004),
+                    ("other", "12", "0"): pytest.approx(0.005)}
 
 
 def test_compressed_data_files_read_the_same(tmp_path, calls_pie):
@@ -163,7 +168,7 @@ def test_warm_symbol_cache_gives_the_same_answer(tmp_path, calls_pie, monkeypatc
                   stacks=[(MS, [0xFFFFFFFFC0001010, o.ret("main")]), (MS, [o.at("leaf1")])])
     cold = run(q.info_path(name))
     entries = sorted(p.name for p in cache.iterdir())
-    assert [e.rsplit("-", 1)[1] for e in entries] == ["elf.sym", "kallsyms.sym"]
+    assert sorted(e.rsplit("-", 1)[1] for e in entries) == ["elf.sym", "kallsyms.sym", "roots.sym"]
     assert run(q.info_path(name)) == cold
     for entry in cache.iterdir():  # corrupt entries are ignored and rewritten
         entry.write_bytes(entry.read_bytes()[:-7] + b"garbage")

@@ -31,8 +31,9 @@ def test_flat_and_graph_alone(tmp_path, calls_pie):
     _code, both, _err = run(q.info_path(name))
     _code, flat, _err = run(q.info_path(name), "--flat")
     _code, graph, _err = run(q.info_path(name), "--graph")
-    command_line, rest = graph.split("\n", 1)
+    command_line, legend, rest = graph.split("\n", 2)
     assert command_line == f"Command: {EXE} 3" and both == flat + rest
+    assert legend == "times in seconds; m = 1e-3, u = 1e-6, n = 1e-9" and legend in flat
     assert "call-graph" not in flat and "Flat profile" not in graph
     _code, flat_quality, _err = run(q.info_path(name), "--flat", "--stack-quality")
     assert flat_quality == flat + both[both.index("\nStack quality"):]
@@ -63,7 +64,7 @@ def test_collapsed_and_dot(tmp_path, calls_pie):
     for line in out.splitlines():  # flamegraph.pl / speedscope: "a;b;c COUNT"
         stack, count = line.rsplit(" ", 1)
         assert stack and int(count) > 0
-    assert f"_start;main;work;leaf2 {3 * MS}" in out.splitlines()
+    assert f"calls;_start;main;work;leaf2 {3 * MS}" in out.splitlines()
     code, out, _err = run(q.info_path(name), "--format", "dot")
     assert code == 0
     golden.check("calls.dot", out)

@@ -345,7 +345,7 @@ def test_json_escapes_control_characters_once(tmp_path, calls_pie):
     assert "evil\x1b]0;owned\x07sym" in {f["name"] for f in doc["functions"]}
     assert doc["tasks"][0]["comm"] == "x\ny"
     assert doc["tasks"][0]["command"] == "./calls '\x1b[2J'"
-    code, out, err = run(str(q.path), "--format", "json")  # the overview
+    code, out, err = run(str(q.path), "--format", "json", "--overview")
     assert code == 0 and json.loads(out)["sets"][0]["command"] == "x\ny"
 
 

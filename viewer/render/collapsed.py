@@ -1,31 +1,38 @@
 """``--format collapsed``: folded stacks for flamegraph.pl and speedscope.
 
-One line per distinct stack, outermost frame first, frames joined by ``;``,
-then a space and an integer weight: the event count (nanoseconds for
-cpu-clock), which both tools expect as a whole number.
+One line per distinct stack, ``frame;frame;...;frame N``: the process
+first (see processes.py), then the outermost function down to the sampled
+one, kernel frames marked ``_[k]`` as flamegraph.pl's scripts mark them.
+N is a positive integer: the event count (nanoseconds of CPU time for
+cpu-clock and task-clock, events for count events), or with ``--weight
+samples`` the number of samples. No frame holds ``;`` (written ``:``) or a
+line break (control characters are escaped as ``\\xNN``).
 """
 
 from __future__ import annotations
 
 from typing import TextIO
 
-from ..model import Profile
+from ..model import Frame, Profile, printable
 
 
-def _clean(name: str) -> str:
+def _clean(frame: Frame) -> str:
     # ';' separates frames, so it may not appear inside a name (line breaks
     # cannot: frames are made with their control characters escaped).
-    return name.replace(";", ":")
+    name = printable(frame.name).replace(";", ":")
+    return name + "_[k]" if frame.kernel else name
 
 
 def render(profile: Profile, out: TextIO) -> None:
     s = profile.samples
     per_count = s.count_unit or 1.0
+    names = [_clean(f) for f in s.frames]
     folded: dict[str, float] = {}
     for stack, w in s.stacks.items():
-        text = ";".join(_clean(s.frames[f].name) for f in reversed(stack))
+        text = ";".join(names[f] for f in reversed(stack))
         folded[text] = folded.get(text, 0.0) + w
     for text in sorted(folded):
-        value = round(folded[text] / per_count)
-        if value > 0:
-            out.write(f"{text} {value}\n")
+        if folded[text] > 0:
+            # a stack that was sampled weighs at least 1 (a sample count
+            # estimated from the mean period may round to 0)
+            out.write(f"{text} {max(1, round(folded[text] / per_count))}\n")

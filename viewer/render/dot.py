@@ -30,7 +30,7 @@ def color(fraction: float) -> str:
 
 
 def render(profile: Profile, out: TextIO, min_percent: float | None = None) -> None:
-    total = profile.total or 1.0
+    total = profile.base or 1.0
     node_limit = (DEFAULT_NODE_PERCENT if min_percent is None else min_percent) / 100 * total
     shown = {f.frame: f for f in profile.functions.values()
              if profile.shown(f.frame) and f.inclusive >= node_limit and f.inclusive > 0}

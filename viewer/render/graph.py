@@ -9,11 +9,13 @@ arc: the callee's self and children time spent on behalf of that caller.
 
 from __future__ import annotations
 
-from typing import TextIO, Union
+import math
+from typing import Iterable, TextIO, Union
 
 from ..model import Arc, Cycle, Frame, Function, Profile
 from ..numfmt import DASH, calls, percent, si
 from .names import Namer
+from .units import below, is_time
 
 SEPARATOR = "-" * 47
 Entry = Union[Function, Cycle]
@@ -34,11 +36,15 @@ def _line(index: str, pct: str, self_: str, children: str, called: str, name: st
     return f"{index:<6}{pct:>6} {self_:>8} {children:>9} {called:>12}  {name}".rstrip() + "\n"
 
 
-def entries(profile: Profile) -> list[Entry]:
+def entries(profile: Profile, everything: bool = False) -> list[Entry]:
+    """Entries in table order; under --min-percent only those whose inclusive
+    time reaches the limit, unless ``everything``."""
     fns: list[Entry] = [f for f in profile.functions.values()
-                        if profile.shown(f.frame) and (f.inclusive > 0 or f.calls)]
+                        if (everything or profile.shown(f.frame))
+                        and (f.inclusive > 0 or f.calls)]
     cycles: list[Entry] = [c for c in profile.cycles
-                           if any(profile.shown(m) for m in c.members)]
+                           if everything or c.inclusive >= profile.limit]
+
     def key(e: Entry) -> tuple[float, int, str]:
         if isinstance(e, Cycle):
             return (-e.inclusive, 0, e.name)
@@ -61,13 +67,28 @@ def render(profile: Profile, out: TextIO) -> None:
         i = index.get(frame)
         return f"{name(frame)} [{i}]" if i else name(frame)
 
-    out.write(_line("index", "%time", "self", "children", "called", "name"))
+    heading = "%time" if is_time(profile) else "%" + profile.samples.unit[:5]
+    out.write(_line("index", heading, "self", "children", "called", "name"))
     for e in order:
         if isinstance(e, Cycle):
             _cycle_entry(profile, e, index, ref, out)
         else:
             _function_entry(profile, e, index[e.frame], ref, out)
         out.write(SEPARATOR + "\n")
+    left = len(entries(profile, everything=True)) - len(order)
+    if left:
+        out.write(below(left, " inclusive each", profile.min_percent) + "\n")
+
+
+def _other(arcs: Iterable[Arc], what: str, out: TextIO, min_percent: float) -> None:
+    """One line for the callers (or callees) below --min-percent, summed: what
+    they account for stays visible."""
+    dropped = list(arcs)
+    if dropped:
+        out.write(_line("", "", si(math.fsum(a.self for a in dropped)),
+                        si(math.fsum(a.children for a in dropped)), "",
+                        f"    (other) {len(dropped)} {what if len(dropped) > 1 else what[:-1]} "
+                        f"below {min_percent:g}%"))
 
 
 def _arc_line(arc: Arc, frame: Frame, of: float | None, ref: object, out: TextIO,
@@ -83,28 +104,33 @@ def _function_entry(profile: Profile, fn: Function, i: int, ref: object,
     callees = [a for a in profile.callees(fn.frame) if profile.shown(a.callee)]
     if fn.spontaneous > 0:
         out.write(_line("", "", "", "", "", "    <spontaneous>"))
+    _other((a for a in profile.callers(fn.frame) if not profile.shown(a.caller)), "callers",
+           out, profile.min_percent)
     for arc in sorted(callers, key=lambda a: (a.total, a.caller.name)):
         _arc_line(arc, arc.caller, fn.calls, ref, out, same=arc.caller == fn.frame)
-    out.write(_line(f"[{i}]", f"{percent(fn.inclusive, profile.total):.1f}", si(fn.self),
+    out.write(_line(f"[{i}]", f"{percent(fn.inclusive, profile.base):.1f}", si(fn.self),
                     si(fn.children), _called(fn.calls, None, fn.recursive_calls),
                     ref(fn.frame)))  # type: ignore[operator]
     for arc in sorted(callees, key=lambda a: (-a.total, a.callee.name)):
         callee = profile.functions[arc.callee]
         _arc_line(arc, arc.callee, callee.calls, ref, out, same=arc.callee == fn.frame)
+    _other((a for a in profile.callees(fn.frame) if not profile.shown(a.callee)), "callees",
+           out, profile.min_percent)
 
 
 def _cycle_entry(profile: Profile, cycle: Cycle, index: dict[object, int], ref: object,
                  out: TextIO) -> None:
     i = index[("cycle", cycle.number)]
+    _other((a for a in cycle.callers.values() if not profile.shown(a.caller)), "callers",
+           out, profile.min_percent)
     for arc in sorted(cycle.callers.values(), key=lambda a: (a.total, a.caller.name)):
         if profile.shown(arc.caller):
             _arc_line(arc, arc.caller, cycle.calls, ref, out)
-    out.write(_line(f"[{i}]", f"{percent(cycle.inclusive, profile.total):.1f}", si(cycle.self),
+    out.write(_line(f"[{i}]", f"{percent(cycle.inclusive, profile.base):.1f}", si(cycle.self),
                     si(cycle.children), _called(cycle.calls, None, cycle.internal_calls),
                     f"<cycle {cycle.number} as a whole> [{i}]"))
-    for member in cycle.members:
+    for member in cycle.members:  # a shown cycle shows all its members
         fn = profile.functions[member]
-        if profile.shown(member):
-            out.write(_line("", "", si(fn.self), si(fn.children),
-                            _called(fn.calls, None, fn.recursive_calls),
-                            "    " + ref(member)))  # type: ignore[operator]
+        out.write(_line("", "", si(fn.self), si(fn.children),
+                        _called(fn.calls, None, fn.recursive_calls),
+                        "    " + ref(member)))  # type: ignore[operator]

@@ -1,4 +1,5 @@
-"""``--format json``: the stable machine contract (extend it, never break it).
+"""``--format json``: the stable machine contract (extend it, never break it;
+docs/json.md is its schema, ``FORMAT`` its version).
 
 Times are in the profile's unit (seconds, usually); ``calls`` is null where
 no call counts were collected, ``inclusive`` and arc times null where there
@@ -10,27 +11,45 @@ from __future__ import annotations
 import json
 from typing import Any, TextIO
 
-from ..build import ROOT_FRAMES
-from ..model import Profile
+from .quality import RULE
+from ..model import Function, Profile
+
+FORMAT = 1  # docs/json.md: raised only when a field changes meaning or goes away
 
 
 def _num(x: float | None) -> float | None:
     return None if x is None else float(f"{x:.9g}")
 
 
-def document(profile: Profile) -> dict[str, Any]:
+def _functions(profile: Profile, every: bool) -> list[Function]:
+    """Most self time first; under --min-percent (and without ``every``) only
+    those whose self time reaches the limit, as in the flat profile."""
+    return sorted((f for f in profile.functions.values() if every or profile.shown_flat(f)),
+                  key=lambda f: (-f.self, -f.inclusive, f.frame.name, f.frame.object))
+
+
+def document(profile: Profile, with_stacks: bool = False) -> dict[str, Any]:
     s = profile.samples
     stacks = profile.has_stacks
-    fns = sorted((f for f in profile.functions.values() if profile.shown(f.frame)),
-                 key=lambda f: (-f.self, -f.inclusive, f.frame.name, f.frame.object))
+    fns = _functions(profile, with_stacks)
+    listed = {f.frame for f in fns}
     arcs = sorted((a for a in profile.arcs.values()
-                   if profile.shown(a.caller) and profile.shown(a.callee)),
+                   if a.caller in listed and a.callee in listed),
                   key=lambda a: (-a.total, a.caller.name, a.callee.name))
+    left_out = [f for f in profile.functions.values() if f.frame not in listed]
     q = s.quality
-    return {
+    doc: dict[str, Any] = {
+        "format": FORMAT,
         "event": s.event,
         "unit": s.unit,
         "total": _num(profile.total),
+        "count_unit": _num(s.count_unit),
+        "selection_total": _num(profile.base),
+        "filters": list(s.filters),
+        "by": s.by,
+        "min_percent": profile.min_percent or None,
+        "functions_left_out": {"count": len(left_out),
+                               "self": _num(sum(f.self for f in left_out))},
         "lost_samples": s.lost_samples,
         "granularity": _num(s.granularities[0]) if len(s.granularities) == 1 else None,
         "has_stacks": stacks,
@@ -51,7 +70,7 @@ def document(profile: Profile) -> dict[str, Any]:
                     "members": [{"name": m.name, "object": m.object} for m in c.members]}
                    for c in profile.cycles],
         "stack_quality": None if not stacks else {
-            "roots": sorted(ROOT_FRAMES),
+            "rule": RULE,
             "user_stacks": _num(q.overall.stacks),
             "rooted": _num(q.overall.rooted),
             "share": _num(q.overall.share),
@@ -61,8 +80,21 @@ def document(profile: Profile) -> dict[str, Any]:
                                              key=lambda kv: (-kv[1].stacks, kv[0]))],
         },
     }
+    if with_stacks:
+        doc["stacks"] = _stacks(profile, fns)
+    return doc
 
 
-def render(profile: Profile, out: TextIO) -> None:
-    json.dump(document(profile), out, indent=1)
+def _stacks(profile: Profile, fns: list[Function]) -> list[dict[str, Any]]:
+    """Every distinct stack with its weight, outermost frame first, frames as
+    indexes into ``functions``: enough to rebuild a flame graph or a diff."""
+    s = profile.samples
+    index = {f.frame: i for i, f in enumerate(fns)}
+    rows = sorted(((-w, [index[s.frames[f]] for f in reversed(stack)])
+                   for stack, w in s.stacks.items() if w > 0))
+    return [{"frames": frames, "weight": _num(-neg)} for neg, frames in rows]
+
+
+def render(profile: Profile, out: TextIO, stacks: bool = False) -> None:
+    json.dump(document(profile, stacks), out, indent=1)
     out.write("\n")

@@ -27,6 +27,7 @@ class CpuRow:
     cpu: int
     busy: float | None  # share of the time the CPU was not idle
     mhz: float | None
+    idle: float | None = None  # share of its time sampled in the idle task (pid 0)
 
 
 RUN_DIGITS = 8  # of a run id in the run column: a prefix --run takes
@@ -41,14 +42,14 @@ def render(rows: list[Row], directory: str, out: TextIO, cpus: list[CpuRow] | No
     """The two tables; with ``height``, their top rows that fit in that many lines."""
     what = f"slices {window}" if window else "latest version of each"
     head, lines, foot = _task_table(rows)
-    head.insert(0, f"Task sets in {directory} ({what}):")
+    head.insert(0, f"Task sets in {directory} ({what}; % of all samples listed):")
     cpu_lines = [_cpu_line(c) for c in sorted(cpus or [], key=lambda c: c.cpu)]
     if height is not None:
         room = height - len(head) - len(foot) - (2 if cpu_lines else 0)
         task_room, cpu_room = share([len(lines), len(cpu_lines)], room)
         lines = cut(lines, max(1, task_room), "task sets")
         cpu_lines = cut(cpu_lines, cpu_room, "CPUs")
-    cpu_head = ["", " cpu    busy      MHz"] if cpu_lines else []
+    cpu_head = ["", " cpu    busy    idle      MHz"] if cpu_lines else []
     for line in head + lines + foot + cpu_head + cpu_lines:
         out.write(line + "\n")
 
@@ -89,8 +90,9 @@ def _run(ids: list[str | None]) -> str:
 
 def _cpu_line(c: CpuRow) -> str:
     busy = f"{100 * c.busy:6.1f}%" if c.busy is not None else f"{'-':>7}"
+    idle = f"{100 * c.idle:6.1f}%" if c.idle is not None else f"{'-':>7}"
     mhz = f"{c.mhz:8.0f}" if c.mhz else f"{'-':>8}"
-    return f"{c.cpu:>4} {busy} {mhz}"
+    return f"{c.cpu:>4} {busy} {idle} {mhz}"
 
 
 def _stat(key: str, value: float) -> str:

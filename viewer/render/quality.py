@@ -1,4 +1,12 @@
-"""The stack-quality section: how many user stacks reach a root frame."""
+"""The stack-quality section: how many user stacks are complete.
+
+A stack is complete (rooted) when its outermost frame is where the
+object's own call-frame information says a stack ends (the return address
+is undefined: ``_start``, the first frame of a thread in ``clone3``) or in
+the function of an entry point: decided by the stack, not by a name, so a
+stripped program is judged like any other. A stack cut short (by
+``--stack-size``, or where unwinding failed) ends anywhere else.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +14,9 @@ from typing import TextIO
 
 from ..model import Profile
 from ..numfmt import si
+
+RULE = ("the outermost frame is code whose unwind information marks the return address "
+        "undefined (_start, clone3), or the function of an entry point")
 
 
 def render(profile: Profile, out: TextIO) -> None:
@@ -19,7 +30,7 @@ def render(profile: Profile, out: TextIO) -> None:
         out.write("no user stacks\n")
         return
     out.write(f"{100 * share:.1f}% of user stacks reach a root frame "
-              "(_start, __libc_start_main, start_thread, clone)\n")
+              "(their unwind information ends there: _start, clone3)\n")
     out.write(f"{'% rooted':>9} {'stacks':>8}  object of the innermost user frame\n")
     for obj, c in sorted(q.by_object.items(), key=lambda kv: (-kv[1].stacks, kv[0])):
         out.write(f"{100 * (c.share or 0):9.1f} {si(c.stacks):>8}  {obj}\n")
