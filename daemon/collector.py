@@ -18,6 +18,7 @@ from qtools.qformat import QDir
 from . import procfs
 from .aggregate import KERNEL_START, SetBook, TaskSet
 from .checkpoint import RunInfo, write_sets
+from .jitdump import JitTracker
 from .objects import KallsymsCopy, ObjectCopier
 from .records import Comm, Lost, Mmap, Record, RecordError, Sample, Task, split_callchain
 from .source import EventSource
@@ -76,6 +77,9 @@ class CpuCollector:
         self.qdir = qdir
         self.copier = copier
         self.user_frames = user_frames or FramePointerFrames()
+        self.jit: JitTracker | None = getattr(self.user_frames, "jit", None)
+        if self.jit is not None:
+            self.jit.out = out or sys.stderr
         self.kallsyms = kallsyms
         self.out = out or sys.stderr
         self.table = TaskTable(on_end=self._ended)
@@ -114,6 +118,8 @@ class CpuCollector:
         return stub
 
     def _ended(self, proc: Process) -> None:
+        if self.jit is not None:
+            self.jit.process_ended(proc)  # its JIT records are all written by now
         ts = self.book.by_process.get(proc)
         if ts is not None and ts.stats_start is not None:
             # Until its parent reaps it, an exited task's final counters are
@@ -185,7 +191,11 @@ class CpuCollector:
         stack = tuple(kernel + user) if self.opts.stacks and (kernel or user) else None
         arcs = [(b.source, b.target) for b in s.branches if b.is_call] if s.branches else []
         self._note_mappings(proc, ts, user if user else [s.ip], arcs)
-        ts.profile.add(s.ip, weight, stack, arcs)
+        if self.jit is not None and user:
+            self.jit.sample(proc, s.time, s.ip, weight, kernel, user, arcs, self.opts.stacks,
+                            ts.profile.add)
+        else:
+            ts.profile.add(s.ip, weight, stack, arcs)
 
     def _describe(self, proc: Process, ts: TaskSet) -> None:
         if proc.ended:
@@ -255,6 +265,8 @@ class CpuCollector:
         ``final`` closes every set: the end of the run, or of a time slice.
         """
         self._update_stats()
+        if self.jit is not None:
+            self.jit.resolve_pending(final_all=final)
         sets, folded = self.book.plan(final)
         for proc in folded:
             if proc.ended:
@@ -264,7 +276,10 @@ class CpuCollector:
             run = replace(run, kallsyms=self.kallsyms.current(self.copier))
         if final and self.opts.compress:
             run = replace(run, compress=True)
-        written, errors = write_sets(self.qdir, sets, run, self.copier, self.lost)
+        jit = self.jit
+        written, errors = write_sets(self.qdir, sets, run, self.copier, self.lost,
+                                     (lambda t: jit.refs(t.process, t.pids, self.qdir))
+                                     if jit else None)
         for ts in written:
             done = self.book.written(ts)
             if done is not None and done.ended:

@@ -1,0 +1,63 @@
+"""Names of JIT code from the `.q` copy of a jitdump (qformat.jitdump).
+
+The collector wrote each sample's JIT frames as synthetic addresses that
+number the dump's placements (CODE_LOAD and CODE_MOVE records, in file
+order); the same numbering of the copy gives each its name.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from qtools.qformat import open_regular
+from qtools.qformat.jitdump import JitdumpError, JitdumpParser, Placements, split_synthetic, \
+    synthetic_address
+
+MAX_COPY = 256 << 20  # bytes of a copy read; the collector keeps 64 MiB by default
+
+Warn = Callable[[str], None]
+
+
+class JitNames:
+    """Placement names by ordinal."""
+
+    def __init__(self, names: list[tuple[str, int]]) -> None:
+        self._names = names  # (name, size) per ordinal
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def lookup(self, address: int) -> tuple[str, int] | None:
+        """(name, start) of the placement a synthetic address lies in."""
+        ordinal, offset = split_synthetic(address)
+        if 0 <= ordinal < len(self._names):
+            name, size = self._names[ordinal]
+            if offset <= max(size, 1):  # a return address may sit just past the code
+                return name, synthetic_address(ordinal, 0)
+        return None
+
+
+def load_jitdump(path: str, warn: Warn) -> JitNames | None:
+    """The names of a copy; a bad record ends the list (with one warning)."""
+    parser = JitdumpParser()
+    placements = Placements()
+    try:
+        with open(open_regular(path), "rb", closefd=True) as f:
+            remaining = MAX_COPY
+            while remaining > 0:
+                chunk = f.read(min(1 << 20, remaining))
+                if not chunk:
+                    break
+                remaining -= len(chunk)
+                for _off, _size, rec, _raw in parser.feed(chunk):
+                    placements.add(rec)
+            if remaining <= 0:
+                warn(f"{path}: larger than {MAX_COPY >> 20} MiB; later JIT code is unknown")
+    except JitdumpError as e:
+        warn(f"{path}: {e}; JIT code after it is unknown")
+    except OSError as e:
+        warn(f"{path}: cannot read: {e.strerror}")
+        return None
+    if parser.pending and parser._error is None:
+        warn(f"{path}: ends inside a record; JIT code after it is unknown")
+    return JitNames([(p.name, p.size) for p in placements.items])
