@@ -16,13 +16,14 @@ from qtools.qformat import Arc, Stack
 
 from .errors import ViewError
 from .load import TaskSet
-from .model import Frame, Samples, StackQuality, Task, printable, root_name
+from .model import Frame, InterpreterQuality, Samples, StackQuality, Task, printable, root_name
+from .pyview import is_python
 from .symbols import MAX_MEMO, AddressSpace, Location, Symbols, Warn
 
 BY_CHOICES = ("function", "object", "address")
 
-# A resolved address: frame id, in the kernel, object name, is a root frame.
-_Resolved = tuple[int, bool, str, bool]
+# A resolved address: frame id, in the kernel, object name, is a root frame, is Python.
+_Resolved = tuple[int, bool, str, bool, bool]
 
 # The outermost user frame of a complete stack (issue 5): the program's
 # entry, libc's start-up, or the start of a thread.
@@ -82,7 +83,7 @@ class SampleBuilder:
         stacks = ts.stacks()
         if stacks is not None:
             self.with_stacks += 1
-            self._add_stacks(space, stacks, factor)
+            self._add_stacks(space, stacks, factor, self._interpreter(ts))
         else:
             self._add_hist(space, ts, factor)
         edges = ts.edges()
@@ -91,9 +92,30 @@ class SampleBuilder:
 
     def _resolve(self, space: AddressSpace, address: int, is_return: bool) -> _Resolved:
         loc = space.lookup(address, is_return)
-        return (self._id(loc), loc.kernel, loc.object, root_name(loc.name) in ROOT_FRAMES)
+        return (self._id(loc), loc.kernel, loc.object, root_name(loc.name) in ROOT_FRAMES,
+                is_python(loc.name))
 
-    def _add_stacks(self, space: AddressSpace, stacks: Iterable[Stack], factor: float) -> None:
+    def _interpreter(self, ts: TaskSet) -> InterpreterQuality:
+        """The per-process stack-quality entry of a set (sets of one pid share it)."""
+        key = f"{printable(ts.comm or ts.name)} pid {ts.pid}" if ts.pid is not None \
+            else printable(ts.name)
+        entry = self.quality.by_process.get(key)
+        if entry is None:
+            entry = self.quality.by_process[key] = InterpreterQuality()
+        info = ts.info
+        for name in info.perf_maps:
+            source = f"perf map {printable(name)}"
+            if source not in entry.sources:
+                entry.sources.append(source)
+        for j in info.jitdumps:
+            source = (f"jitdump {printable(j.path or j.file)} ({j.code_loads or 0} code loads"
+                      + (", cut short" if j.truncated else "") + ")")
+            if source not in entry.sources:
+                entry.sources.append(source)
+        return entry
+
+    def _add_stacks(self, space: AddressSpace, stacks: Iterable[Stack], factor: float,
+                    interp: InterpreterQuality | None = None) -> None:
         # Hot loop: one memo for leaves, one for return addresses (looked up
         # at address-1), each address resolved once per set.
         leaves: dict[int, _Resolved] = {}
@@ -137,6 +159,12 @@ class SampleBuilder:
             if not outermost[1]:  # kernel frames come first: a user frame is last
                 innermost_user = next(e for e in entries if not e[1])
                 quality.add(innermost_user[2], w, outermost[3])
+                if interp is not None:
+                    interp.stacks += w
+                    if any(e[4] for e in entries):
+                        interp.python += w
+                        if outermost[3]:
+                            interp.python_rooted += w
 
     def _add_hist(self, space: AddressSpace, ts: TaskSet, factor: float) -> None:
         acc = self.stacks

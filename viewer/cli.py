@@ -21,6 +21,7 @@ from .build import BY_CHOICES, build_samples
 from .callgraph import analyze
 from .errors import ViewError
 from .model import Profile, printable
+from .pyview import python_only
 from .load import Selection, TaskSet, default_directory, select, sets_in
 from .render import collapsed, dot, flat, graph, jsonfmt, overview, quality
 from .symbols import Symbols, debug_roots_from_env
@@ -68,6 +69,9 @@ def parser() -> argparse.ArgumentParser:
                       help="leave out samples taken in the kernel")
     kern.add_argument("--kernel-only", action="store_true",
                       help="only samples taken in the kernel, with their kernel frames")
+    rep.add_argument("--python", action="store_true",
+                     help="Python frames only, as py-spy shows them (NAME (FILE)); native "
+                          "and kernel frames fold into the Python function that called them")
     rep.add_argument("--by", choices=BY_CHOICES, default="function",
                      help="what a node is: a function (default), an object, an address")
     rep.add_argument("--format", choices=FORMATS, default="text", help="output format")
@@ -163,6 +167,8 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         samples = processors.hide_kernel(samples)
     elif args.kernel_only:
         samples = processors.kernel_only(samples)
+    if args.python:
+        samples = python_only(samples)
     profile = analyze(samples)
     try:
         profile.self_check()
@@ -204,6 +210,7 @@ def _report(profile: Profile, args: argparse.Namespace, out: TextIO) -> None:
             graph.render(profile, out)
         if show_graph or args.stack_quality:
             quality.render(profile, out)
+            quality.render_interpreters(profile, out)
 
 
 def _overview(directory: str, selection: Selection, args: argparse.Namespace,
