@@ -32,6 +32,8 @@ trampolines.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import re
 import sys
@@ -42,7 +44,7 @@ from typing import Callable, TextIO
 
 from qtools.qformat import QDir
 from qtools.qformat.info import JitdumpRef
-from qtools.qformat.jitdump import (JitdumpError, JitdumpParser, Placement, Placements,
+from qtools.qformat.jitdump import (JitdumpParser, Placement, Placements,
                                     UnwindingInfo, Unknown, synthetic_address)
 
 from . import procfs
@@ -60,6 +62,50 @@ MAX_STUB_CACHE = 1 << 16
 MAX_ENDED_REFS = 4096
 DUMP_NAME = re.compile(r"(?:^|/)jit-(\d+)\.dump$")
 KERNEL_START = 0xFFFF_8000_0000_0000
+
+
+class SaidOnce:
+    """Problems said once per run, by whichever collector meets them first.
+
+    Every collector reads the dumps of the processes it samples, so each
+    would say the same thing. They share this table: a memfd made when the
+    module is imported, which the supervisor does before it forks them;
+    POSIX record locks (per process) make test-and-set atomic."""
+
+    SLOTS = 4096
+
+    def __init__(self) -> None:
+        self.local: set[bytes] = set()
+        try:
+            self.fd = os.memfd_create("q-said-once", os.MFD_CLOEXEC)
+            os.ftruncate(self.fd, self.SLOTS * 8)
+        except (OSError, AttributeError):
+            self.fd = -1
+
+    def first(self, text: str) -> bool:
+        key = hashlib.blake2b(text.encode(), digest_size=8).digest()
+        if key == bytes(8) or key in self.local:
+            return key not in self.local
+        self.local.add(key)
+        if self.fd < 0:
+            return True
+        try:
+            fcntl.lockf(self.fd, fcntl.LOCK_EX)
+            try:
+                table = os.pread(self.fd, self.SLOTS * 8, 0)
+                slots = [table[i:i + 8] for i in range(0, len(table), 8)]
+                if key in slots:
+                    return False
+                if bytes(8) in slots:
+                    os.pwrite(self.fd, key, slots.index(bytes(8)) * 8)
+                return True
+            finally:
+                fcntl.lockf(self.fd, fcntl.LOCK_UN)
+        except OSError:
+            return True
+
+
+_said = SaidOnce()  # before the supervisor forks: see SaidOnce
 
 
 def is_dump_path(path: str) -> bool:
@@ -135,12 +181,7 @@ class DumpReader:
                 break
             self.offset += len(chunk)
             budget -= len(chunk)
-            try:
-                records = self.parser.feed(chunk)
-            except JitdumpError as e:
-                self._stop(f"{e}; keeping the {len(self.placements.items)} code loads "
-                           "read before it")
-                break
+            records = self.parser.feed(chunk)
             if not self.kept and self.parser.header is not None:
                 self.kept += self.parser.header_bytes
             for _off, size, rec, raw in records:
@@ -155,6 +196,9 @@ class DumpReader:
                 if p is not None:
                     self.index.add(p)
                     added += 1
+            if self.parser.error is not None and not self.stopped:
+                self._stop(f"{self.parser.error}; keeping the {len(self.placements.items)} "
+                           "code loads before it")
             if self.stopped:
                 break
         return added
@@ -193,6 +237,7 @@ class JitProcess:
         self.version = 0
         self.stubs: dict[int, tuple[ObjectCFI, int] | None] = {}
         self.last_read = 0.0
+        self.read_until = 0  # CLOCK_MONOTONIC ns when the last read began: records before are in
         self.pending = 0
         self.refused: set[str] = set()
 
@@ -256,14 +301,16 @@ class JitTracker:
         if not force and now - st.last_read < REFRESH_SECONDS:
             return
         st.last_read = now
+        st.read_until = time.monotonic_ns()
         if dump.read_more():
             st.version += 1
         if dump.problem:
             self._say(proc, dump.path, dump.problem)
 
     def _say(self, proc: Process, path: str, text: str) -> None:
-        print(f"q-syscollect: jitdump {path} (pid {proc.pid}): {text}", file=self.out,
-              flush=True)
+        line = f"q-syscollect: jitdump {path} (pid {proc.pid}): {text}"
+        if _said.first(line):
+            print(line, file=self.out, flush=True)
 
     def version(self, proc: Process) -> int:
         st = self._procs.get(proc)
@@ -332,9 +379,9 @@ class JitTracker:
                                       for a in (user if stacks else user[:1])):
             self._emit(item, None)
             return
-        if self._try(item, st):
-            return
-        self._refresh(proc, st)
+        if time_ >= st.read_until:
+            # code loaded at this address since the last read would replace what we know
+            self._refresh(proc, st, force=True)
         if self._try(item, st):
             return
         if len(self._pending) >= MAX_PENDING:
@@ -405,6 +452,11 @@ class JitTracker:
         self.resolve_pending(final_for=proc)
         if st.dump is not None and self.qdir is not None:
             self._refresh(proc, st, force=True)
+            dump = st.dump
+            if dump.parser.pending and not dump.stopped:  # the writer died mid-record
+                dump._stop(f"ends inside a record at offset {dump.parser.offset}; keeping "
+                           f"the {len(dump.placements.items)} code loads before it")
+                self._say(proc, dump.path, dump.problem or "")
             try:
                 ref = self.copy(proc, self.qdir)
             except OSError:

@@ -236,28 +236,29 @@ class JitdumpParser:
     """Byte-fed reader: ``feed`` any pieces of the file in order, get whole
     records back as soon as they are complete. No I/O inside. ``offset`` is
     the file offset just past the last whole record (where a copy may be
-    cut); after a JitdumpError the parser stays failed."""
+    cut). Bad bytes set ``error`` (a JitdumpError with their offset): the
+    records before them are still returned, nothing after them is read."""
 
     header: Header | None = None
     header_bytes: bytes = b""
     offset: int = 0
+    error: JitdumpError | None = None
     _buf: bytearray = field(default_factory=bytearray)
-    _error: JitdumpError | None = None
 
     def feed(self, data: bytes | memoryview) -> list[tuple[int, int, Record, bytes]]:
         """(file offset, size, record, its bytes) of each record completed by ``data``."""
-        if self._error is not None:
-            raise self._error
+        if self.error is not None:
+            return []
         self._buf += data
         out: list[tuple[int, int, Record, bytes]] = []
         try:
             self._drain(out)
         except JitdumpError as e:
-            self._error = e
-            raise
+            self.error = e
         except struct.error as e:  # a bug guard: the checks above should make this unreachable
-            self._error = JitdumpError(self.offset, str(e))
-            raise self._error from None
+            self.error = JitdumpError(self.offset, str(e))
+        if self.error is not None:
+            self._buf.clear()
         return out
 
     @property
@@ -268,36 +269,40 @@ class JitdumpParser:
     def _drain(self, out: list[tuple[int, int, Record, bytes]]) -> None:
         buf = self._buf
         pos = 0
-        if self.header is None:
-            if len(buf) < _HEADER.size:
-                return
-            header = decode_header(buf)
-            if len(buf) < header.size:
-                return
-            self.header = header
-            self.header_bytes = bytes(buf[:header.size])
-            pos = header.size
-            self.offset = header.size
-        while len(buf) - pos >= _PREFIX.size:
-            kind, size, _ts = _PREFIX.unpack_from(buf, pos)
-            if size < _PREFIX.size:
-                raise JitdumpError(self.offset, f"record size {size} is too small")
-            if size > MAX_RECORD:
-                raise JitdumpError(self.offset, f"record of {size} bytes exceeds {MAX_RECORD}")
-            if len(buf) - pos < size:
-                break
-            raw = bytes(buf[pos:pos + size])
-            out.append((self.offset, size, decode_record(raw, self.offset), raw))
-            pos += size
-            self.offset += size
-        del buf[:pos]
+        try:
+            if self.header is None:
+                if len(buf) < _HEADER.size:
+                    return
+                header = decode_header(buf)
+                if len(buf) < header.size:
+                    return
+                self.header = header
+                self.header_bytes = bytes(buf[:header.size])
+                pos = self.offset = header.size
+            while len(buf) - pos >= _PREFIX.size:
+                _kind, size, _ts = _PREFIX.unpack_from(buf, pos)
+                if size < _PREFIX.size:
+                    raise JitdumpError(self.offset, f"record size {size} is too small")
+                if size > MAX_RECORD:
+                    raise JitdumpError(self.offset,
+                                       f"record of {size} bytes exceeds {MAX_RECORD}")
+                if len(buf) - pos < size:
+                    break
+                raw = bytes(buf[pos:pos + size])
+                out.append((self.offset, size, decode_record(raw, self.offset), raw))
+                pos += size
+                self.offset += size
+        finally:
+            del buf[:pos]
 
 
 def parse(data: bytes) -> tuple[Header, list[Record], int]:
     """A whole (possibly cut) dump: header, whole records, and the number of
-    trailing bytes that did not make a whole record."""
+    trailing bytes that did not make a whole record. Raises JitdumpError."""
     p = JitdumpParser()
     records = [r for _o, _s, r, _b in p.feed(data)]
+    if p.error is not None:
+        raise p.error
     if p.header is None:
         raise JitdumpError(0, "shorter than a jitdump header")
     return p.header, records, p.pending

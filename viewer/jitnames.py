@@ -51,6 +51,8 @@ def load_jitdump(path: str, warn: Warn) -> JitNames | None:
                 remaining -= len(chunk)
                 for _off, _size, rec, _raw in parser.feed(chunk):
                     placements.add(rec)
+                if parser.error is not None:
+                    raise parser.error
             if remaining <= 0:
                 warn(f"{path}: larger than {MAX_COPY >> 20} MiB; later JIT code is unknown")
     except JitdumpError as e:
@@ -58,6 +60,6 @@ def load_jitdump(path: str, warn: Warn) -> JitNames | None:
     except OSError as e:
         warn(f"{path}: cannot read: {e.strerror}")
         return None
-    if parser.pending and parser._error is None:
+    if parser.pending and parser.error is None:
         warn(f"{path}: ends inside a record; JIT code after it is unknown")
     return JitNames([(p.name, p.size) for p in placements.items])
