@@ -153,10 +153,11 @@ _A64_INIT = b"\x0c\x1f\x00"  # CFA = sp; the return address still in x30
 _A64_ROWS = b"\x41\x0e\x10\x9d\x02\x9e\x01" + b"\x43\x0e\x00\xdd\xde"
 
 CPYTHON_STUBS: dict[str, tuple[Stub, ...]] = {
+    # the CET build's stub holds the plain one: try it first, so a match gives its true start
     "x86_64": (
-        Stub("cpython-3.12-trampoline", X86_64, _X86_BODY, _X86_INIT, _x86_rows(0)),
         Stub("cpython-3.12-trampoline-cet", X86_64, _ENDBR64 + _X86_BODY, _X86_INIT,
              _x86_rows(4)),
+        Stub("cpython-3.12-trampoline", X86_64, _X86_BODY, _X86_INIT, _x86_rows(0)),
     ),
     "aarch64": (
         Stub("cpython-3.12-trampoline", AARCH64, _A64_BODY, _A64_INIT, _A64_ROWS),
