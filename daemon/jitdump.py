@@ -194,7 +194,9 @@ class DumpReader:
                 self.kept += raw
                 p = self.placements.add(rec)
                 if p is not None:
-                    self.index.add(p)
+                    if not self.index.add(p):
+                        self._stop("too many overlapping code loads; later ones are not kept")
+                        break
                     added += 1
             if self.parser.error is not None and not self.stopped:
                 self._stop(f"{self.parser.error}; keeping the {len(self.placements.items)} "

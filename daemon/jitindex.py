@@ -13,14 +13,18 @@ import bisect
 
 from qtools.qformat.jitdump import JIT_STRIDE, Placement
 
+MAX_ENTRIES = 1 << 20  # (segment, placement) pairs: overlapping loads cost one per segment covered
+
 
 class PlacementIndex:
     """Segments [start, end) with their placements in time order."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
         self._starts: list[int] = []
         self._ends: list[int] = []
         self._history: list[list[tuple[int, Placement]]] = []
+        self.entries = 0
+        self.max_entries = max_entries
 
     def __len__(self) -> int:
         return len(self._starts)
@@ -33,12 +37,19 @@ class PlacementIndex:
             self._history.insert(i + 1, list(self._history[i]))
             self._ends[i] = at
 
-    def add(self, p: Placement) -> None:
+    def add(self, p: Placement) -> bool:
+        """Add a placement; False (and nothing added) when that would pass
+        ``max_entries``: hostile dumps of loads over loads cannot eat memory."""
         start, end = p.addr, p.addr + max(1, min(p.size, JIT_STRIDE))
+        covered = (bisect.bisect_left(self._starts, end)
+                   - bisect.bisect_right(self._starts, start) + 3)
+        if self.entries + covered > self.max_entries:
+            return False
         self._split(start)
         self._split(end)
         entry = (p.time, p)
         i = bisect.bisect_left(self._starts, start)
+        first = i
         pos = start
         while pos < end:
             if i < len(self._starts) and self._starts[i] == pos:
@@ -56,6 +67,8 @@ class PlacementIndex:
             self._history.insert(i, [entry])
             pos = gap_end
             i += 1
+        self.entries += i - first
+        return True
 
     def at(self, address: int, time: int | None = None) -> Placement | None:
         """The placement covering ``address`` at ``time`` (None: the latest)."""

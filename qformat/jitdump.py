@@ -161,7 +161,7 @@ class Unknown:
 Record = Union[CodeLoad, CodeMove, DebugInfo, UnwindingInfo, Close, Unknown]
 
 
-def _cstring(data: bytes | memoryview, pos: int, end: int, where: int) -> tuple[str, int]:
+def _cstring(data: bytes | bytearray | memoryview, pos: int, end: int, where: int) -> tuple[str, int]:
     raw = bytes(data[pos:end])
     nul = raw.find(b"\0")
     if nul < 0:
@@ -169,7 +169,7 @@ def _cstring(data: bytes | memoryview, pos: int, end: int, where: int) -> tuple[
     return raw[:nul].decode("utf-8", "replace"), pos + nul + 1
 
 
-def decode_header(data: bytes | memoryview) -> Header:
+def decode_header(data: bytes | bytearray | memoryview) -> Header:
     """The file header (``data`` holds at least its fixed 40 bytes)."""
     if len(data) < _HEADER.size:
         raise JitdumpError(0, "shorter than a jitdump header")
@@ -186,7 +186,7 @@ def decode_header(data: bytes | memoryview) -> Header:
     return Header(version, mach, pid, ts, flags, size, pad1)
 
 
-def decode_record(data: bytes | memoryview, offset: int = 0) -> Record:
+def decode_record(data: bytes | bytearray | memoryview, offset: int = 0) -> Record:
     """One whole record (``data`` from its first byte to its end); ``offset``
     is where it sits in the file, for messages."""
     kind, size, ts = _PREFIX.unpack_from(data, 0)
