@@ -13,7 +13,7 @@ from qtools.qformat import open_regular
 from qtools.qformat.jitdump import JitdumpError, JitdumpParser, Placements, split_synthetic, \
     synthetic_address
 
-MAX_COPY = 256 << 20  # bytes of a copy read; the collector keeps 64 MiB by default
+MAX_COPY = 128 << 20  # bytes of a copy read; the collector keeps 64 MiB by default
 
 Warn = Callable[[str], None]
 

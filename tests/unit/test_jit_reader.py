@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from qtools.daemon.jitdump import DumpReader, open_dump
+from qtools.daemon.jitread import DumpReader, open_dump
 from qtools.daemon.jitindex import PlacementIndex
 from qtools.daemon.tasks import Mapping, ObjectKey, Process
 from qtools.qformat.jitdump import CodeLoad, Header, encode, encode_header, parse
