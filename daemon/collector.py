@@ -191,7 +191,7 @@ class CpuCollector:
         stack = tuple(kernel + user) if self.opts.stacks and (kernel or user) else None
         arcs = [(b.source, b.target) for b in s.branches if b.is_call] if s.branches else []
         self._note_mappings(proc, ts, user if user else [s.ip], arcs)
-        if self.jit is not None and user:
+        if self.jit is not None and user and self.jit.has_dump(proc):
             self.jit.sample(proc, s.time, s.ip, weight, kernel, user, arcs, self.opts.stacks,
                             ts.profile.add)
         else:

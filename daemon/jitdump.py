@@ -53,7 +53,6 @@ REFRESH_SECONDS = 0.25
 MAX_PENDING = 20000  # samples held for their JIT records, per collector
 MAX_STUB_CACHE = 1 << 16
 MAX_ENDED_REFS = 4096
-KERNEL_START = 0xFFFF_8000_0000_0000
 
 
 @dataclass
@@ -79,6 +78,8 @@ class JitProcess:
         self.dump_path: str | None = None
         self.version = 0
         self.stubs: dict[int, tuple[ObjectCFI, int] | None] = {}
+        #: executable mappings without a file (where JIT code lives), from the maps
+        self.ranges: tuple[tuple[int, int], ...] = ()
         self.last_read = 0.0
         self.read_until = 0  # CLOCK_MONOTONIC ns when the last read began: records before are in
         self.pending = 0
@@ -114,6 +115,8 @@ class JitTracker:
         if st.maps_version != proc.maps_version:
             st.maps_version = proc.maps_version
             st.stubs.clear()
+            st.ranges = tuple((m.start, m.end) for m in proc.maps
+                              if m.obj.special and m.obj.path != "[vdso]")
             if st.dump is None and not proc.ended:
                 self._discover(proc, st)
         return st
@@ -216,10 +219,10 @@ class JitTracker:
         """Add one sample through ``add(ip, weight, stack, arcs)``, its JIT
         frames replaced by synthetic addresses; held while one is unknown."""
         st = self.state(proc)
-        ip_is_user = not kernel
-        item = _Pending(proc, add, time_, ip_is_user, ip, weight, kernel, user, arcs, stacks)
-        if st.dump is None or not any(_in_jit_memory(proc, a)
-                                      for a in (user if stacks else user[:1])):
+        item = _Pending(proc, add, time_, not kernel, ip, weight, kernel, user, arcs, stacks)
+        ranges = st.ranges
+        if st.dump is None or not any(lo <= a < hi for a in (user if stacks else user[:1])
+                                      for lo, hi in ranges):
             self._emit(item, None)
             return
         if time_ >= st.read_until:
@@ -246,12 +249,16 @@ class JitTracker:
         if dump is None:
             return item.user
         index = dump.index
+        ranges = st.ranges
         out = []
         for i, a in enumerate(item.user if item.stacks else item.user[:1]):
+            if not any(lo <= a < hi for lo, hi in ranges):
+                out.append(a)  # in a file's mapping: not JIT code
+                continue
             key = a if i == 0 else a - 1  # a return address belongs to the call before it
             p = index.at(key, item.time)
             if p is None:
-                if not final and _in_jit_memory(item.proc, a):
+                if not final:
                     return None
                 out.append(a)
             else:
@@ -354,12 +361,3 @@ def _read_memory(pid: int, address: int, size: int) -> bytes | None:
         return None
     finally:
         os.close(fd)
-
-
-def _in_jit_memory(proc: Process, address: int) -> bool:
-    """An address where JIT code lives: an executable mapping without a file,
-    or none the task table knows yet."""
-    if address >= KERNEL_START:
-        return False
-    m = proc.maps.find(address)
-    return m is None or (m.obj.special and m.obj.path != "[vdso]")

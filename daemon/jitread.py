@@ -165,9 +165,13 @@ class DumpReader:
                         self._stop("too many overlapping code loads; later ones are not kept")
                         break
                     added += 1
-            if self.parser.error is not None and not self.stopped:
-                self._stop(f"{self.parser.error}; keeping the {len(self.placements.items)} "
-                           "code loads before it")
+            error = self.parser.error
+            if error is not None and not self.stopped:
+                if self.parser.header is None:  # e.g. TSC timestamps: nothing is usable
+                    self._stop(f"{error.message}; not read")
+                else:
+                    self._stop(f"{error}; keeping the {len(self.placements.items)} code loads "
+                               "before it")
             if self.stopped:
                 break
         return added

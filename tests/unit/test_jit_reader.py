@@ -102,3 +102,13 @@ def test_a_fifo_is_not_opened(tmp_path):
     os.mkfifo(path)
     m = Mapping(0x1000, 0x2000, 0, ObjectKey(str(path)))
     assert open_dump(_gone(), m, os.getuid())[0] is None
+
+
+def test_a_dump_with_tsc_timestamps_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "jit-1.dump"
+    path.write_bytes(encode_header(Header(1, 62, 1, 0, flags=1)) + load(0))
+    r = reader(path)
+    assert r.read_more() == 0 and not r.kept
+    assert r.problem == ("TSC timestamps (JITDUMP_FLAGS_ARCH_TIMESTAMP) are not supported; "
+                         "only CLOCK_MONOTONIC dumps; not read")
+    r.close()
