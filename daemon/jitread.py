@@ -80,8 +80,9 @@ def is_dump_path(path: str) -> bool:
 
 
 def task_owner(proc: Process) -> int | None:
-    """The task's user: as recorded when it was first seen, else /proc now."""
-    owner = getattr(proc, "owner", None)
+    """The task's user: as recorded when the task table first saw it
+    (``Process.uid``, where the table records it), else /proc now."""
+    owner = getattr(proc, "uid", None)
     if isinstance(owner, int):
         return owner
     try:
