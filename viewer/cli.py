@@ -115,6 +115,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
         args = parser().parse_args(argv)
     except SystemExit as e:  # argparse has printed the usage message
         return int(e.code or 0)
+    if args.python and args.by != "function":
+        err.write(f"{PROG}: --python shows functions; it cannot be combined with --by {args.by}\n")
+        return 2
     if args.min_percent is not None and not 0 <= args.min_percent <= 100:
         err.write(f"{PROG}: --min-percent must be between 0 and 100\n")
         return 2
