@@ -43,7 +43,8 @@ from qtools.qformat import QDir
 from qtools.qformat.info import JitdumpRef
 from qtools.qformat.jitdump import Placement, UnwindingInfo, synthetic_address
 
-from .jitread import DEFAULT_LIMIT, DumpReader, is_dump_path, open_dump, said_once, task_owner
+from .jitread import (DEFAULT_LIMIT, DumpReader, is_dump_path, loads, open_dump, said_once,
+                      task_owner)
 from .tasks import Process
 from .unwind.jitcfi import MAX_STUB, TEXT_OFFSET, code_cfi, match_stub
 from .unwind.objcfi import ObjectCFI
@@ -304,8 +305,8 @@ class JitTracker:
             self._refresh(proc, st, force=True)
             dump = st.dump
             if dump.parser.pending and not dump.stopped:  # the writer died mid-record
-                dump._stop(f"ends inside a record at offset {dump.parser.offset}; keeping "
-                           f"the {len(dump.placements.items)} code loads before it")
+                dump.stop(f"ends inside a record at offset {dump.parser.offset}; keeping "
+                           f"{loads(len(dump.placements.items))} before it")
                 self._say(proc, dump.path, dump.problem or "")
             try:
                 ref = self.copy(proc, self.qdir)

@@ -79,6 +79,11 @@ def is_dump_path(path: str) -> bool:
     return DUMP_NAME.search(path) is not None
 
 
+def loads(n: int) -> str:
+    """``n`` code loads, said as a person would."""
+    return f"the {n} code load" + ("" if n == 1 else "s") if n else "no code load"
+
+
 def task_owner(proc: Process) -> int | None:
     """The task's user: as recorded when the task table first saw it
     (``Process.uid``, where the table records it), else /proc now."""
@@ -143,7 +148,7 @@ class DumpReader:
             try:
                 chunk = os.pread(self.fd, min(1 << 20, budget), self.offset)
             except OSError as e:
-                self._stop(f"cannot read: {e.strerror}")
+                self.stop(f"cannot read: {e.strerror}")
                 break
             if not chunk:
                 break
@@ -156,28 +161,28 @@ class DumpReader:
                 if isinstance(rec, Unknown):
                     continue
                 if len(self.kept) + size > self.limit:
-                    self._stop(f"larger than the {self.limit >> 20} MiB limit; code loads "
+                    self.stop(f"larger than the {self.limit >> 20} MiB limit; code loads "
                                "after it are not kept")
                     break
                 self.kept += raw
                 p = self.placements.add(rec)
                 if p is not None:
                     if not self.index.add(p):
-                        self._stop("too many overlapping code loads; later ones are not kept")
+                        self.stop("too many overlapping code loads; later ones are not kept")
                         break
                     added += 1
             error = self.parser.error
             if error is not None and not self.stopped:
                 if self.parser.header is None:  # e.g. TSC timestamps: nothing is usable
-                    self._stop(f"{error.message}; not read")
+                    self.stop(f"{error.message}; not read")
                 else:
-                    self._stop(f"{error}; keeping the {len(self.placements.items)} code loads "
+                    self.stop(f"{error}; keeping {loads(len(self.placements.items))} "
                                "before it")
             if self.stopped:
                 break
         return added
 
-    def _stop(self, why: str) -> None:
+    def stop(self, why: str) -> None:
         self.problem = why
         self.stopped = True
 

@@ -155,8 +155,8 @@ def test_reused_jit_address_is_attributed_to_the_code_there_at_sample_time(
 
 
 @pytest.mark.parametrize("mode,problem", [
-    ("hostile", r"offset \d+: record size 3 is too small; keeping the 1 code loads"),
-    ("truncated", r"ends inside a record at offset \d+; keeping the 1 code loads"),
+    ("hostile", r"offset \d+: record size 3 is too small; keeping the 1 code load "),
+    ("truncated", r"ends inside a record at offset \d+; keeping the 1 code load "),
 ])
 def test_bad_jitdump_costs_one_warning_line_and_nothing_else(
         perf, jitdump_prog, tmp_path, mode, problem):
