@@ -24,7 +24,8 @@ a program's hot functions often reach the file only when the buffer fills
 or the program exits. A sample whose JIT frames are not yet known is held
 (``MAX_PENDING`` per collector, with its time), resolved when the dump has
 caught up (every checkpoint, and when the process ends), and written with
-its raw addresses if it never does. Unwinding cannot wait (the stack copy
+its raw addresses if it never does (the viewer then names a raw address
+after the code loaded there last). Unwinding cannot wait (the stack copy
 is gone after the sample): until a placement's CFI is known, the stub rule
 (bytes checked in the live process) carries the walk through CPython's
 trampolines.

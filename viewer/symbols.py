@@ -429,6 +429,11 @@ class AddressSpace:
             hit = table.lookup(address) if table else None
             if hit:
                 return Location(demangle(hit[0]), JIT_OBJECT, False, address, hit[1])
+        if len(self._jitdumps) == 1:
+            names = self.symbols.jitdump(self.directory, self._jitdumps[0])
+            hit = names.lookup_raw(address) if names is not None else None
+            if hit:
+                return Location(hit[0], JIT_OBJECT, False, address, hit[1])
         return Location(f"0x{address:x}<{UNKNOWN_OBJECT}>", UNKNOWN_OBJECT, False, address, None)
 
     def _jit(self, address: int) -> Location:

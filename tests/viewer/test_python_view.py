@@ -107,6 +107,9 @@ def test_synthetic_addresses_name_each_code_load_of_the_jitdump_copy(tmp_path, c
     assert space.lookup(synthetic_address(1, 4)).name == "second"
     assert space.lookup(synthetic_address(1, 16), is_return=True).name == "second"
     assert space.lookup(synthetic_address(7, 4)).name.endswith("<[jit]>")
+    # a raw address (its record came too late): the code loaded there last
+    assert space.lookup(0x7F00_0000_1004).name == "second"
+    assert space.lookup(0x7F00_0000_1010).name.endswith("<[unknown]>")
     assert not warnings
 
 
