@@ -101,8 +101,8 @@ def open_dump(proc: Process, m: Mapping, owner: int | None) -> tuple[int | None,
     own link first, then the path as the task sees it (not through a final
     symlink); either must be a regular file with the mapping's device and
     inode, owned by the task's user."""
-    if owner is None:
-        return None, "the task's owner is unknown"
+    if owner is None:  # gone before it was seen, and no owner recorded: nothing to check with
+        return None, None
     for opener in (lambda: procfs.open_mapped_file(proc.pid, m.start, m.end),
                    lambda: procfs.open_in_root(proc.pid, m.obj.path),
                    lambda: procfs.open_plain(m.obj.path)):
