@@ -86,14 +86,21 @@ def loads(n: int) -> str:
 
 def task_owner(proc: Process) -> int | None:
     """The task's user: as recorded when the task table first saw it
-    (``Process.uid``, where the table records it), else /proc now."""
+    (``Process.uid``, where the table records it), else /proc now; for a
+    task already gone, its parent's (what a fork inherits; a setuid exec in
+    between can only make the owner check fail, never pass wrongly for a
+    file the task did not map: the caller checks the mapped inode too)."""
     owner = getattr(proc, "uid", None)
     if isinstance(owner, int):
         return owner
-    try:
-        return os.stat(f"/proc/{proc.pid}").st_uid
-    except OSError:
-        return None
+    for pid in (proc.pid, proc.ppid):
+        if pid is None:
+            continue
+        try:
+            return os.stat(f"/proc/{pid}").st_uid
+        except OSError:
+            continue
+    return None
 
 
 def open_dump(proc: Process, m: Mapping, owner: int | None) -> tuple[int | None, str | None]:
