@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 from qtools.qformat import (CallCounts, CallStacks, Form, Histogram, Info, MapRange, ObjectRef,
                             QDir, Stored, TaskInfo, dump_info, edge_lines, hist_lines,
                             stack_lines)
+from qtools.qformat.info import JitdumpRef
 
 from . import procfs
 from .aggregate import TaskSet
@@ -62,7 +64,8 @@ def _objects(ts: TaskSet, run: RunInfo, copier: ObjectCopier) -> list[ObjectRef]
 
 
 def build_info(ts: TaskSet, run: RunInfo, copier: ObjectCopier, version: int,
-               cpu_lost: int, perf_map: Stored | None = None) -> Info:
+               cpu_lost: int, perf_map: Stored | None = None,
+               jitdumps: list[JitdumpRef] | None = None) -> Info:
     proc = ts.process
     prof = ts.profile
     lost_end = ts.lost_at_end if ts.lost_at_end is not None else cpu_lost
@@ -109,6 +112,7 @@ def build_info(ts: TaskSet, run: RunInfo, copier: ObjectCopier, version: int,
         info.perf_maps.append(perf_map.name)
         if perf_map.truncated:  # its first --max-map-size bytes only
             info.extra_forms.append(Form("q:perf-map-truncated", [perf_map.name]))
+    info.jitdumps = list(jitdumps or [])
     info.objects = _objects(ts, run, copier)
     return info
 
@@ -130,7 +134,8 @@ def perf_map_copy(ts: TaskSet, copier: ObjectCopier) -> Stored | None:
 
 
 def write_sets(qdir: QDir, sets: list[TaskSet], run: RunInfo, copier: ObjectCopier,
-               cpu_lost: int) -> tuple[list[TaskSet], list[OSError]]:
+               cpu_lost: int, jitdumps: Callable[[TaskSet], list[JitdumpRef]] | None = None
+               ) -> tuple[list[TaskSet], list[OSError]]:
     """Write ``sets``; return those that reached the disk and the errors met.
 
     A set whose write fails keeps its data in memory and stays dirty, so the
@@ -141,11 +146,12 @@ def write_sets(qdir: QDir, sets: list[TaskSet], run: RunInfo, copier: ObjectCopi
     for ts in sets:
         try:
             perf_map = perf_map_copy(ts, copier)
+            jit = jitdumps(ts) if jitdumps else None
             if ts.version is None:
-                draft = build_info(ts, run, copier, 0, cpu_lost, perf_map)
+                draft = build_info(ts, run, copier, 0, cpu_lost, perf_map, jit)
                 header = dump_info(header_only(draft)).encode()
                 ts.version = qdir.claim_version(ts.name, lambda _n: header)
-            info = build_info(ts, run, copier, ts.version, cpu_lost, perf_map)
+            info = build_info(ts, run, copier, ts.version, cpu_lost, perf_map, jit)
             prof = ts.profile
             with uninterrupted():  # a stop waits: the files of one set must agree
                 qdir.atomic_write(info.histogram.file, hist_lines(prof.hist),  # type: ignore

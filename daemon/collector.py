@@ -18,6 +18,7 @@ from qtools.qformat import QDir
 from . import procfs
 from .aggregate import KERNEL_START, SetBook, TaskSet
 from .checkpoint import RunInfo, write_sets
+from .jitdump import JitTracker
 from .messages import Tally, tell
 from .objects import KallsymsCopy, ObjectCopier
 from .records import Comm, Lost, Mmap, Record, RecordError, Sample, Task, split_callchain
@@ -77,6 +78,9 @@ class CpuCollector:
         self.qdir = qdir
         self.copier = copier
         self.user_frames = user_frames or FramePointerFrames()
+        self.jit: JitTracker | None = getattr(self.user_frames, "jit", None)
+        if self.jit is not None:
+            self.jit.out = out or sys.stderr
         self.kallsyms = kallsyms
         self.out = out or sys.stderr
         self.table = TaskTable(on_end=self._ended)
@@ -119,6 +123,8 @@ class CpuCollector:
         return stub
 
     def _ended(self, proc: Process) -> None:
+        if self.jit is not None:
+            self.jit.process_ended(proc)  # its JIT records are all written by now
         ts = self.book.by_process.get(proc)
         if ts is not None and ts.stats_start is not None:
             # Until its parent reaps it, an exited task's final counters are
@@ -192,7 +198,11 @@ class CpuCollector:
         stack = tuple(kernel + user) if self.opts.stacks and (kernel or user) else None
         arcs = [(b.source, b.target) for b in s.branches if b.is_call] if s.branches else []
         self._note_mappings(proc, ts, user if user else [s.ip], arcs)
-        ts.profile.add(s.ip, weight, stack, arcs)
+        if self.jit is not None and user and self.jit.has_dump(proc):
+            self.jit.sample(proc, s.time, s.ip, weight, kernel, user, arcs, self.opts.stacks,
+                            ts.profile.add)
+        else:
+            ts.profile.add(s.ip, weight, stack, arcs)
 
     def _describe(self, proc: Process, ts: TaskSet) -> None:
         if proc.ended:
@@ -262,6 +272,8 @@ class CpuCollector:
         ``final`` closes every set: the end of the run, or of a time slice.
         """
         self._update_stats()
+        if self.jit is not None:
+            self.jit.resolve_pending(final_all=final)
         sets, folded = self.book.plan(final)
         for proc in folded:
             if proc.ended:
@@ -272,7 +284,10 @@ class CpuCollector:
         if final and self.opts.compress:
             run = replace(run, compress=True)
         fresh = [ts for ts in sets if ts.version is None]
-        written, errors = write_sets(self.qdir, sets, run, self.copier, self.lost)
+        jit = self.jit
+        written, errors = write_sets(self.qdir, sets, run, self.copier, self.lost,
+                                     (lambda t: jit.refs(t.process, t.pids, self.qdir))
+                                     if jit else None)
         self.sets_created += sum(ts.version is not None for ts in fresh)
         self._unwritten = len(sets) - len(written)
         for ts in written:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from qtools.qformat import QDir
 
+from .jitdump import JitTracker
 from .objects import ObjectCopier, open_object
 from .records import Sample
 from .tasks import Mapping, ObjectKey, Process
@@ -28,16 +29,24 @@ DEFAULT_STACK_BYTES = 16384  # 8 KiB cut ~4% of deep stacks short (unwinding-mea
 class ProcessSpace:
     """The unwinder's view of one process (the AddressSpace protocol)."""
 
-    __slots__ = ("proc", "tables", "rule_cache", "version")
+    __slots__ = ("proc", "tables", "rule_cache", "version", "jit")
 
-    def __init__(self, proc: Process, tables: CfiTables) -> None:
+    def __init__(self, proc: Process, tables: CfiTables, jit: JitTracker | None = None,
+                 version: tuple[int, int] | None = None) -> None:
         self.proc = proc
         self.tables = tables
         self.rule_cache: dict[int, Rule] = {}
-        self.version = proc.maps_version
+        self.version = version if version is not None else (proc.maps_version, 0)
+        self.jit = jit
 
     def find(self, ip: int) -> tuple[ObjectCFI | None, int, int] | None:
         m = self.proc.maps.find(ip)
+        if m is not None and (not m.obj.special or m.obj.path == "[vdso]"):
+            return self.tables.cfi_for(self.proc, m), m.start, m.pgoff
+        # JIT code: a jitdump placement, or a CPython trampoline (checked by its bytes)
+        hit = self.jit.find(self.proc, ip, m is not None) if self.jit is not None else None
+        if hit is not None:
+            return hit
         if m is None:
             return None
         return self.tables.cfi_for(self.proc, m), m.start, m.pgoff
@@ -103,6 +112,8 @@ class DwarfFrames:
         regs = self.unwinder.arch
         self._ip_pos = sample_positions(regs, self.unwinder.regs_mask)[regs.ip]
         self.tables = CfiTables(qdir, copier, vdso)
+        #: JIT code per process (jitdump files, CPython trampolines)
+        self.jit = JitTracker(regs, qdir=qdir)
         self.own_pids = own_pids
         self.supervisor = supervisor
         self.stats = UnwindStats()
@@ -120,8 +131,11 @@ class DwarfFrames:
             # interpreter stacks are not what anybody profiles, and cost most.
             return [sample.regs[self._ip_pos]]
         space = proc.unwind
-        if not isinstance(space, ProcessSpace) or space.version != proc.maps_version:
-            space = proc.unwind = ProcessSpace(proc, self.tables)
+        version = (proc.maps_version, self.jit.version(proc))
+        if not isinstance(space, ProcessSpace) or space.version != version:
+            self.jit.state(proc)  # finds a jitdump the new maps name
+            version = (proc.maps_version, self.jit.version(proc))
+            space = proc.unwind = ProcessSpace(proc, self.tables, self.jit, version)
         result = self.unwinder.unwind(space, sample.regs, sample.stack)
         self.stats.stacks += 1
         self.stats.complete += result.complete

@@ -118,6 +118,18 @@ class ObjectRef:
 
 
 @dataclass
+class JitdumpRef:
+    """``q:jitdump``: what `.q` keeps of a process's jitdump (qformat.jitdump)."""
+
+    file: str
+    pid: int | None = None
+    path: str | None = None  # the dump as the task mapped it
+    code_loads: int | None = None  # CODE_LOAD and CODE_MOVE records kept
+    truncated: int | None = None  # 1: reading stopped early (limit or bad record)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Info:
     """Everything one `.info` file says."""
 
@@ -128,6 +140,7 @@ class Info:
     kallsyms: str | None = None
     vdso: str | None = None
     perf_maps: list[str] = field(default_factory=list)
+    jitdumps: list[JitdumpRef] = field(default_factory=list)
     objects: list[ObjectRef] = field(default_factory=list)
     extra_forms: list[Form] = field(default_factory=list)
 
@@ -140,7 +153,7 @@ class Info:
         """Names of the object copies this `.info` refers to."""
         names = [o.file for o in self.objects if o.file]
         names += [n for n in (self.kallsyms, self.vdso) if n]
-        return names + list(self.perf_maps)
+        return names + list(self.perf_maps) + [j.file for j in self.jitdumps]
 
 
 # ------------------------------------------------- alist <-> dataclass
@@ -303,7 +316,7 @@ def info_from_forms(forms: list[Form]) -> Info:
     seen: set[str] = set()
     for form in forms:
         tag, line = form.tag, form.line
-        if tag in seen and tag not in ("q:object", "q:perf-map"):
+        if tag in seen and tag not in ("q:object", "q:perf-map", "q:jitdump"):
             raise QFormatError(f"more than one ({tag} ...) form", line=line)
         seen.add(tag)
         if tag == "q:info":
@@ -315,6 +328,8 @@ def info_from_forms(forms: list[Form]) -> Info:
             setattr(info, _NAMED[tag], _plain(form.value, line))
         elif tag == "q:perf-map":
             info.perf_maps.append(_plain(form.value, line))
+        elif tag == "q:jitdump":
+            info.jitdumps.append(_from_alist(JitdumpRef, form.value, tag, line))
         elif tag == "q:object":
             obj = _from_alist(ObjectRef, form.value, tag, line, _OBJECT_SPECIAL_READ)
             info.objects.append(obj)
@@ -336,6 +351,7 @@ def info_to_forms(info: Info) -> list[Form]:
         if getattr(info, attr) is not None:
             forms.append(Form(tag, [getattr(info, attr)]))
     forms += [Form("q:perf-map", [name]) for name in info.perf_maps]
+    forms += [Form("q:jitdump", [_to_alist(j)]) for j in info.jitdumps]
     forms += [Form("q:object", [_to_alist(o, _OBJECT_SPECIAL_WRITE)]) for o in info.objects]
     return forms + list(info.extra_forms)
 

@@ -17,13 +17,14 @@ from qtools.qformat.limits import exceeded
 
 from .errors import ViewError
 from .load import TaskSet
-from .model import Frame, Samples, StackQuality, Task, printable
+from .model import Frame, InterpreterQuality, Samples, StackQuality, Task, printable
+from .pyview import is_python
 from .symbols import MAX_MEMO, AddressSpace, Location, Symbols, Warn
 
 BY_CHOICES = ("function", "object", "address")
 
-# A resolved address: frame id, in the kernel, object name.
-_Resolved = tuple[int, bool, str]
+# A resolved address: frame id, in the kernel, object name, is Python.
+_Resolved = tuple[int, bool, str, bool]
 
 
 # Where a `.stack` file's remainder line (``WEIGHT -``: stacks the collector
@@ -101,7 +102,8 @@ class SampleBuilder:
         if stacks is not None:
             self.with_stacks += 1
             path = ts.data_path(ts.info.call_stacks.file)  # type: ignore[union-attr]
-            leaves, remainder, total = self._add_stacks(space, stacks, factor, path)
+            leaves, remainder, total = self._add_stacks(space, stacks, factor, path,
+                                                        self._interpreter(ts))
             self._check_hist(space, ts, leaves, remainder, total)
         else:
             self._add_hist(space, ts, factor)
@@ -127,10 +129,30 @@ class SampleBuilder:
 
     def _resolve(self, space: AddressSpace, address: int, is_return: bool) -> _Resolved:
         loc = space.lookup(address, is_return)
-        return (self._id(loc), loc.kernel, loc.object)
+        return (self._id(loc), loc.kernel, loc.object, is_python(loc.name))
+
+    def _interpreter(self, ts: TaskSet) -> InterpreterQuality:
+        """The per-process stack-quality entry of a set (sets of one pid share it)."""
+        key = f"{printable(ts.comm or ts.name)} pid {ts.pid}" if ts.pid is not None \
+            else printable(ts.name)
+        entry = self.quality.by_process.get(key)
+        if entry is None:
+            entry = self.quality.by_process[key] = InterpreterQuality()
+        info = ts.info
+        for name in info.perf_maps:
+            source = f"perf map {printable(name)}"
+            if source not in entry.sources:
+                entry.sources.append(source)
+        for j in info.jitdumps:
+            source = (f"jitdump {printable(j.path or j.file)} ({j.code_loads or 0} code loads"
+                      + (", cut short" if j.truncated else "") + ")")
+            if source not in entry.sources:
+                entry.sources.append(source)
+        return entry
 
     def _add_stacks(self, space: AddressSpace, stacks: Iterable[Stack], factor: float,
-                    path: str) -> tuple[dict[int, int], int, int]:
+                    path: str, interp: InterpreterQuality | None = None
+                    ) -> tuple[dict[int, int], int, int]:
         """Add the stacks; return the weight per leaf address, the remainder
         (weight of stacks not kept) and the total, for ``_check_hist``."""
         # Hot loop: one memo for leaves, one for return addresses (looked up
@@ -196,6 +218,12 @@ class SampleBuilder:
                 if root is None:
                     root = rooted[key] = space.is_root(addresses[-1], is_return)
                 quality.add(innermost_user[2], w, root)
+                if interp is not None:
+                    interp.stacks += w
+                    if any(e[3] for e in entries):
+                        interp.python += w
+                        if root:
+                            interp.python_rooted += w
         return per_leaf, remainder, total
 
     def _check_hist(self, space: AddressSpace, ts: TaskSet, per_leaf: dict[int, int],

@@ -26,6 +26,7 @@ from .errors import UsageError, ViewError
 from .model import Profile, printable
 from .load import Selection, SetRemoved, TaskSet, default_directory, pick_run, sets_in
 from .programs import select_inputs
+from .pyview import python_only
 from .render import collapsed, dot, flat, graph, jsonfmt, overview, quality
 from .symbols import Symbols, debug_roots_from_env
 from .symcache import SymbolCache, cache_dir
@@ -82,6 +83,9 @@ def parser() -> argparse.ArgumentParser:
                       help="leave out samples taken in the kernel")
     kern.add_argument("--kernel-only", action="store_true",
                       help="only samples taken in the kernel, with their kernel frames")
+    rep.add_argument("--python", action="store_true",
+                     help="Python frames only, as py-spy shows them (NAME (FILE)); native "
+                          "and kernel frames fold into the Python function that called them")
     rep.add_argument("--by", choices=BY_CHOICES, default="function",
                      help="what a node is: a function (default), an object, an address")
     rep.add_argument("--format", choices=FORMATS, default="text", help="output format")
@@ -153,6 +157,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
         args = parser().parse_args(argv)
     except SystemExit as e:  # argparse has printed the usage message
         return int(e.code or 0)
+    if args.python and args.by != "function":
+        err.write(f"{PROG}: --python shows functions; it cannot be combined with --by {args.by}\n")
+        return 2
     if args.min_percent is not None and not 0 <= args.min_percent <= 100:
         err.write(f"{PROG}: --min-percent must be between 0 and 100\n")
         return 2
@@ -236,6 +243,8 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, rows: int | None = 
         samples = processors.hide_kernel(samples)
     elif args.kernel_only:
         samples = processors.kernel_only(samples)
+    if args.python:
+        samples = python_only(samples)
     samples = filters.apply(samples, args)
     profile = analyze(samples)
     try:
@@ -291,6 +300,7 @@ def _report(profile: Profile, args: argparse.Namespace, out: TextIO) -> None:
             graph.render(profile, out)
         if show_graph or args.stack_quality:
             quality.render(profile, out)
+            quality.render_interpreters(profile, out)
 
 
 def _note_runs(sets: list[TaskSet], hint: bool, err: TextIO) -> bool:

@@ -71,11 +71,28 @@ class QualityCount:
 
 
 @dataclass
+class InterpreterQuality:
+    """One process's user stacks: how many went through Python frames to a root,
+    and what JIT information (perf maps, jitdumps) its sets had."""
+
+    stacks: float = 0.0
+    python: float = 0.0  # stacks with at least one Python frame
+    python_rooted: float = 0.0  # ... that also reach a root frame
+    sources: list[str] = field(default_factory=list)
+
+    @property
+    def share(self) -> float | None:
+        return self.python_rooted / self.stacks if self.stacks else None
+
+
+@dataclass
 class StackQuality:
     """How complete the user stacks are, per object of the innermost user frame."""
 
     overall: QualityCount = field(default_factory=QualityCount)
     by_object: dict[str, QualityCount] = field(default_factory=dict)
+    #: per process (``comm pid N``), where it had Python frames or JIT information
+    by_process: dict[str, InterpreterQuality] = field(default_factory=dict)
 
     def add(self, innermost_object: str, weight: float, rooted: bool) -> None:
         """One user stack: the object of its innermost user frame, and whether

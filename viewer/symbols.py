@@ -24,8 +24,10 @@ from typing import Any, Callable, Iterator, NamedTuple
 from qtools.qformat import Info, MapRange, ObjectRef, QDir, check_plain_name, open_regular, \
     parse_copy_name
 from qtools.qformat.errors import QFormatError
+from qtools.qformat.jitdump import is_synthetic
 
 from .demangle import demangle
+from .jitnames import JitNames, load_jitdump
 from .elf import ElfObject, ElfProblem, Segment, read_elf
 from .fde import read_fde_ranges, read_root_ranges
 from .symcache import SymbolCache
@@ -101,6 +103,7 @@ class Symbols:
         self._kallsyms: dict[tuple[str, str], Kallsyms | None] = {}
         self._perf_maps: dict[tuple[str, str], SymbolTable | None] = {}
         self._roots: dict[tuple[str, str], SymbolTable | None] = {}
+        self._jitdumps: dict[tuple[str, str], JitNames | None] = {}
         self._qdirs: dict[str, QDir] = {}
 
     def close(self) -> None:
@@ -371,6 +374,16 @@ class Symbols:
             self.warn(f"{path}: {bad} malformed line(s) ignored")
         return SymbolTable.build(raw)
 
+    def jitdump(self, directory: str, copy: str) -> JitNames | None:
+        key = (directory, copy)
+        if key not in self._jitdumps:
+            self._jitdumps[key] = None
+            with self._verified(directory, copy) as source:
+                if source is not None:
+                    self._jitdumps[key] = load_jitdump(source, self.warn,
+                                                        os.path.join(directory, copy))
+        return self._jitdumps[key]
+
     # ------------------------------------------------------------ address spaces
 
     def space(self, directory: str, info: Info) -> AddressSpace:
@@ -434,6 +447,8 @@ class AddressSpace:
         self._starts = [m.start for m in maps]
         self._kallsyms = info.kallsyms
         self._perf_maps = list(info.perf_maps)
+        self._jitdumps = [j.file for j in info.jitdumps]
+        self._info_pid = info.task.pid
         self._memo: dict[int, Location] = {}
 
     def is_kernel(self, address: int) -> bool:
@@ -475,6 +490,8 @@ class AddressSpace:
         return bool(roots and roots.lookup(vaddr))  # type: ignore[arg-type]
 
     def _resolve(self, address: int) -> Location:
+        if is_synthetic(address):
+            return self._jit(address)
         # Mappings first: a recorded [vsyscall] page lies above kernel_start.
         i = bisect_right(self._starts, address) - 1
         if i >= 0 and address < self._maps[i].end:
@@ -486,7 +503,25 @@ class AddressSpace:
             hit = table.lookup(address) if table else None
             if hit:
                 return Location(demangle(hit[0]), JIT_OBJECT, False, address, hit[1])
+        if len(self._jitdumps) == 1:
+            names = self.symbols.jitdump(self.directory, self._jitdumps[0])
+            hit = names.lookup_raw(address) if names is not None else None
+            if hit:
+                return Location(hit[0], JIT_OBJECT, False, address, hit[1])
         return Location(f"0x{address:x}<{UNKNOWN_OBJECT}>", UNKNOWN_OBJECT, False, address, None)
+
+    def _jit(self, address: int) -> Location:
+        """A placement of JIT code, as the collector named it (qformat.jitdump)."""
+        names = None
+        if len(self._jitdumps) == 1:
+            names = self.symbols.jitdump(self.directory, self._jitdumps[0])
+        elif len(self._jitdumps) > 1:
+            self.symbols.warn(f"{self.directory}: JIT code of several processes folded into "
+                              "one set; its names are unknown")
+        hit = names.lookup(address) if names is not None else None
+        if hit is None:
+            return Location(f"0x{address:x}<{JIT_OBJECT}>", JIT_OBJECT, False, address, None)
+        return Location(hit[0], JIT_OBJECT, False, address, hit[1])
 
     def _user(self, address: int, mapping: _Mapping) -> Location:
         ref = mapping.ref

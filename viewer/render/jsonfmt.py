@@ -78,6 +78,12 @@ def document(profile: Profile, with_stacks: bool = False) -> dict[str, Any]:
                          "share": _num(c.share)}
                         for obj, c in sorted(q.by_object.items(),
                                              key=lambda kv: (-kv[1].stacks, kv[0]))],
+            "python": [{"process": key, "user_stacks": _num(p.stacks), "python": _num(p.python),
+                        "python_rooted": _num(p.python_rooted), "share": _num(p.share),
+                        "jit": list(p.sources)}
+                       for key, p in sorted(q.by_process.items(),
+                                            key=lambda kv: (-kv[1].stacks, kv[0]))
+                       if p.python or p.sources],
         },
     }
     if with_stacks:

@@ -34,3 +34,18 @@ def render(profile: Profile, out: TextIO) -> None:
     out.write(f"{'% rooted':>9} {'stacks':>8}  object of the innermost user frame\n")
     for obj, c in sorted(q.by_object.items(), key=lambda kv: (-kv[1].stacks, kv[0])):
         out.write(f"{100 * (c.share or 0):9.1f} {si(c.stacks):>8}  {obj}\n")
+
+
+def render_interpreters(profile: Profile, out: TextIO) -> None:
+    """Per process with Python frames or JIT information: the share of its user
+    stacks that went through Python frames to a root, and what was found."""
+    rows = [(key, q) for key, q in profile.samples.quality.by_process.items()
+            if q.python or q.sources]
+    if not rows or not profile.has_stacks:
+        return
+    out.write("\nPython stacks: share of each process's user stacks that pass through "
+              "Python frames and reach a root\n")
+    out.write(f"{'% rooted':>9} {'stacks':>8}  process: JIT information found\n")
+    for key, q in sorted(rows, key=lambda kv: (-kv[1].stacks, kv[0])):
+        found = "; ".join(q.sources) if q.sources else "no perf map or jitdump"
+        out.write(f"{100 * (q.share or 0):9.1f} {si(q.stacks):>8}  {key}: {found}\n")

@@ -1,0 +1,187 @@
+"""Reading jitdump files for the collector: which file to trust, and how much of it.
+
+A jitdump sits in /tmp, which is everybody's, and the collector runs as
+root: only a regular file (not through a final symlink, no FIFO) with the
+inode the task mapped and owned by the task's user is read, through the
+descriptor that was checked. It is read as it grows, at most READ_BUDGET
+bytes per call, and whole records are kept up to ``limit`` bytes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+
+from qtools.qformat.jitdump import JitdumpParser, Placements, Unknown
+
+from . import procfs
+from .jitindex import PlacementIndex
+from .tasks import Mapping, Process
+
+DEFAULT_LIMIT = 64 << 20  # bytes of one dump kept (whole records)
+READ_BUDGET = 8 << 20  # bytes read from one dump per call: one process cannot stall a CPU
+DUMP_NAME = re.compile(r"(?:^|/)jit-(\d+)\.dump$")
+
+
+class SaidOnce:
+    """Problems said once per run, by whichever collector meets them first.
+
+    Every collector reads the dumps of the processes it samples, so each
+    would say the same thing. They share this table: a memfd made when the
+    module is imported, which the supervisor does before it forks them;
+    POSIX record locks (per process) make test-and-set atomic."""
+
+    SLOTS = 4096
+
+    def __init__(self) -> None:
+        self.local: set[bytes] = set()
+        try:
+            self.fd = os.memfd_create("q-said-once", os.MFD_CLOEXEC)
+            os.ftruncate(self.fd, self.SLOTS * 8)
+        except (OSError, AttributeError):
+            self.fd = -1
+
+    def first(self, text: str) -> bool:
+        key = hashlib.blake2b(text.encode(), digest_size=8).digest()
+        if key == bytes(8) or key in self.local:
+            return key not in self.local
+        self.local.add(key)
+        if self.fd < 0:
+            return True
+        try:
+            fcntl.lockf(self.fd, fcntl.LOCK_EX)
+            try:
+                table = os.pread(self.fd, self.SLOTS * 8, 0)
+                slots = [table[i:i + 8] for i in range(0, len(table), 8)]
+                if key in slots:
+                    return False
+                if bytes(8) in slots:
+                    os.pwrite(self.fd, key, slots.index(bytes(8)) * 8)
+                return True
+            finally:
+                fcntl.lockf(self.fd, fcntl.LOCK_UN)
+        except OSError:
+            return True
+
+
+_said = SaidOnce()  # before the supervisor forks: see SaidOnce
+
+
+def said_once(line: str) -> bool:
+    """True the first time any collector of this run asks about ``line``."""
+    return _said.first(line)
+
+
+def is_dump_path(path: str) -> bool:
+    return DUMP_NAME.search(path) is not None
+
+
+def loads(n: int) -> str:
+    """``n`` code loads, said as a person would."""
+    return f"the {n} code load" + ("" if n == 1 else "s") if n else "no code load"
+
+
+def task_owner(proc: Process) -> int | None:
+    """The task's user as the task table recorded it (first seen, fork,
+    exec), kept after the task ended; None where it never saw one, and then
+    the dump is not read (the rule for perf maps too)."""
+    return proc.uid
+
+
+def open_dump(proc: Process, m: Mapping, owner: int | None) -> tuple[int | None, str | None]:
+    """(fd, None) for the dump ``m`` maps, or (None, why not). The kernel's
+    own link first, then the path as the task sees it (not through a final
+    symlink); either must be a regular file with the mapping's device and
+    inode, owned by the task's user."""
+    if owner is None:  # gone before it was seen, and no owner recorded: nothing to check with
+        return None, None
+    for opener in (lambda: procfs.open_mapped_file(proc.pid, m.start, m.end),
+                   lambda: procfs.open_in_root(proc.pid, m.obj.path),
+                   lambda: procfs.open_plain(m.obj.path)):
+        fd = opener()
+        if fd is None:
+            continue
+        st = os.fstat(fd)
+        if m.obj.ino and (st.st_ino != m.obj.ino
+                          or (os.major(st.st_dev), os.minor(st.st_dev)) != m.obj.dev):
+            os.close(fd)
+            continue
+        if st.st_uid != owner:
+            os.close(fd)
+            return None, f"owned by uid {st.st_uid}, not by the task's uid {owner}: not read"
+        return fd, None
+    return None, None
+
+
+@dataclass
+class DumpReader:
+    """One dump, read as it grows; keeps header and whole known records up to ``limit``."""
+
+    path: str
+    fd: int
+    limit: int
+    mode: int = 0o400
+    parser: JitdumpParser = field(default_factory=JitdumpParser)
+    kept: bytearray = field(default_factory=bytearray)
+    placements: Placements = field(default_factory=Placements)
+    index: PlacementIndex = field(default_factory=PlacementIndex)
+    offset: int = 0  # bytes of the file read so far
+    problem: str | None = None  # why reading stopped (said once)
+    stopped: bool = False
+    copied: tuple[int, str] | None = None  # (bytes kept, copy name) of the last copy
+
+    def read_more(self) -> int:
+        """Read what the file gained; returns the number of new placements."""
+        if self.stopped:
+            return 0
+        added = 0
+        budget = READ_BUDGET
+        while budget > 0:
+            try:
+                chunk = os.pread(self.fd, min(1 << 20, budget), self.offset)
+            except OSError as e:
+                self.stop(f"cannot read: {e.strerror}")
+                break
+            if not chunk:
+                break
+            self.offset += len(chunk)
+            budget -= len(chunk)
+            records = self.parser.feed(chunk)
+            if not self.kept and self.parser.header is not None:
+                self.kept += self.parser.header_bytes
+            for _off, size, rec, raw in records:
+                if isinstance(rec, Unknown):
+                    continue
+                if len(self.kept) + size > self.limit:
+                    self.stop(f"larger than the {self.limit >> 20} MiB limit; code loads "
+                               "after it are not kept")
+                    break
+                self.kept += raw
+                p = self.placements.add(rec)
+                if p is not None:
+                    if not self.index.add(p):
+                        self.stop("too many overlapping code loads; later ones are not kept")
+                        break
+                    added += 1
+            error = self.parser.error
+            if error is not None and not self.stopped:
+                if self.parser.header is None:  # e.g. TSC timestamps: nothing is usable
+                    self.stop(f"{error.message}; not read")
+                else:
+                    self.stop(f"{error}; keeping {loads(len(self.placements.items))} "
+                               "before it")
+            if self.stopped:
+                break
+        return added
+
+    def stop(self, why: str) -> None:
+        self.problem = why
+        self.stopped = True
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

@@ -1,0 +1,56 @@
+"""The Python view (``q-view --python``): Python frames only, as py-spy shows them.
+
+CPython names the code it lets native profilers see ``py::NAME:FILE`` (perf
+maps of ``-X perf``, jitdumps of ``-X perf_jit``). In this view a stack keeps
+its Python frames alone, shown as ``NAME (FILE)``; the native and kernel
+frames above the innermost Python frame fold into it (time in
+``_PyObject_Free`` under ``py::f4`` is ``f4``'s self time), and those
+between two Python frames (the interpreter's own) disappear. A stack without
+any Python frame (start-up, other threads in C) becomes one frame,
+``NOT_PYTHON``, so the totals stay those of the mixed view.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .model import Frame, Samples
+
+PY_PREFIX = "py::"
+PYTHON_OBJECT = "[python]"
+NOT_PYTHON = Frame("(no Python frame)", "[native]", False)
+
+
+def is_python(name: str) -> bool:
+    return name.startswith(PY_PREFIX)
+
+
+def display_name(name: str) -> str:
+    """``py::NAME:FILE`` as ``NAME (FILE)`` (a qualified name has no colon)."""
+    func, sep, file = name[len(PY_PREFIX):].partition(":")
+    return f"{func} ({file})" if sep else func
+
+
+def python_only(samples: Samples) -> Samples:
+    frames = samples.frames
+    new_frames: list[Frame] = []
+    ids: dict[Frame, int] = {}
+
+    def new_id(frame: Frame) -> int:
+        fid = ids.get(frame)
+        if fid is None:
+            fid = ids[frame] = len(new_frames)
+            new_frames.append(frame)
+        return fid
+
+    mapped: dict[int, int | None] = {}
+    for fid, frame in enumerate(frames):
+        mapped[fid] = (new_id(Frame(display_name(frame.name), PYTHON_OBJECT, False))
+                       if is_python(frame.name) else None)
+    stacks: dict[tuple[int, ...], float] = {}
+    for stack, w in samples.stacks.items():
+        kept = tuple(m for f in stack if (m := mapped[f]) is not None)
+        if not kept:
+            kept = (new_id(NOT_PYTHON),)
+        stacks[kept] = stacks.get(kept, 0.0) + w
+    return dataclasses.replace(samples, frames=new_frames, stacks=stacks, calls=None)
