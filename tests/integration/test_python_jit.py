@@ -61,7 +61,7 @@ def _json(q: Path, *args: str) -> dict:
 
 def _collect(tmp_path: Path, *cmd: str) -> tuple[Path, str]:
     q = tmp_path / "q"
-    r = q_syscollect("-d", str(q), "-i", "--", *cmd)
+    r = q_syscollect("-q", "-d", str(q), "-i", "--", *cmd)  # -q: warnings alone on stderr
     assert r.returncode == 0, r.stderr
     return q, r.stderr
 
