@@ -108,6 +108,22 @@ def test_stack_and_hist_totals_disagree(calls_q):
     assert "disagree" in line and "totals" in line
 
 
+def test_an_open_set_read_between_its_two_data_files_is_not_damage(tmp_path, calls_pie):
+    """A collector rewrites an open set's .hist and then its .stack at each
+    checkpoint: a reader in between (or after a kill -9 there) sees them
+    disagree, and that is no reason for a warning."""
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    stacks = [(3 * MS, [o.at("leaf1"), o.ret("main")])]
+    name = q.task("calls", 1, 0, stacks=stacks, hist={o.at("leaf1"): 5 * MS},
+                  extra_info={"state": "open"})
+    code, out, err = run(q.info_path(name), "--flat")
+    assert (code, err) == (0, "") and "leaf1" in out
+    closed = q.task("calls", 2, 0, stacks=stacks, hist={o.at("leaf1"): 5 * MS},
+                    extra_info={"state": "closed"})
+    _one_line(*run(q.info_path(closed)), 0, "disagree")
+
+
 def test_stack_and_hist_leaves_disagree_with_equal_totals(tmp_path, calls_pie):
     q = QBuilder(tmp_path / ".q")
     o = q.load(calls_pie)
