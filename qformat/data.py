@@ -40,7 +40,12 @@ class Arc(NamedTuple):
 
 
 class Stack(NamedTuple):
-    """`.stack` record: weight of one distinct stack, innermost frame first."""
+    """`.stack` record: weight of one distinct stack, innermost frame first.
+
+    No frames: the remainder line ``WEIGHT -``, the weight of the stacks a
+    collector did not keep (beyond its cap), so that the weights still sum
+    to the histogram's total.
+    """
 
     weight: int
     frames: tuple[int, ...]
@@ -162,6 +167,8 @@ def read_edges(source: Source) -> Iterator[Arc]:
         yield Arc(int(m[1], 16), int(m[2], 16), count)
 
 
+REMAINDER = b"-"
+"""The frames field of a `.stack` remainder line (``WEIGHT -``)."""
 _STACK = re.compile(rb"(\d{1,20})((?:[ \t]+0[xX][0-9a-fA-F]{1,16})+)\Z")
 
 
@@ -174,6 +181,9 @@ def read_stacks(source: Source) -> Iterator[Stack]:
         m = _STACK.match(line)
         if m is None:
             fields = line.split()
+            if len(fields) == 2 and fields[1] == REMAINDER:
+                yield Stack(_count(fields[0], "weight", name, number), ())
+                continue
             if len(fields) < 2:
                 raise QFormatError("a stack line needs a weight and at least one address",
                                    name, number)
@@ -211,8 +221,10 @@ def edge_lines(arcs: Mapping[tuple[int, int], int] | Iterable[Arc]) -> Iterator[
             yield b"0x%x 0x%x %d\n" % (caller, callee, count)
 
 
-def stack_lines(stacks: Mapping[tuple[int, ...], int] | Iterable[Stack]) -> Iterator[bytes]:
-    """Lines of a `.stack` file, heaviest stack first."""
+def stack_lines(stacks: Mapping[tuple[int, ...], int] | Iterable[Stack],
+                remainder: int = 0) -> Iterator[bytes]:
+    """Lines of a `.stack` file, heaviest stack first; a ``remainder``
+    weight (stacks not kept) goes last as ``WEIGHT -``."""
     items: Iterable[tuple[int, tuple[int, ...]]]
     if isinstance(stacks, Mapping):
         items = ((w, f) for f, w in stacks.items())
@@ -224,6 +236,9 @@ def stack_lines(stacks: Mapping[tuple[int, ...], int] | Iterable[Stack]) -> Iter
         _check_u64(weight, *frames)
         if weight:
             yield b"%d %s\n" % (weight, b" ".join(b"0x%x" % f for f in frames))
+    _check_u64(remainder)
+    if remainder:
+        yield b"%d %s\n" % (remainder, REMAINDER)
 
 
 def _check_u64(*values: int) -> None:
