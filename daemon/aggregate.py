@@ -267,6 +267,8 @@ class SetBook:
             if ts.promoted and not ts.fold:
                 if proc.ended or final:
                     ts.finished = True
+                    if ts.end_time is None:
+                        ts.end(self.clock)
                 continue
             if proc.ended or final or ts.fold:
                 self._fold(proc, ts)

@@ -155,7 +155,7 @@ def perf_map_copy(ts: TaskSet, copier: ObjectCopier) -> str | None:
 
 
 def write_sets(qdir: QDir, sets: list[TaskSet], run: RunInfo, copier: ObjectCopier,
-               cpu_lost: int) -> tuple[list[TaskSet], list[OSError]]:
+               cpu_lost: int, clock: Clock = SYSTEM) -> tuple[list[TaskSet], list[OSError]]:
     """Write ``sets``; return those that reached the disk and the errors met.
 
     A set whose write fails keeps its data in memory and stays dirty, so the
@@ -170,7 +170,7 @@ def write_sets(qdir: QDir, sets: list[TaskSet], run: RunInfo, copier: ObjectCopi
                 skipped.append(ts)  # nothing to show: no need to copy its perf map either
                 continue
             perf_map = perf_map_copy(ts, copier)
-            info = build_info(ts, run, copier, ts.version or 0, cpu_lost, perf_map)
+            info = build_info(ts, run, copier, ts.version or 0, cpu_lost, perf_map, clock)
             if not worth_writing(info):
                 skipped.append(ts)
                 continue
@@ -181,7 +181,7 @@ def write_sets(qdir: QDir, sets: list[TaskSet], run: RunInfo, copier: ObjectCopi
                 if run.compress:
                     data = gzip_ng.compress(data, mtime=0)
                 ts.version = qdir.claim_version(ts.name, lambda _n: data, type_="hist")
-                info = build_info(ts, run, copier, ts.version, cpu_lost, perf_map)
+                info = build_info(ts, run, copier, ts.version, cpu_lost, perf_map, clock)
             else:
                 qdir.atomic_write(info.histogram.file, hist,  # type: ignore[union-attr]
                                   compress=run.compress, sync=False)

@@ -269,7 +269,8 @@ class CpuCollector:
             run = replace(run, kallsyms=self.kallsyms.current(self.copier))
         if final and self.opts.compress:
             run = replace(run, compress=True)
-        written, errors = write_sets(self.qdir, sets, run, self.copier, self.lost)
+        written, errors = write_sets(self.qdir, sets, run, self.copier, self.lost,
+                                     self.clock)
         for ts in written:
             done = self.book.written(ts)
             if done is not None and done.ended:

@@ -85,6 +85,7 @@ class Supervisor:
         self.cmd_status: int | None = None
         self.started = time.time()
         self.kallsyms = KallsymsCopy()  # the children inherit it, and renew it
+        self.retention = retention.Index()  # what upkeep knows of .q between rounds
 
     # ------------------------------------------------------------ setup
 
@@ -366,8 +367,8 @@ class Supervisor:
     def _upkeep(self, qdir: QDir, source: SourceSpec) -> None:
         cfg = self.cfg
         try:
-            report = retention.maintain(
-                qdir, time.time(), stale_after=cfg.stale_after, grace=cfg.stale_after,
+            report = self.retention.maintain(
+                qdir, stale_after=cfg.stale_after, grace=cfg.stale_after,
                 max_size=cfg.max_size, max_age=cfg.max_age, compress=cfg.compress_closed)
         except OSError as e:
             text = f"cannot tend {qdir.path}: {e.strerror or e}"
