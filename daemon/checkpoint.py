@@ -94,15 +94,12 @@ def build_info(ts: TaskSet, run: RunInfo, copier: ObjectCopier, version: int,
     )
     if ts.pids_dropped:
         task.extra["q:pids-not-listed"] = ts.pids_dropped
-    step = ts.clock_step if ended else clock.step(ts.start)
-    if step is not None:
-        task.extra["q:clock-step"] = step
+    task.clock_step = ts.clock_step if ended else clock.step(ts.start)
     if prof.folded_samples:
-        task.extra["q:samples-folded"] = prof.folded_samples
-        task.extra["q:stacks-folded"] = prof.folded_stacks.estimate() \
-            if prof.folded_stacks is not None else 0
+        task.samples_folded = prof.folded_samples
+        task.stacks_folded = prof.folded_stacks.estimate() if prof.folded_stacks else 0
     if not prof.samples and cpu_stats:
-        task.extra["q:purpose"] = PURPOSE_CPU_STATS
+        task.purpose = PURPOSE_CPU_STATS
     total = prof.total
     granularity = (total / prof.samples * run.conversion_factor) if prof.samples else 0.0
     info = Info(task=task)
@@ -128,7 +125,7 @@ def _prefixed(stats: dict[str, float] | None) -> dict[str, float] | None:
 
 def worth_writing(info: Info) -> bool:
     """A set with samples, or one that carries only its CPU's statistics."""
-    return bool(info.task.samples) or info.task.extra.get("q:purpose") == PURPOSE_CPU_STATS
+    return bool(info.task.samples) or info.task.purpose == PURPOSE_CPU_STATS
 
 
 def perf_map_copy(ts: TaskSet, copier: ObjectCopier) -> str | None:

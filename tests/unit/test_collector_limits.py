@@ -85,8 +85,8 @@ def test_distinct_stacks_beyond_the_cap_fold_into_one_counted_remainder(tmp_path
     assert sum(s.weight for s in stacks) == sum(hist.values()) == 560 * PERIOD
     assert remainder[0].weight == 480 * PERIOD
     assert info.task.samples == 560
-    assert info.task.extra["q:samples-folded"] == 480
-    assert abs(info.task.extra["q:stacks-folded"] - 480) <= 48  # an estimate: 3% std error
+    assert info.task.samples_folded == 480
+    assert abs(info.task.stacks_folded - 480) <= 48  # an estimate: 3% std error
     text = (qd / info.call_stacks.file).read_bytes().splitlines()
     assert text[-1] == b"%d -" % (480 * PERIOD)  # the remainder line, last
 
@@ -126,10 +126,10 @@ def test_a_wall_clock_step_is_noted_and_cannot_end_a_set_before_it_began(tmp_pat
     info = read_info(qd / "app-pid4343-cpu0.info#0")
     assert info.task.start_time == 1_800_000_000.0
     assert info.task.end_time == 1_800_000_030.0  # start + monotonic time elapsed
-    assert info.task.extra["q:clock-step"] == -3600.0
+    assert info.task.clock_step == -3600.0
     kernel = read_info(qd / "kernel-cpu0.info#0")  # begun after the step: none to note
     assert kernel.task.end_time >= kernel.task.start_time
-    assert "q:clock-step" not in kernel.task.extra
+    assert kernel.task.clock_step is None
 
 
 def test_no_step_no_key(tmp_path, binary):
@@ -140,7 +140,7 @@ def test_no_step_no_key(tmp_path, binary):
         clock.now_mono += 30
         clock.now_wall += 31.5  # within the threshold: scheduling, a leap second
         assert c.checkpoint(final=True)
-    assert "q:clock-step" not in read_info(qd / "app-pid4343-cpu0.info#0").task.extra
+    assert read_info(qd / "app-pid4343-cpu0.info#0").task.clock_step is None
 
 
 def test_only_cpu_statistics_sets_are_written_without_samples(tmp_path):
@@ -153,7 +153,8 @@ def test_only_cpu_statistics_sets_are_written_without_samples(tmp_path):
     assert [n for n in names if ".info#" in n] == ["kernel-cpu0.info#0"]
     info = read_info(qd / "kernel-cpu0.info#0")
     assert info.task.samples == 0 and info.task.cpu_stats
-    assert info.task.extra["q:purpose"] == "cpu-stats"
+    assert info.task.purpose == "cpu-stats"
+    assert '(q:purpose . "cpu-stats")' in (qd / "kernel-cpu0.info#0").read_text()
     assert list(read_hist(qd / info.histogram.file)) == []
     # without CPU statistics (-i): nothing at all
     qd2 = tmp_path / "q2"
@@ -169,5 +170,7 @@ def test_a_set_with_samples_has_no_purpose_key(tmp_path, binary):
         c = _collector(qdir, _records(binary, [BASE + 0x900] * 5))
         assert c.checkpoint(final=True)
     info = read_info(qd / "app-pid4343-cpu0.info#0")
-    assert info.task.samples == 5 and "q:purpose" not in info.task.extra
-    assert "q:samples-folded" not in info.task.extra
+    assert info.task.samples == 5 and info.task.purpose is None
+    assert info.task.samples_folded is None
+    text = (qd / "app-pid4343-cpu0.info#0").read_text()
+    assert "q:purpose" not in text and "q:samples-folded" not in text
