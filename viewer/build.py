@@ -102,7 +102,7 @@ class SampleBuilder:
         quality = self.quality
         resolve = self._resolve
         for weight, addresses in stacks:
-            if not weight:
+            if not weight or not addresses:  # no frames: the remainder beyond a collector's cap
                 continue
             if len(leaves) + len(returns) >= MAX_MEMO:
                 leaves.clear()
