@@ -265,26 +265,29 @@ class SetBook:
             if not ts.promoted and ts.profile.samples >= self.min_samples:
                 ts.promoted = True
             if ts.promoted and not ts.fold:
-                if proc.ended or final:
-                    ts.finished = True
-                    if ts.end_time is None:
-                        ts.end(self.clock)
+                if (proc.ended or final) and not ts.finished:
+                    self._finish(ts)
                 continue
             if proc.ended or final or ts.fold:
                 self._fold(proc, ts)
                 folded.append(proc)
+        if final:  # written open before and unchanged since: rewritten, closed
+            for a in [*self.aggregates.values(), self.kernel]:
+                if a is not None and not a.finished:
+                    self._finish(a)
         sets = list(self.closing)
         sets += [ts for ts in self.by_process.values() if ts.promoted and ts.dirty]
         sets += [a for a in self.aggregates.values() if a.dirty]
         if self.kernel is not None and self.kernel.dirty:
             sets.append(self.kernel)
-        if final:
-            for ts in sets:
-                if not ts.finished:
-                    ts.finished = True
-                    if ts.end_time is None:
-                        ts.end(self.clock)
         return sets, folded
+
+    def _finish(self, ts: TaskSet) -> None:
+        """Close ``ts``: its next write says so, even if nothing else changed."""
+        ts.finished = True
+        ts.dirty = True
+        if ts.end_time is None:
+            ts.end(self.clock)
 
     def _fold(self, proc: Process, ts: TaskSet) -> None:
         """Move a task's samples into its program's aggregate set."""

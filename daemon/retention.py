@@ -13,10 +13,11 @@ sets at once, and must keep answering its watchdog): until every `.info`
 is known, no copy is collected and only known sets are removed.
 
 Ages never come from the wall clock alone (see daemon/clock.py). Each set
-gets a birth on the monotonic clock: a set seen to change while this
-process watches was born when it was seen; a set found at the first pass
-(an earlier run's) was born as long before as its recorded end then said
-(never after: a record from the future counts as new). Its age is the
+gets a birth on the monotonic clock: a set of this run (a name that was not
+there when the run began, ``begin``) or one seen to change was born when it
+was seen; a set of an earlier run was born as long before as its recorded
+end said when first seen (never after: a record from the future counts as
+new). Its age is the
 monotonic time since, so a stepped clock deletes nothing, and the sets
 stay in birth order without sorting each round. A set counts as closed
 when its writer said so (``q:state "closed"``) or when it has not changed
@@ -109,6 +110,7 @@ class Index:
         self.pending = 0  # .info files not parsed yet (over a round's budget)
         self.parses = 0  # .info files parsed so far (the cost this index saves)
         self.first_pass_done = False
+        self.earlier: set[str] | None = None  # names there when the run began
         self._dir_mtime: int | None = None
         self._changed = True  # the derived views below need rebuilding
         self.by_birth: list[SetFiles] = []
@@ -117,6 +119,11 @@ class Index:
         self.size = 0
 
     # ------------------------------------------------------------ looking
+
+    def begin(self, qdir: QDir) -> None:
+        """Note what an earlier run left, before this run writes anything:
+        only those sets and copies are aged by their recorded times."""
+        self.earlier = {n for n in qdir.names() if not n.startswith(TEMP_PREFIX)}
 
     def refresh(self, qdir: QDir) -> None:
         """Bring the index up to date with the directory."""
@@ -135,10 +142,13 @@ class Index:
             self._changed = False
 
     def _relist(self, qdir: QDir, now: Stamp) -> None:
-        first = not self.first_pass_done
+        names = qdir.names()
+        if self.earlier is None:
+            self.begin(qdir)
+        earlier = self.earlier
+        assert earlier is not None
         stop_parsing = now.mono + PARSE_SECONDS
         pending = parsed_now = 0
-        names = qdir.names()
         infos: dict[str, SetFiles] = {}
         copies: dict[str, Copy] = {}
         unreadable: dict[str, Key] = {}
@@ -155,7 +165,7 @@ class Index:
                 if old is not None and old.key == _key(cst):
                     copies[name] = Copy(old.key, old.born, cst)
                 else:
-                    age = max(0.0, now.wall - cst.st_ctime) if first else 0.0
+                    age = max(0.0, now.wall - cst.st_ctime) if name in earlier else 0.0
                     copies[name] = Copy(_key(cst), now.mono - age, cst)
                 continue
             if ".info#" not in name:
@@ -181,7 +191,8 @@ class Index:
                 pending += 1  # at least one a round, so every round makes progress
                 continue
             parsed_now += 1
-            parsed = self._parse(qdir, name, key, ist, now, first)
+            parsed = self._parse(qdir, name, key, ist, now, name in earlier)
+            earlier.discard(name)  # if it changes after this, it changes while we watch
             if parsed is None:
                 unreadable[name] = key
             else:
@@ -193,14 +204,14 @@ class Index:
             self.first_pass_done = True
 
     def _parse(self, qdir: QDir, name: str, key: Key, ist: os.stat_result, now: Stamp,
-               first: bool) -> SetFiles | None:
+               earlier: bool) -> SetFiles | None:
         self.parses += 1
         try:
             info = read_info(qdir.join(name))
         except QFormatError:
             return None
         end = info.task.end_time or info.task.start_time or ist.st_mtime
-        age = max(0.0, now.wall - end) if first else 0.0
+        age = max(0.0, now.wall - end) if earlier else 0.0
         entry = SetFiles(name, key, now.mono - age, end, info.task.state == "closed",
                          info.data_files(), info.copies())
         entry.size = _size(qdir, [name, *entry.data])

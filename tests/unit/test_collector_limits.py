@@ -174,3 +174,15 @@ def test_a_set_with_samples_has_no_purpose_key(tmp_path, binary):
     assert info.task.samples_folded is None
     text = (qd / "app-pid4343-cpu0.info#0").read_text()
     assert "q:purpose" not in text and "q:samples-folded" not in text
+
+
+def test_sets_written_open_and_unchanged_since_are_closed_at_the_end(tmp_path, binary):
+    qd = tmp_path / "q"
+    with QDir.open(qd, create=True) as qdir:
+        c = _collector(qdir, _records(binary, [BASE + 0x900] * 5))
+        assert c.checkpoint()  # written open; no samples after this
+        assert read_info(qd / "app-pid4343-cpu0.info#0").task.state == "open"
+        assert c.checkpoint(final=True)
+    for name in os.listdir(qd):
+        if ".info#" in name:
+            assert read_info(qd / name).task.state == "closed", name
