@@ -39,7 +39,7 @@ from qtools.qformat.store import TEMP_PREFIX
 from .clock import SYSTEM, Clock, Stamp
 
 CHUNK = 1 << 20
-DATA_MARKS = (".hist#", ".stack#", ".edge#")
+DATA_TYPES = ("hist", "stack", "edge")
 QUIET_SECONDS = 1.0
 """A directory whose mtime is this much older than our look at it cannot
 change without its mtime changing (file times are coarser than ns)."""
@@ -47,6 +47,10 @@ PARSE_SECONDS = 2.0
 """Monotonic seconds of `.info` parsing per round at most (about 1,500 sets)."""
 
 Key = tuple[int, int, int]  # inode, size, mtime_ns
+UNSETTLED: Key = (-1, -1, -1)
+"""The key of a file parsed within QUIET_SECONDS of its change: a file
+replaced again within the same tick of the file clock may get the freed
+inode back and the same size and mtime, so it is read again next round."""
 
 
 def _key(st: os.stat_result) -> Key:
@@ -123,7 +127,8 @@ class Index:
     def begin(self, qdir: QDir) -> None:
         """Note what an earlier run left, before this run writes anything:
         only those sets and copies are aged by their recorded times."""
-        self.earlier = {n for n in qdir.names() if not n.startswith(TEMP_PREFIX)}
+        self.earlier = {n for n in qdir.names()
+                        if ".info#" in n or (n.startswith(".") and not n.startswith(TEMP_PREFIX))}
 
     def refresh(self, qdir: QDir) -> None:
         """Bring the index up to date with the directory."""
@@ -169,7 +174,7 @@ class Index:
                     copies[name] = Copy(_key(cst), now.mono - age, cst)
                 continue
             if ".info#" not in name:
-                if any(m in name for m in DATA_MARKS):
+                if "#" in name:  # a versioned data file (an orphan if no .info names it)
                     data_names.append(name)
                 continue
             entry = self.sets.get(name)
@@ -193,6 +198,10 @@ class Index:
             parsed_now += 1
             parsed = self._parse(qdir, name, key, ist, now, name in earlier)
             earlier.discard(name)  # if it changes after this, it changes while we watch
+            if parsed is not None and entry is not None and entry.key == UNSETTLED \
+                    and (entry.end_time, entry.state_closed) == (parsed.end_time,
+                                                                 parsed.state_closed):
+                parsed.born, parsed.compressed = entry.born, entry.compressed  # read again
             if parsed is None:
                 unreadable[name] = key
             else:
@@ -212,8 +221,9 @@ class Index:
             return None
         end = info.task.end_time or info.task.start_time or ist.st_mtime
         age = max(0.0, now.wall - end) if earlier else 0.0
-        entry = SetFiles(name, key, now.mono - age, end, info.task.state == "closed",
-                         info.data_files(), info.copies())
+        settled = now.wall - ist.st_mtime > QUIET_SECONDS
+        entry = SetFiles(name, key if settled else UNSETTLED, now.mono - age, end,
+                         info.task.state == "closed", info.data_files(), info.copies())
         entry.size = _size(qdir, [name, *entry.data])
         return entry
 
@@ -224,8 +234,11 @@ class Index:
         if not self.unreadable and not self.pending:  # else one may name any of them
             named = {f for s in self.sets.values() for f in s.data}
             for name in data_names:
+                if name in named:
+                    continue
                 base, _, version = name.rpartition("#")
-                if name in named or f"{base.rpartition('.')[0]}.info#{version}" in present:
+                stem, _, kind = base.rpartition(".")
+                if kind not in DATA_TYPES or f"{stem}.info#{version}" in present:
                     continue
                 orphans[name] = self.orphans.get(name, now.mono)
         self.orphans = orphans
