@@ -10,24 +10,38 @@ footprint: a set is forgotten once its final state has been written.
 Different processes of one program map its objects at different addresses
 (ASLR), so folding rebases every address onto one canonical layout per
 aggregate set (``CanonicalLayout``).
+
+Distinct stacks per set and slice are capped (``MAX_STACKS``): any user can
+make millions, and each costs memory until the slice ends. Stacks beyond
+the cap are folded into one remainder weight, written as the `.stack` line
+``WEIGHT -``; the histogram keeps every sample exactly.
+
+Times come from ``clock.Clock``: a set's end is its start plus monotonic
+time elapsed, so a stepped wall clock cannot make it end before it began.
 """
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable
 
 from qtools.qformat import SetName, sanitize_prog
 
+from .clock import SYSTEM, Clock, Stamp
 from .procfs import counters_delta
+from .sketch import DistinctCount
 from .tasks import Mapping, ObjectKey, Process
 
 KERNEL_START = 0xFFFF_8000_0000_0000  # x86_64 and aarch64 kernel half
 SYNTHETIC_BASE = 0x4000_0000_0000_0000  # never a user or kernel address
 MAX_PIDS = 1024
 MAX_UNWRITTEN = 128  # ended tasks kept apart while .q cannot be written; then folded
+MAX_STACKS = 200_000
+"""Distinct stacks kept per set and time slice. A stack costs about 0.5 KB
+(the tuple, its addresses, the dict slot), so a set at the cap holds about
+100 MB; reaching it takes 200,000 samples of one task in one slice (over
+3 minutes of CPU at 997 Hz), and real programs show tens of thousands."""
 
 
 @dataclass
@@ -39,15 +53,30 @@ class Profile:
     arcs: defaultdict[tuple[int, int], int] = field(default_factory=lambda: defaultdict(int))
     samples: int = 0
     mappings: set[Mapping] = field(default_factory=set)
+    max_stacks: int = MAX_STACKS
+    folded_weight: int = 0  # weight of the stacks beyond max_stacks: the remainder line
+    folded_samples: int = 0
+    folded_stacks: DistinctCount | None = None  # made when the first stack is folded
 
     def add(self, ip: int, weight: int, stack: tuple[int, ...] | None,
             arcs: Iterable[tuple[int, int]] = ()) -> None:
         self.samples += 1
         self.hist[ip] += weight
         if stack:
-            self.stacks[stack] += weight
+            self._add_stack(stack, weight, 1)
         for arc in arcs:
             self.arcs[arc] += 1
+
+    def _add_stack(self, stack: tuple[int, ...], weight: int, samples: int) -> None:
+        stacks = self.stacks
+        if stack in stacks or len(stacks) < self.max_stacks:
+            stacks[stack] += weight
+            return
+        self.folded_weight += weight
+        self.folded_samples += samples
+        if self.folded_stacks is None:
+            self.folded_stacks = DistinctCount()
+        self.folded_stacks.add(stack)
 
     @property
     def total(self) -> int:
@@ -59,11 +88,20 @@ class Profile:
             (lambda a: rebase.translate(a, proc))
         for a, w in other.hist.items():
             self.hist[tr(a)] += w
+        # How many samples a stack stood for is not kept: a stack folded here
+        # counts its share of the other profile's samples by weight.
+        per_sample = other.total / other.samples if other.samples else 1.0
         for s, w in other.stacks.items():
-            self.stacks[tuple(tr(a) for a in s)] += w
+            self._add_stack(tuple(tr(a) for a in s), w, max(1, round(w / per_sample)))
         for (f, t), n in other.arcs.items():
             self.arcs[(tr(f), tr(t))] += n
         self.samples += other.samples
+        self.folded_weight += other.folded_weight
+        self.folded_samples += other.folded_samples
+        if other.folded_stacks is not None:
+            if self.folded_stacks is None:
+                self.folded_stacks = DistinctCount()
+            self.folded_stacks.merge(other.folded_stacks)
         if rebase is None:
             self.mappings |= other.mappings
 
@@ -116,8 +154,9 @@ class TaskSet:
     version: int | None = None
     pids: list[int] = field(default_factory=list)
     pids_dropped: int = 0
-    start_time: float = field(default_factory=time.time)
-    end_time: float | None = None
+    start: Stamp = field(default_factory=SYSTEM.stamp)
+    end_time: float | None = None  # Unix seconds: start.wall + monotonic time elapsed
+    clock_step: float | None = None  # wall clock minus derived time at the end, if a step
     lost_at_start: int = 0
     lost_at_end: int | None = None
     dirty: bool = True
@@ -139,6 +178,15 @@ class TaskSet:
             return None
         return counters_delta(self.stats_start, self.stats_last)
 
+    @property
+    def start_time(self) -> float:
+        return self.start.wall
+
+    def end(self, clock: Clock) -> None:
+        """The set ends now (or, ended already, its data changes now)."""
+        self.end_time = clock.wall_after(self.start)
+        self.clock_step = clock.step(self.start)
+
     def add_pid(self, pid: int) -> None:
         if pid in self.pids:
             return
@@ -151,9 +199,12 @@ class TaskSet:
 class SetBook:
     """All task sets of one CPU and the rules that route samples to them."""
 
-    def __init__(self, cpu: int, min_samples: int = 100) -> None:
+    def __init__(self, cpu: int, min_samples: int = 100, max_stacks: int = MAX_STACKS,
+                 clock: Clock = SYSTEM) -> None:
         self.cpu = cpu
         self.min_samples = min_samples
+        self.max_stacks = max_stacks
+        self.clock = clock
         self.by_process: dict[Process, TaskSet] = {}
         self.aggregates: dict[str, TaskSet] = {}
         self.kernel: TaskSet | None = None
@@ -164,14 +215,16 @@ class SetBook:
     def kernel_set(self) -> TaskSet:
         if self.kernel is None:
             self.kernel = TaskSet(SetName("kernel", self.cpu), promoted=True,
-                                  lost_at_start=self.lost)
+                                  lost_at_start=self.lost, start=self.clock.stamp(),
+                                  profile=self._profile())
         return self.kernel
 
     def process_set(self, proc: Process) -> TaskSet:
         ts = self.by_process.get(proc)
         if ts is None:
             ts = TaskSet(SetName(sanitize_prog(proc.comm), self.cpu, proc.pid), process=proc,
-                         lost_at_start=self.lost, pids=[proc.pid])
+                         lost_at_start=self.lost, pids=[proc.pid], start=self.clock.stamp(),
+                         profile=self._profile())
             self.by_process[proc] = ts
         ts.dirty = True
         return ts
@@ -181,17 +234,21 @@ class SetBook:
         ts = self.by_process.get(proc)
         if ts is None:
             return False
-        ts.end_time = time.time()
+        ts.end(self.clock)
         ts.lost_at_end = self.lost
         ts.dirty = True
         return True
+
+    def _profile(self) -> Profile:
+        return Profile(max_stacks=self.max_stacks)
 
     def _aggregate_for(self, proc: Process) -> TaskSet:
         prog = sanitize_prog(proc.comm)
         agg = self.aggregates.get(prog)
         if agg is None:
             agg = TaskSet(SetName(prog, self.cpu), layout=CanonicalLayout(), promoted=True,
-                          lost_at_start=self.lost, start_time=time.time())
+                          lost_at_start=self.lost, start=self.clock.stamp(),
+                          profile=self._profile())
             self.aggregates[prog] = agg
         return agg
 
@@ -209,23 +266,29 @@ class SetBook:
             if not ts.promoted and ts.profile.samples >= self.min_samples:
                 ts.promoted = True
             if ts.promoted and not ts.fold:
-                if proc.ended or final:
-                    ts.finished = True
+                if (proc.ended or final) and not ts.finished:
+                    self._finish(ts)
                 continue
             if proc.ended or final or ts.fold:
                 self._fold(proc, ts)
                 folded.append(proc)
+        if final:  # written open before and unchanged since: rewritten, closed
+            for a in [*self.aggregates.values(), self.kernel]:
+                if a is not None and not a.finished:
+                    self._finish(a)
         sets = list(self.closing)
         sets += [ts for ts in self.by_process.values() if ts.promoted and ts.dirty]
         sets += [a for a in self.aggregates.values() if a.dirty]
         if self.kernel is not None and self.kernel.dirty:
             sets.append(self.kernel)
-        if final:
-            for ts in sets:
-                if not ts.finished:
-                    ts.finished = True
-                    ts.end_time = ts.end_time or time.time()
         return sets, folded
+
+    def _finish(self, ts: TaskSet) -> None:
+        """Close ``ts``: its next write says so, even if nothing else changed."""
+        ts.finished = True
+        ts.dirty = True
+        if ts.end_time is None:
+            ts.end(self.clock)
 
     def _fold(self, proc: Process, ts: TaskSet) -> None:
         """Move a task's samples into its program's aggregate set."""
@@ -237,7 +300,7 @@ class SetBook:
         for k, v in (ts.task_stats() or {}).items():
             agg.stats_folded[k] = round(agg.stats_folded.get(k, 0) + v, 6)
         if proc.ended:
-            agg.end_time = time.time()
+            agg.end(self.clock)
         agg.dirty = True
         del self.by_process[proc]
 

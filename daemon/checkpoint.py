@@ -1,16 +1,19 @@
 """Writing task sets into `.q` through qformat.
 
 Order matters for readers: data files first, then the `.info` that names
-them; a new set first claims its version with a complete `.info` that has
-no data yet (a valid, empty profile), so no partial `.info` is ever visible.
+them, so no `.info` is ever visible before its data. A new set claims its
+version with its `.hist` (linked under a version no other writer holds);
+no `.info` without samples is ever written, except a kernel-cpuN set that
+carries only the CPU's statistics, which says so (q:purpose "cpu-stats").
 """
 
 from __future__ import annotations
 
 import os
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable
+
+from zlib_ng import gzip_ng
 
 from qtools.qformat import (CallCounts, CallStacks, Form, Histogram, Info, MapRange, ObjectRef,
                             QDir, Stored, TaskInfo, dump_info, edge_lines, hist_lines,
@@ -19,6 +22,7 @@ from qtools.qformat.info import JitdumpRef
 
 from . import procfs
 from .aggregate import TaskSet
+from .clock import SYSTEM, Clock
 from .objects import ObjectCopier
 from .stopping import uninterrupted
 from .tasks import Mapping
@@ -63,12 +67,19 @@ def _objects(ts: TaskSet, run: RunInfo, copier: ObjectCopier) -> list[ObjectRef]
     return refs
 
 
+PURPOSE_CPU_STATS = "cpu-stats"
+"""q:purpose of a set written for its q:cpu-stats alone (no samples)."""
+
+
 def build_info(ts: TaskSet, run: RunInfo, copier: ObjectCopier, version: int,
                cpu_lost: int, perf_map: Stored | None = None,
-               jitdumps: list[JitdumpRef] | None = None) -> Info:
+               jitdumps: list[JitdumpRef] | None = None, clock: Clock = SYSTEM) -> Info:
     proc = ts.process
     prof = ts.profile
     lost_end = ts.lost_at_end if ts.lost_at_end is not None else cpu_lost
+    ended = ts.end_time is not None
+    cpu_stats = _prefixed(procfs.cpu_summary(ts.stats_start, ts.stats_last)) \
+        if ts.name.is_kernel and ts.stats_start and ts.stats_last else None
     task = TaskInfo(
         syscollect_cmdline=run.syscollect_cmdline,
         cmdline=proc.cmdline if proc and proc.cmdline else None,
@@ -82,19 +93,24 @@ def build_info(ts: TaskSet, run: RunInfo, copier: ObjectCopier, version: int,
         arch=run.machine.get("arch"),
         run_id=run.run_id,
         run_start=run.run_start,
-        start_time=ts.start_time,
-        end_time=ts.end_time if ts.end_time is not None else time.time(),
+        start_time=ts.start.wall,
+        end_time=ts.end_time if ended else clock.wall_after(ts.start),
         samples=prof.samples,
         lost_samples=max(0, lost_end - ts.lost_at_start),
         task_stats=_prefixed(ts.task_stats()) if proc or ts.name.is_aggregate else None,
-        cpu_stats=_prefixed(procfs.cpu_summary(ts.stats_start, ts.stats_last))
-        if ts.name.is_kernel and ts.stats_start and ts.stats_last else None,
+        cpu_stats=cpu_stats,
         state="closed" if ts.finished else "open",
     )
     if ts.pids_dropped:
         task.extra["q:pids-not-listed"] = ts.pids_dropped
     if ts.name.is_kernel and prof.samples:
         task.extra["q:idle-weight"] = ts.idle_weight  # docs/q-format.md 4.1
+    task.clock_step = ts.clock_step if ended else clock.step(ts.start)
+    if prof.folded_samples:
+        task.samples_folded = prof.folded_samples
+        task.stacks_folded = prof.folded_stacks.estimate() if prof.folded_stacks else 0
+    if not prof.samples and cpu_stats:
+        task.purpose = PURPOSE_CPU_STATS
     total = prof.total
     granularity = (total / prof.samples * run.conversion_factor) if prof.samples else 0.0
     info = Info(task=task)
@@ -102,7 +118,7 @@ def build_info(ts: TaskSet, run: RunInfo, copier: ObjectCopier, version: int,
                                x_unit_label="address", y_unit_label=run.unit_label,
                                y_unit_conversion_factor=run.conversion_factor,
                                y_granularity=granularity)
-    if run.unwinder and prof.stacks:
+    if run.unwinder and (prof.stacks or prof.folded_weight):
         info.call_stacks = CallStacks(ts.name.file("stack", version), unwinder=run.unwinder)
     if prof.arcs:
         info.call_counts = CallCounts(ts.name.file("edge", version), conversion_factor=1.0)
@@ -121,10 +137,9 @@ def _prefixed(stats: dict[str, float] | None) -> dict[str, float] | None:
     return {f"q:{k}": v for k, v in stats.items()} if stats else None
 
 
-def header_only(info: Info) -> Info:
-    """The same `.info` without its data files: a valid, empty profile."""
-    return replace(info, histogram=None, call_counts=None, call_stacks=None,
-                   task=replace(info.task, samples=0))
+def worth_writing(info: Info) -> bool:
+    """A set with samples, or one that carries only its CPU's statistics."""
+    return bool(info.task.samples) or info.task.purpose == PURPOSE_CPU_STATS
 
 
 def perf_map_copy(ts: TaskSet, copier: ObjectCopier) -> Stored | None:
@@ -134,30 +149,43 @@ def perf_map_copy(ts: TaskSet, copier: ObjectCopier) -> Stored | None:
 
 
 def write_sets(qdir: QDir, sets: list[TaskSet], run: RunInfo, copier: ObjectCopier,
-               cpu_lost: int, jitdumps: Callable[[TaskSet], list[JitdumpRef]] | None = None
-               ) -> tuple[list[TaskSet], list[OSError]]:
+               cpu_lost: int, jitdumps: Callable[[TaskSet], list[JitdumpRef]] | None = None,
+               clock: Clock = SYSTEM) -> tuple[list[TaskSet], list[OSError]]:
     """Write ``sets``; return those that reached the disk and the errors met.
 
     A set whose write fails keeps its data in memory and stays dirty, so the
     next checkpoint tries again.
     """
     staged: list[tuple[TaskSet, Info]] = []
+    skipped: list[TaskSet] = []
     errors: list[OSError] = []
     for ts in sets:
         try:
+            if not ts.profile.samples and not ts.name.is_kernel:
+                skipped.append(ts)  # nothing to show: no need to copy its perf map either
+                continue
             perf_map = perf_map_copy(ts, copier)
             jit = jitdumps(ts) if jitdumps else None
-            if ts.version is None:
-                draft = build_info(ts, run, copier, 0, cpu_lost, perf_map, jit)
-                header = dump_info(header_only(draft)).encode()
-                ts.version = qdir.claim_version(ts.name, lambda _n: header)
-            info = build_info(ts, run, copier, ts.version, cpu_lost, perf_map, jit)
+            info = build_info(ts, run, copier, ts.version or 0, cpu_lost, perf_map, jit, clock)
+            if not worth_writing(info):
+                skipped.append(ts)
+                continue
             prof = ts.profile
+            hist = hist_lines(prof.hist)
             with uninterrupted():  # a stop waits: the files of one set must agree
-                qdir.atomic_write(info.histogram.file, hist_lines(prof.hist),  # type: ignore
-                                  compress=run.compress, sync=False)
+                if ts.version is None:
+                    data = b"".join(hist)  # the claim: a set's files appear under a free version
+                    if run.compress:
+                        data = gzip_ng.compress(data, mtime=0)
+                    ts.version = qdir.claim_version(ts.name, lambda _n: data, type_="hist")
+                    info = build_info(ts, run, copier, ts.version, cpu_lost, perf_map, jit,
+                                      clock)
+                else:
+                    qdir.atomic_write(info.histogram.file, hist,  # type: ignore[union-attr]
+                                      compress=run.compress, sync=False)
                 if info.call_stacks:
-                    qdir.atomic_write(info.call_stacks.file, stack_lines(prof.stacks),
+                    qdir.atomic_write(info.call_stacks.file,
+                                      stack_lines(prof.stacks, prof.folded_weight),
                                       compress=run.compress, sync=False)
                 if info.call_counts:
                     qdir.atomic_write(info.call_counts.file, edge_lines(prof.arcs),
@@ -166,8 +194,8 @@ def write_sets(qdir: QDir, sets: list[TaskSet], run: RunInfo, copier: ObjectCopi
         except OSError as e:
             errors.append(e)
     if not staged:
-        return [], errors
-    written = []
+        return skipped, errors
+    written = list(skipped)
     try:
         qdir.sync()
         for ts, info in staged:

@@ -10,6 +10,7 @@ import sys
 from qtools.qformat.version import package_version
 
 from . import command, events, procfs
+from .aggregate import MAX_STACKS
 from .config import Config, parse_age, parse_size
 from .messages import EXIT_LOST
 from .supervisor import CollectError, Supervisor
@@ -128,6 +129,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--min-samples", type=_positive_int, default=100, metavar="N",
                    help="a task needs N samples for a set of its own; tasks that end with "
                         "fewer go into their program's PROG-cpuN set (default 100)")
+    p.add_argument("--max-stacks", type=_positive_int, default=MAX_STACKS, metavar="N",
+                   help="distinct call stacks kept per set and time slice; the rest are "
+                        f"counted in one remainder line (default {MAX_STACKS})")
     p.add_argument("--symlink", action="store_true",
                    help="symlink objects into .q instead of copying them")
     p.add_argument("--mmap-pages", dest="ring_pages", type=_positive_int, metavar="PAGES",
@@ -181,7 +185,8 @@ def config_from(args: argparse.Namespace, argv: list[str]) -> Config:
                   frequency=args.frequency, event=args.event, inherit_only=args.inherit_only,
                   checkpoint=args.checkpoint, call_graph=args.call_graph,
                   stack_size=args.stack_size,
-                  min_samples=args.min_samples, symlink=args.symlink,
+                  min_samples=args.min_samples, max_stacks=args.max_stacks,
+                  symlink=args.symlink,
                   ring_pages=args.ring_pages, rotate=args.rotate, max_size=args.max_size,
                   max_age=args.max_age, compress=args.compress, stuck_after=args.stuck_after,
                   max_object_size=args.max_object_size, max_map_size=args.max_map_size,

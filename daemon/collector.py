@@ -16,8 +16,9 @@ from typing import Callable, Protocol, TextIO
 from qtools.qformat import QDir
 
 from . import procfs
-from .aggregate import KERNEL_START, SetBook, TaskSet
+from .aggregate import KERNEL_START, MAX_STACKS, SetBook, TaskSet
 from .checkpoint import RunInfo, write_sets
+from .clock import SYSTEM, Clock
 from .jitdump import JitTracker
 from .messages import Tally, tell
 from .objects import KallsymsCopy, ObjectCopier
@@ -57,6 +58,7 @@ class Options:
     rotate: float | None = None  # seconds per time slice; None: one slice for the run
     compress: bool = False  # write data files of closed sets gzip-compressed
     cpu_stats: bool = True  # keep the CPU's busy share and clock in kernel-cpuN
+    max_stacks: int = MAX_STACKS  # distinct stacks per set and slice; the rest: one remainder
 
 
 @dataclass
@@ -70,7 +72,8 @@ class Flags:
 class CpuCollector:
     def __init__(self, opts: Options, run: RunInfo, source: EventSource, qdir: QDir,
                  copier: ObjectCopier, user_frames: UserFrames | None = None,
-                 out: TextIO | None = None, kallsyms: KallsymsCopy | None = None) -> None:
+                 out: TextIO | None = None, kallsyms: KallsymsCopy | None = None,
+                 clock: Clock = SYSTEM) -> None:
         self.opts = opts
         self.run_info = run
         self.source = source
@@ -84,7 +87,8 @@ class CpuCollector:
         self.kallsyms = kallsyms
         self.out = out or sys.stderr
         self.table = TaskTable(on_end=self._ended)
-        self.book = SetBook(opts.cpu, opts.min_samples)
+        self.clock = clock
+        self.book = SetBook(opts.cpu, opts.min_samples, opts.max_stacks, clock)
         self.samples = 0
         self.lost = 0
         self.damaged = 0  # records that could not be decoded
@@ -182,7 +186,8 @@ class CpuCollector:
             ts.dirty = True
             if s.pid == 0:  # with -k every pid lands here: keep the idle task's share apart
                 ts.idle_weight += weight
-            stack = tuple(kernel) if self.opts.stacks and kernel else None
+            # a sample without a callchain is a stack of its pc: .stack sums to .hist
+            stack = (tuple(kernel) or (s.ip,)) if self.opts.stacks else None
             ts.profile.add(s.ip, weight, stack)
             return
         proc = self._process(s.pid, s.time)
@@ -195,7 +200,7 @@ class CpuCollector:
                 ts.stats_at = now
                 ts.stats_last = procfs.task_counters(proc.pid) or ts.stats_last
         user = self.user_frames.frames(proc, s, user)
-        stack = tuple(kernel + user) if self.opts.stacks and (kernel or user) else None
+        stack = (tuple(kernel + user) or (s.ip,)) if self.opts.stacks else None
         arcs = [(b.source, b.target) for b in s.branches if b.is_call] if s.branches else []
         self._note_mappings(proc, ts, user if user else [s.ip], arcs)
         if self.jit is not None and user and self.jit.has_dump(proc):
@@ -287,7 +292,7 @@ class CpuCollector:
         jit = self.jit
         written, errors = write_sets(self.qdir, sets, run, self.copier, self.lost,
                                      (lambda t: jit.refs(t.process, t.pids, self.qdir))
-                                     if jit else None)
+                                     if jit else None, self.clock)
         self.sets_created += sum(ts.version is not None for ts in fresh)
         self._unwritten = len(sets) - len(written)
         for ts in written:
@@ -342,13 +347,21 @@ class CpuCollector:
 
     # ------------------------------------------------------------ the loop
 
+    def _slice_end(self, clock: Callable[[], float], every: float) -> float:
+        """When this slice ends, on the loop's monotonic ``clock``: at the
+        next wall-clock boundary as the wall clock reads now. A step of the
+        wall clock later does not move it (a step back would stall rotation,
+        a step forward cut a burst of slices); the next slice aligns again."""
+        wall = self.clock.wall()
+        return clock() + _next_boundary(wall, every) - wall
+
     def run(self, flags: Flags, clock: Callable[[], float] = time.monotonic,
             drain_interval: float = 0.5, heartbeat: Callable[[], None] | None = None) -> bool:
         """Collect until ``flags.stop``; then write a final checkpoint."""
         started = last_tick = clock()
         next_checkpoint = started + self.opts.checkpoint_interval
         rotate = self.opts.rotate
-        next_slice = _next_boundary(time.time(), rotate) if rotate else None
+        next_slice = self._slice_end(clock, rotate) if rotate else None
         if self.opts.cpu_stats:
             self.book.kernel_set().stats_start = procfs.cpu_counters(self.opts.cpu)
         while not flags.stop:
@@ -356,7 +369,7 @@ class CpuCollector:
             wait = min(drain_interval, next_checkpoint - now,
                        (last_tick + 1.0 - now) if self.opts.verbose else drain_interval)
             if next_slice is not None:
-                wait = min(wait, next_slice - time.time())
+                wait = min(wait, next_slice - now)
             self.source.wait(max(0.0, wait))
             self.step()
             if heartbeat is not None:
@@ -366,9 +379,9 @@ class CpuCollector:
                 self._say(self._tick(now - last_tick))
                 self._tick_samples = self._tick_lost = 0
                 last_tick = now
-            if next_slice is not None and time.time() >= next_slice:
+            if next_slice is not None and now >= next_slice:
                 self.rotate()
-                next_slice = _next_boundary(time.time(), rotate)  # type: ignore[arg-type]
+                next_slice = self._slice_end(clock, rotate)  # type: ignore[arg-type]
                 next_checkpoint = clock() + self.opts.checkpoint_interval
             elif flags.checkpoint or now >= next_checkpoint:
                 flags.checkpoint = False

@@ -44,6 +44,7 @@ class Config:
     call_graph: str = "dwarf"  # user stacks: "dwarf", "fp" or "none"
     stack_size: int = 16384  # bytes of user stack copied per sample for dwarf
     min_samples: int = 100
+    max_stacks: int = 200_000  # distinct stacks per set and slice (aggregate.MAX_STACKS)
     symlink: bool = False
     ring_pages: int | None = None
     rotate: float | None = None

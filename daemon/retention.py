@@ -1,12 +1,29 @@
 """Keeping a long-running `.q` bounded: compress closed slices, remove the
 oldest when over size or age, and collect object copies nobody refers to.
 
-The decisions are pure functions over what ``scan`` found; the parent
-process applies them between checkpoints. A set counts as closed when its
-writer said so (``q:state "closed"``) or when it has not been rewritten for
-longer than a collector would let an open set sit (its writer is gone,
-e.g. after ``kill -9``). Deleting or compressing a set that was open after
-all does no harm: its collector rewrites every file it owns whole.
+A round must cost little when little changed: a service's directory holds
+tens of thousands of sets. ``Index`` keeps what retention needs of each
+`.info` (state, times, data files, copies, sizes) keyed by the file's
+(inode, size, mtime): a file is parsed only when it is new or was replaced.
+Every writer replaces files by rename, which changes the directory's
+mtime, so a round in which the directory did not change lists nothing; a
+closed set is never rewritten, so it is not even looked at again. Parsing
+stops after ``PARSE_SECONDS`` a round (a restarted service meets 100,000
+sets at once, and must keep answering its watchdog): until every `.info`
+is known, no copy is collected and only known sets are removed.
+
+Ages never come from the wall clock alone (see daemon/clock.py). Each set
+gets a birth on the monotonic clock: a set of this run (a name that was not
+there when the run began, ``begin``) or one seen to change was born when it
+was seen; a set of an earlier run was born as long before as its recorded
+end said when first seen (never after: a record from the future counts as
+new). Its age is the
+monotonic time since, so a stepped clock deletes nothing, and the sets
+stay in birth order without sorting each round. A set counts as closed
+when its writer said so (``q:state "closed"``) or when it has not changed
+for longer than a collector lets an open set sit (its writer is gone, e.g.
+after ``kill -9``). Deleting or compressing a set that was open after all
+does no harm: its collector rewrites every file it owns whole.
 """
 
 from __future__ import annotations
@@ -19,30 +36,25 @@ from qtools.qformat import QDir, QFormatError, read_info
 from qtools.qformat.data import GZIP_MAGIC
 from qtools.qformat.store import TEMP_PREFIX
 
+from .clock import SYSTEM, Clock, Stamp
+
 CHUNK = 1 << 20
+DATA_TYPES = ("hist", "stack", "edge")
+QUIET_SECONDS = 1.0
+"""A directory whose mtime is this much older than our look at it cannot
+change without its mtime changing (file times are coarser than ns)."""
+PARSE_SECONDS = 2.0
+"""Monotonic seconds of `.info` parsing per round at most (about 1,500 sets)."""
+
+Key = tuple[int, int, int]  # inode, size, mtime_ns
+UNSETTLED: Key = (-1, -1, -1)
+"""The key of a file parsed within QUIET_SECONDS of its change: a file
+replaced again within the same tick of the file clock may get the freed
+inode back and the same size and mtime, so it is read again next round."""
 
 
-@dataclass
-class SetFiles:
-    """One versioned set as found on disk."""
-
-    info: str
-    end_time: float
-    closed: bool
-    data: list[str]
-    copies: list[str]
-    size: int = 0
-
-
-@dataclass
-class Scan:
-    sets: list[SetFiles] = field(default_factory=list)
-    copies: dict[str, os.stat_result] = field(default_factory=dict)
-    unreadable: list[str] = field(default_factory=list)
-
-    @property
-    def size(self) -> int:
-        return sum(s.size for s in self.sets) + sum(_own_bytes(st) for st in self.copies.values())
+def _key(st: os.stat_result) -> Key:
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _own_bytes(st: os.stat_result) -> int:
@@ -53,93 +65,32 @@ def _own_bytes(st: os.stat_result) -> int:
     return st.st_blocks * 512
 
 
-def scan(qdir: QDir, now: float, stale_after: float) -> Scan:
-    out = Scan()
-    for name in qdir.names():
-        if name.startswith(TEMP_PREFIX):
-            continue
-        if name.startswith("."):
-            try:
-                out.copies[name] = qdir.lstat(name)
-            except OSError:
-                pass
-            continue
-        if ".info#" not in name:
-            continue
-        try:
-            info = read_info(qdir.join(name))
-        except QFormatError:
-            out.unreadable.append(name)
-            continue
-        end = info.task.end_time or info.task.start_time or 0.0
-        closed = info.task.state == "closed" or end < now - stale_after
-        entry = SetFiles(name, end, closed, info.data_files(), info.copies())
-        for f in [name, *entry.data]:
-            try:
-                entry.size += qdir.lstat(f).st_blocks * 512
-            except OSError:
-                pass
-        out.sets.append(entry)
-    return out
+@dataclass
+class SetFiles:
+    """One versioned set as the index knows it."""
+
+    info: str
+    key: Key
+    born: float  # monotonic seconds: its age is the time since
+    end_time: float  # as recorded (Unix seconds)
+    state_closed: bool
+    data: list[str]
+    copies: list[str]
+    size: int = 0
+    compressed: bool = False  # its data files were found (or made) gzip
+
+    def age(self, mono: float) -> float:
+        return mono - self.born
+
+    def closed(self, mono: float, stale_after: float) -> bool:
+        return self.state_closed or mono - self.born > stale_after
 
 
-def choose_removals(found: Scan, now: float, max_size: int | None,
-                    max_age: float | None) -> list[SetFiles]:
-    """Closed sets to remove, oldest first: all beyond ``max_age``, then as
-    many more as it takes to get under ``max_size``."""
-    closed = sorted((s for s in found.sets if s.closed), key=lambda s: s.end_time)
-    remove = [s for s in closed if max_age is not None and s.end_time < now - max_age]
-    if max_size is not None:
-        size = found.size - sum(s.size for s in remove)
-        for s in closed:
-            if size <= max_size:
-                break
-            if s not in remove:
-                remove.append(s)
-                size -= s.size
-    return remove
-
-
-def unreferenced_copies(found: Scan, removed: list[SetFiles], now: float,
-                        grace: float) -> list[str]:
-    """Copies no remaining `.info` names, older than ``grace`` seconds (a
-    collector may have just made one for a set it has not written yet)."""
-    if found.unreadable:
-        return []  # an .info we cannot read may refer to anything
-    gone = {s.info for s in removed}
-    wanted = {c for s in found.sets if s.info not in gone for c in s.copies}
-    return sorted(n for n, st in found.copies.items()
-                  if n not in wanted and st.st_ctime < now - grace)
-
-
-def remove_sets(qdir: QDir, sets: list[SetFiles]) -> None:
-    for s in sets:
-        qdir.remove(s.info)  # the .info first: a reader never finds it without its data
-        for f in s.data:
-            qdir.remove(f)
-
-
-def compress_closed(qdir: QDir, found: Scan) -> int:
-    """gzip the data files of closed sets that are still plain text."""
-    done = 0
-    for s in found.sets:
-        if not s.closed:
-            continue
-        for name in s.data:
-            try:
-                fd = qdir.open_read(name)
-            except OSError:
-                continue
-            with os.fdopen(fd, "rb") as f:
-                if f.read(2) == GZIP_MAGIC:
-                    continue
-                f.seek(0)
-                qdir.atomic_write(name, iter(lambda: f.read(CHUNK), b""), compress=True,
-                                  sync=False)
-                done += 1
-    if done:
-        qdir.sync()
-    return done
+@dataclass
+class Copy:
+    key: Key
+    born: float
+    st: os.stat_result
 
 
 @dataclass
@@ -151,23 +102,260 @@ class Report:
     sets: int = 0
 
 
-def maintain(qdir: QDir, now: float, *, stale_after: float, grace: float,
-             max_size: int | None = None, max_age: float | None = None,
-             compress: bool = False) -> Report:
-    """One round of upkeep; raises OSError only from writing (a full disk)."""
-    found = scan(qdir, now, stale_after)
-    report = Report()
-    removals = choose_removals(found, now, max_size, max_age)
-    remove_sets(qdir, removals)
-    report.removed = [s.info for s in removals]
-    for name in unreferenced_copies(found, removals, now, grace):
-        if qdir.remove(name):
-            report.collected.append(name)
-    kept = [s for s in found.sets if s not in removals]
-    if compress:
-        report.compressed = compress_closed(qdir, Scan(kept, found.copies))
-    report.sets = len(kept)
-    report.size = scan(qdir, now, stale_after).size if (removals or report.compressed) \
-        else Scan(kept, {n: st for n, st in found.copies.items()
-                         if n not in report.collected}).size
-    return report
+class Index:
+    """What retention knows of a `.q` directory, kept between rounds."""
+
+    def __init__(self, clock: Clock = SYSTEM) -> None:
+        self.clock = clock
+        self.sets: dict[str, SetFiles] = {}
+        self.copies: dict[str, Copy] = {}
+        self.unreadable: dict[str, Key] = {}
+        self.orphans: dict[str, float] = {}  # data files without their .info: since when
+        self.pending = 0  # .info files not parsed yet (over a round's budget)
+        self.parses = 0  # .info files parsed so far (the cost this index saves)
+        self.first_pass_done = False
+        self.earlier: set[str] | None = None  # names there when the run began
+        self._dir_mtime: int | None = None
+        self._changed = True  # the derived views below need rebuilding
+        self.by_birth: list[SetFiles] = []
+        self.wanted: set[str] = set()  # copies the known sets name
+        self.uncompressed: list[SetFiles] = []
+        self.size = 0
+
+    # ------------------------------------------------------------ looking
+
+    def begin(self, qdir: QDir) -> None:
+        """Note what an earlier run left, before this run writes anything:
+        only those sets and copies are aged by their recorded times."""
+        self.earlier = {n for n in qdir.names()
+                        if ".info#" in n or (n.startswith(".") and not n.startswith(TEMP_PREFIX))}
+
+    def refresh(self, qdir: QDir) -> None:
+        """Bring the index up to date with the directory."""
+        now = self.clock.stamp()
+        st = os.fstat(qdir.fd)
+        if st.st_mtime_ns != self._dir_mtime:
+            self._relist(qdir, now)
+            quiet = now.wall - st.st_mtime_ns / 1e9 > QUIET_SECONDS
+            self._dir_mtime = st.st_mtime_ns if quiet and not self.pending else None
+        if self._changed:
+            self.by_birth = sorted(self.sets.values(), key=lambda s: s.born)
+            self.wanted = {c for s in self.sets.values() for c in s.copies}
+            self.uncompressed = [s for s in self.by_birth if not s.compressed]
+            self.size = sum(s.size for s in self.sets.values()) + sum(
+                _own_bytes(c.st) for c in self.copies.values())
+            self._changed = False
+
+    def _relist(self, qdir: QDir, now: Stamp) -> None:
+        names = qdir.names()
+        if self.earlier is None:
+            self.begin(qdir)
+        earlier = self.earlier
+        assert earlier is not None
+        stop_parsing = now.mono + PARSE_SECONDS
+        pending = parsed_now = 0
+        infos: dict[str, SetFiles] = {}
+        copies: dict[str, Copy] = {}
+        unreadable: dict[str, Key] = {}
+        data_names: list[str] = []
+        for name in names:
+            if name.startswith(TEMP_PREFIX):
+                continue
+            if name.startswith("."):
+                try:
+                    cst = qdir.lstat(name)
+                except OSError:
+                    continue
+                old = self.copies.get(name)
+                if old is not None and old.key == _key(cst):
+                    copies[name] = Copy(old.key, old.born, cst)
+                else:
+                    age = max(0.0, now.wall - cst.st_ctime) if name in earlier else 0.0
+                    copies[name] = Copy(_key(cst), now.mono - age, cst)
+                continue
+            if ".info#" not in name:
+                if "#" in name:  # a versioned data file (an orphan if no .info names it)
+                    data_names.append(name)
+                continue
+            entry = self.sets.get(name)
+            if entry is not None and entry.state_closed:
+                infos[name] = entry  # written for the last time
+                continue
+            try:
+                ist = qdir.lstat(name)
+            except OSError:
+                continue
+            key = _key(ist)
+            if entry is not None and entry.key == key:
+                infos[name] = entry
+                continue
+            if self.unreadable.get(name) == key:
+                unreadable[name] = key
+                continue
+            if pending or (parsed_now and self.clock.mono() >= stop_parsing):
+                pending += 1  # at least one a round, so every round makes progress
+                continue
+            parsed_now += 1
+            parsed = self._parse(qdir, name, key, ist, now, name in earlier)
+            earlier.discard(name)  # if it changes after this, it changes while we watch
+            if parsed is not None and entry is not None and entry.key == UNSETTLED \
+                    and (entry.end_time, entry.state_closed) == (parsed.end_time,
+                                                                 parsed.state_closed):
+                parsed.born, parsed.compressed = entry.born, entry.compressed  # read again
+            if parsed is None:
+                unreadable[name] = key
+            else:
+                infos[name] = parsed
+        self._changed = True
+        self.sets, self.copies, self.unreadable, self.pending = infos, copies, unreadable, pending
+        self._note_orphans(data_names, set(names), now)
+        if not pending:
+            self.first_pass_done = True
+
+    def _parse(self, qdir: QDir, name: str, key: Key, ist: os.stat_result, now: Stamp,
+               earlier: bool) -> SetFiles | None:
+        self.parses += 1
+        try:
+            info = read_info(qdir.join(name))
+        except QFormatError:
+            return None
+        end = info.task.end_time or info.task.start_time or ist.st_mtime
+        age = max(0.0, now.wall - end) if earlier else 0.0
+        settled = now.wall - ist.st_mtime > QUIET_SECONDS
+        entry = SetFiles(name, key if settled else UNSETTLED, now.mono - age, end,
+                         info.task.state == "closed", info.data_files(), info.copies())
+        entry.size = _size(qdir, [name, *entry.data])
+        return entry
+
+    def _note_orphans(self, data_names: list[str], present: set[str], now: Stamp) -> None:
+        """Data files without their `.info` (a writer that died between the
+        two): kept while a writer may still be at it, then collectable."""
+        orphans: dict[str, float] = {}
+        if not self.unreadable and not self.pending:  # else one may name any of them
+            named = {f for s in self.sets.values() for f in s.data}
+            for name in data_names:
+                if name in named:
+                    continue
+                base, _, version = name.rpartition("#")
+                stem, _, kind = base.rpartition(".")
+                if kind not in DATA_TYPES or f"{stem}.info#{version}" in present:
+                    continue
+                orphans[name] = self.orphans.get(name, now.mono)
+        self.orphans = orphans
+
+    # ------------------------------------------------------------ deciding
+
+    def removals(self, mono: float, stale_after: float, max_size: int | None,
+                 max_age: float | None) -> list[SetFiles]:
+        """Closed sets to remove, oldest first: all beyond ``max_age``, then
+        as many more as it takes to get under ``max_size`` (once every
+        `.info` is known: until then the size is not)."""
+        remove: list[SetFiles] = []
+        if max_age is not None:
+            for s in self.by_birth:
+                if s.age(mono) <= max_age:
+                    break
+                if s.closed(mono, stale_after):
+                    remove.append(s)
+        if max_size is None or self.pending:
+            return remove
+        size = self.size - sum(s.size for s in remove)
+        if size <= max_size:
+            return remove
+        chosen = {s.info for s in remove}
+        for s in self.by_birth:
+            if size <= max_size:
+                break
+            if s.info not in chosen and s.closed(mono, stale_after):
+                remove.append(s)
+                size -= s.size
+        return remove
+
+    def unreferenced_copies(self, mono: float, grace: float) -> list[str]:
+        """Copies no known `.info` names, older than ``grace`` (a collector
+        may have just made one for a set it has not written yet)."""
+        if self.unreadable or self.pending:
+            return []  # an .info not read may refer to anything
+        return sorted(n for n, c in self.copies.items()
+                      if n not in self.wanted and mono - c.born > grace)
+
+    # ------------------------------------------------------------ changing
+
+    def _forget(self, sets: list[SetFiles], names: list[str]) -> None:
+        for s in sets:
+            del self.sets[s.info]
+        for name in names:
+            self.copies.pop(name, None)
+            self.orphans.pop(name, None)
+        self._changed = True
+        self._dir_mtime = None
+
+    def compress_closed(self, qdir: QDir, mono: float, stale_after: float) -> int:
+        """gzip the data files of closed sets that are still plain text; a
+        set is looked at once per content of its `.info`."""
+        done = 0
+        for s in self.uncompressed:
+            if not s.closed(mono, stale_after):
+                continue
+            for name in s.data:
+                done += _compress(qdir, name)
+            s.compressed = True
+            old, s.size = s.size, _size(qdir, [s.info, *s.data])
+            self.size += s.size - old
+        self.uncompressed = [s for s in self.uncompressed if not s.compressed]
+        if done:
+            qdir.sync()
+            self._dir_mtime = None
+        return done
+
+    def maintain(self, qdir: QDir, *, stale_after: float, grace: float,
+                 max_size: int | None = None, max_age: float | None = None,
+                 compress: bool = False) -> Report:
+        """One round of upkeep; raises OSError only from writing (a full disk)."""
+        self.refresh(qdir)
+        mono = self.clock.mono()
+        report = Report()
+        removals = self.removals(mono, stale_after, max_size, max_age)
+        for s in removals:
+            qdir.remove(s.info)  # the .info first: a reader never finds it without its data
+            for f in s.data:
+                qdir.remove(f)
+        report.removed = [s.info for s in removals]
+        if removals:
+            self._forget(removals, [])
+            self.refresh(qdir)  # copies only the removed sets named are unreferenced now
+        orphans = sorted(n for n, t in self.orphans.items() if mono - t > grace)
+        for name in self.unreferenced_copies(mono, grace) + orphans:
+            if qdir.remove(name):
+                report.collected.append(name)
+        if report.collected:
+            self._forget([], report.collected)
+            self.refresh(qdir)
+        if compress:
+            report.compressed = self.compress_closed(qdir, mono, stale_after)
+        report.sets = len(self.sets)
+        report.size = self.size
+        return report
+
+
+def _size(qdir: QDir, names: list[str]) -> int:
+    size = 0
+    for f in names:
+        try:
+            size += qdir.lstat(f).st_blocks * 512
+        except OSError:
+            pass
+    return size
+
+
+def _compress(qdir: QDir, name: str) -> int:
+    try:
+        fd = qdir.open_read(name)
+    except (OSError, QFormatError):
+        return 0
+    with os.fdopen(fd, "rb") as f:
+        if f.read(2) == GZIP_MAGIC:
+            return 0
+        f.seek(0)
+        qdir.atomic_write(name, iter(lambda: f.read(CHUNK), b""), compress=True, sync=False)
+    return 1

@@ -85,6 +85,7 @@ class Supervisor:
         self.retired = Tally()  # the totals of collectors that have ended
         self.losses: list[str] = []  # what this run lost, for its last line
         self.kallsyms = KallsymsCopy()  # the children inherit it, and renew it
+        self.retention = retention.Index()  # what upkeep knows of .q between rounds
 
     # ------------------------------------------------------------ setup
 
@@ -174,6 +175,7 @@ class Supervisor:
         except QFormatError as e:
             raise CollectError(str(e)) from None
         qdir.remove_stale_temps()
+        self.retention.begin(qdir)
         source = plan(cfg, self._note)
         kallsyms, vdso = self._shared_copies(qdir)
         run = run_info(cfg, source.event, source, kallsyms, vdso)
@@ -323,8 +325,8 @@ class Supervisor:
     def _upkeep(self, qdir: QDir, source: SourceSpec) -> None:
         cfg = self.cfg
         try:
-            report = retention.maintain(
-                qdir, time.time(), stale_after=cfg.stale_after, grace=cfg.stale_after,
+            report = self.retention.maintain(
+                qdir, stale_after=cfg.stale_after, grace=cfg.stale_after,
                 max_size=cfg.max_size, max_age=cfg.max_age, compress=cfg.compress_closed)
         except OSError as e:
             text = f"cannot tend {qdir.path}: {e.strerror or e}"
@@ -406,7 +408,7 @@ class Supervisor:
                                "SIGTERM; killing it")
                     _kill(self.cmd_pid, signal.SIGKILL)
                     cmd_deadline = None
-                time.sleep(0.02)
+                select.select([], [], [], 0.02)  # not time.sleep: see tests' faketime run
                 continue
             if pid == self.cmd_pid:
                 self.cmd_status = status

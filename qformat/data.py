@@ -292,8 +292,10 @@ def edge_lines(arcs: Mapping[tuple[int, int], int] | Iterable[Arc]) -> Iterator[
             yield b"0x%x 0x%x %d\n" % (caller, callee, count)
 
 
-def stack_lines(stacks: Mapping[tuple[int, ...], int] | Iterable[Stack]) -> Iterator[bytes]:
-    """Lines of a `.stack` file, heaviest stack first."""
+def stack_lines(stacks: Mapping[tuple[int, ...], int] | Iterable[Stack],
+                remainder: int = 0) -> Iterator[bytes]:
+    """Lines of a `.stack` file, heaviest stack first; a ``remainder``
+    weight (stacks not kept) goes last as ``WEIGHT -``."""
     items: Iterable[tuple[int, tuple[int, ...]]]
     if isinstance(stacks, Mapping):
         items = ((w, f) for f, w in stacks.items())
@@ -305,6 +307,9 @@ def stack_lines(stacks: Mapping[tuple[int, ...], int] | Iterable[Stack]) -> Iter
         _check_u64(weight, *frames)
         if weight:
             yield b"%d %s\n" % (weight, b" ".join(b"0x%x" % f for f in frames))
+    _check_u64(remainder)
+    if remainder:
+        yield b"%d %s\n" % (remainder, REMAINDER)
 
 
 def _check_u64(*values: int) -> None:

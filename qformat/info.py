@@ -71,6 +71,12 @@ class TaskInfo:
     task_stats: dict[str, Any] | None = None
     cpu_stats: dict[str, Any] | None = None
     state: str | None = None  # "open" while the writer may still rewrite it, then "closed"
+    # Seconds the wall clock differed from start-time + monotonic time elapsed
+    # when the set ended (positive: stepped forward); only beyond 2 s.
+    clock_step: float | None = None
+    samples_folded: int | None = None  # samples whose stacks went to the remainder line
+    stacks_folded: int | None = None  # distinct stacks among them (an estimate, ~3%)
+    purpose: str | None = None  # "cpu-stats": no samples, only q:cpu-stats
     extra: dict[str, Any] = field(default_factory=dict)
 
 

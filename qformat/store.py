@@ -333,20 +333,22 @@ class QDir:
             self.sync()
 
     def claim_version(self, set_name: SetName, render: Callable[[int], bytes],
-                      mode: int = 0o644) -> int:
-        """Create ``SET.info#N`` for a new N and return N.
+                      mode: int = 0o644, type_: str = "info") -> int:
+        """Create ``SET.TYPE#N`` (``.info`` unless told) for a new N and return N.
 
-        N starts one above the highest existing version. ``render(N)`` gives
-        the complete `.info` text for version N; it is written to a
-        temporary file and hard-linked to the name, which fails if another
-        writer took N first; then the next N is tried.
+        N starts one above the highest existing version of the `.info` and
+        of TYPE. ``render(N)`` gives the complete file for version N; it is
+        written to a temporary file and hard-linked to the name, which fails
+        if another writer took N first; then the next N is tried.
         """
-        latest = self.latest_version(set_name)
-        n = 0 if latest is None else latest + 1
+        prefixes = (f"{set_name}.info#", f"{set_name}.{type_}#")
+        taken = [int(v) for name in self.names() if name.startswith(prefixes)
+                 for v in [name.rpartition("#")[2]] if v.isdigit() and len(v) < 10]
+        n = max(taken) + 1 if taken else 0
         while True:
             tmp = self._write_temp(render(n), compress=False, mode=mode)
             try:
-                os.link(tmp, set_name.file("info", n), src_dir_fd=self.fd,
+                os.link(tmp, set_name.file(type_, n), src_dir_fd=self.fd,
                         dst_dir_fd=self.fd, follow_symlinks=False)
             except FileExistsError:
                 n += 1
