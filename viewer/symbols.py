@@ -14,6 +14,7 @@ Nothing here prints: problems go to the ``warn`` callback, once each.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import zlib
 from bisect import bisect_right
@@ -21,8 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, NamedTuple
 
-from qtools.qformat import Info, MapRange, ObjectRef, QDir, check_plain_name, open_regular, \
-    parse_copy_name
+from qtools.qformat import Info, MapRange, ObjectRef, QDir, check_plain_name, open_regular
 from qtools.qformat.errors import QFormatError
 from qtools.qformat.jitdump import is_synthetic
 
@@ -103,6 +103,7 @@ class Symbols:
         self._kallsyms: dict[tuple[str, str], Kallsyms | None] = {}
         self._perf_maps: dict[tuple[str, str], SymbolTable | None] = {}
         self._roots: dict[tuple[str, str], SymbolTable | None] = {}
+        self._digests: dict[tuple[object, ...], str] = {}
         self._jitdumps: dict[tuple[str, str], JitNames | None] = {}
         self._qdirs: dict[str, QDir] = {}
 
@@ -139,12 +140,21 @@ class Symbols:
             os.close(fd)
 
     def _cache_key(self, path: str, copy: str, kind: str) -> str | None:
+        """The cache key of a verified copy: a SHA-256 of its content. Not its
+        crc32, which anyone can forge: an archive whose copy matched a real
+        library's crc32 and size would have put its symbol names into the
+        cache, for every later profile of the real library to show."""
         try:
-            _base, crc = parse_copy_name(copy)
-            size = os.stat(path).st_size
-        except (QFormatError, OSError):
+            with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                identity = (copy, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+                digest = self._digests.get(identity)
+                if digest is None:
+                    digest = self._digests[identity] = hashlib.file_digest(
+                        f, "sha256").hexdigest()[:40]
+        except OSError:
             return None
-        return f"{crc:08x}-{size}-{kind}"
+        return f"{digest}-{kind}"
 
     # ------------------------------------------------------------ ELF objects
 

@@ -408,3 +408,50 @@ def test_a_copy_is_read_as_it_was_checked(tmp_path, calls_pie):
             os.close(fd)
         fd, problem = qdir.open_copy(o.ref.file)
         assert fd is None and problem is not None  # passwd: not the crc of its name
+
+
+def _forge_crc32(data: bytes, at: int, target: int) -> bytes:
+    """``data`` with the 4 bytes at ``at`` changed so that its crc32 is
+    ``target``: crc32 is affine over GF(2), so the change is the solution of
+    a 32x32 linear system (what an attacker does in well under a second)."""
+    base = bytearray(data)
+    base[at:at + 4] = bytes(4)
+    zero = zlib.crc32(base)
+    columns = []
+    for bit in range(32):
+        probe = bytearray(base)
+        probe[at + bit // 8] ^= 1 << (bit % 8)
+        columns.append(zlib.crc32(probe) ^ zero)
+    want = target ^ zero
+    rows = [(columns[b], 1 << b) for b in range(32)]  # (effect, which bits of the patch)
+    patch = 0
+    for pos in range(32):  # Gaussian elimination, one output bit at a time
+        pivot = next((r for r in rows if r[0] >> pos & 1), None)
+        assert pivot is not None
+        rows.remove(pivot)
+        rows = [(e ^ pivot[0], m ^ pivot[1]) if e >> pos & 1 else (e, m) for e, m in rows]
+        if want >> pos & 1:
+            want ^= pivot[0]
+            patch ^= pivot[1]
+    base[at:at + 4] = patch.to_bytes(4, "little")
+    assert zlib.crc32(base) == target
+    return bytes(base)
+
+
+def test_an_archive_cannot_put_its_symbols_in_the_cache_of_a_real_library(tmp_path,
+                                                                        calls_pie):
+    """A copy with the crc32 and size of a real one (both easy to forge) but
+    other symbol names: the symbol cache must not hand them to the real one."""
+    genuine, o, name = calls_dir(tmp_path / "genuine", calls_pie)
+    copy = genuine.path / o.ref.file
+    data = copy.read_bytes()
+    forged = data.replace(b"leaf1\0", b"EVIL1\0")
+    assert forged != data
+    forged = _forge_crc32(forged, forged.index(b"GCC: (") + 6, zlib.crc32(data))
+    hostile, o2, name2 = calls_dir(tmp_path / "hostile", calls_pie)
+    (hostile.path / o2.ref.file).unlink()  # a file of its own, not a link to the genuine
+    (hostile.path / o2.ref.file).write_bytes(forged)
+    code, out, _err = run(hostile.info_path(name2), "--flat")  # the cache is filled first here
+    assert code == 0 and "EVIL1" in out
+    code, out, _err = run(genuine.info_path(name), "--flat")
+    assert code == 0 and "leaf1" in out and "EVIL1" not in out
