@@ -14,6 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Tests never judge elapsed time, and hypothesis' default 200 ms deadline per
+# example is one: on a loaded 2-core machine it failed round trips that were
+# right, only slow.
+settings.register_profile("q-tools", deadline=None)
+settings.load_profile("q-tools")
 
 sys.path.insert(0, os.path.dirname(__file__))
 
