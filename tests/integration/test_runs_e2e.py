@@ -67,7 +67,7 @@ def test_two_runs_into_one_directory(perf, build, tmp_path):
         assert info.task.start_time >= span[0] - 1, name
     first, second = sorted(runs, key=lambda i: next(
         infos(q)[n].task.run_start for n in runs[i]))
-    view = q_view(str(q))
+    view = q_view(str(q), "--per-cpu")  # a row per set, each naming its file
     assert view.returncode == 0, view.stderr
     notes = [line for line in view.stderr.splitlines() if "note:" in line]
     assert len(notes) == 1 and "2 runs" in notes[0] and first in notes[0] \
