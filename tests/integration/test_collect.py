@@ -59,7 +59,11 @@ def test_collects_a_workload_with_symbols_and_copies(perf, build, tmp_path):
     assert inside == total  # every sampled address is explained by a mapping or the kernel
     in_code = sum(c for a, c in hist.items() for o, m in maps
                   if m.contains(a) and o.name in (pfan.name, "libm.so.6"))
-    assert in_code > 0.8 * total  # p-fan burns its time in its own code and libm
+    # p-fan burns its time in its own code and libm: 99% of its samples (perf
+    # agrees; the rest is kernel entry and vdso). 80% is more than 30 sigma
+    # (sigma = sqrt(p(1-p)/n)) below for the n >= 200 samples even a loaded
+    # machine gives p-fan in 2 s.
+    assert in_code > 0.8 * total
     objects = {o.path: o for o in info.objects}
     exe_copy = objects[str(pfan)]
     assert exe_copy.file == f".{pfan.name}.crc32.{zlib.crc32(pfan.read_bytes()):08x}"
@@ -379,7 +383,9 @@ def test_jit_perf_map_is_copied_and_names_jitted_code(perf, build, tmp_path):
         view = q_view(str(q), "--comm", jit.name, "--flat")
         assert view.returncode == 0, view.stderr
         rows = view.stdout.split("self/call  tot/call  name\n", 1)[1].splitlines()
-        assert rows[0].endswith("jitted_spin_loop"), view.stdout  # most time in the JIT code
+        # the JIT code has about 99% of the self time (a call to clock_gettime every
+        # 100 spins of 200,000 iterations): no other row comes near, at any n
+        assert rows[0].endswith("jitted_spin_loop"), view.stdout
     finally:
         for pid in {i.task.pid for _n, i in sets_of(q, jit.name)}:
             Path(f"/tmp/perf-{pid}.map").unlink(missing_ok=True)
