@@ -91,7 +91,8 @@ def sigma_bound(shares: Iterable[float], *ns: int, sigmas: float = SIGMAS,
 def q_samples(view: Mapping) -> int:
     """How many samples a `q-view --format json` document was made of: the
     q:samples of the `.info` files it names."""
-    counts = [read_info(os.path.join(t["directory"], t["file"])).task.samples for t in view["tasks"]]
+    counts = [read_info(os.path.join(t["directory"], t["file"])).task.samples
+              for t in view["tasks"]]
     if not counts or None in counts:
         raise AssertionError(f"no sample count in {[t['file'] for t in view['tasks']]}")
     return sum(counts)

@@ -16,15 +16,9 @@ import psutil
 import pytest
 
 from qtools.qformat import QDir, read_hist, read_info, read_stacks, resolve_info
-from tests.conftest import command, q_syscollect, q_syscollect_popen, q_view
+from tests.conftest import OWN_SETS, command, q_syscollect, q_syscollect_popen, q_view
 
 KERNEL_START = 0xFFFF_8000_0000_0000
-
-# Tests that look for a workload's own set (sets_of) pass this: with the
-# default --min-samples 100, a task with fewer samples on a CPU is folded
-# into the pid-less PROG-cpuN set, and a 2 s p-fan on a loaded 2-core
-# machine may get fewer than 100 samples on each CPU it ran on.
-OWN_SETS = ("--min-samples", "1")
 
 
 def infos(q: Path) -> dict[str, object]:
@@ -409,8 +403,8 @@ def test_binary_in_another_mount_namespace_is_copied(perf, build, tmp_path):
     script = (f"mount -t tmpfs none {hidden} && cp {pfan} {hidden}/ns-fan && "
               f"exec {hidden}/ns-fan 2")
     q = tmp_path / "q"
-    r = q_syscollect("-d", str(q), *OWN_SETS, "--", "unshare", "--mount", "--propagation", "private",
-                     "sh", "-c", script)
+    r = q_syscollect("-d", str(q), *OWN_SETS, "--", "unshare", "--mount", "--propagation",
+                     "private", "sh", "-c", script)
     if r.returncode and "unshare failed" in r.stderr:
         pytest.skip("cannot create a mount namespace here")
     assert r.returncode == 0, r.stderr

@@ -17,8 +17,8 @@ import psutil
 import pytest
 
 from qtools.qformat import read_hist
-from tests.conftest import command, q_syscollect, q_syscollect_popen, q_view
-from tests.integration.test_collect import OWN_SETS, _wait_for, check_complete, infos, sets_of
+from tests.conftest import OWN_SETS, command, q_syscollect, q_syscollect_popen, q_view
+from tests.integration.test_collect import _wait_for, check_complete, infos, sets_of
 
 UNIT = Path(__file__).resolve().parents[2] / "systemd" / "q-syscollect.service"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import q_syscollect, q_view
+from tests.conftest import OWN_SETS, q_syscollect, q_view
 from tests.sampling import (SIGMAS, count_tolerance, false_failure_rate, q_samples,
                             share_disagreements, sigma_bound)
 
@@ -47,7 +47,8 @@ def test_view_of_a_real_collection(perf, build, tmp_path):
     the functions with stacks (inclusive 18-27% each)."""
     pfan = build("p-fan")
     q = tmp_path / "q"
-    r = q_syscollect("-d", str(q), "--", sys.executable, "-c", CPU_TIME_OF, str(pfan), "2")
+    r = q_syscollect("-d", str(q), *OWN_SETS, "--", sys.executable, "-c", CPU_TIME_OF, str(pfan),
+                     "2")
     assert r.returncode == 0, r.stderr
     cpu_seconds = float(re.search(r"^cpu-seconds (\S+)$", r.stdout, re.M)[1])
     overview = q_view(str(q))
