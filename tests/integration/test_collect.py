@@ -47,23 +47,29 @@ def test_collects_a_workload_with_symbols_and_copies(perf, build, tmp_path):
     q = tmp_path / "q"
     r = q_syscollect("-d", str(q), *OWN_SETS, "--", str(pfan), "2")
     assert r.returncode == 0, r.stderr
-    (name, info), = sets_of(q, pfan.name)[:1] or [(None, None)]
-    assert info is not None, os.listdir(q)
+    sets = [i for _n, i in sets_of(q, pfan.name)]
+    assert sets, os.listdir(q)
+    info = max(sets, key=lambda i: i.task.samples or 0)  # the CPU p-fan ran on most
     assert info.task.exe == str(pfan) and info.task.cmdline == [str(pfan), "2"]
     assert info.histogram.event_name in ("cpu-clock", "cycles")
-    hist = dict(read_hist(q / info.histogram.file))
-    total = sum(hist.values())
-    maps = [(o, m) for o in info.objects for m in o.maps]
-    inside = sum(c for a, c in hist.items()
-                 if a >= KERNEL_START or any(m.contains(a) for _o, m in maps))
-    assert inside == total  # every sampled address is explained by a mapping or the kernel
-    in_code = sum(c for a, c in hist.items() for o, m in maps
-                  if m.contains(a) and o.name in (pfan.name, "libm.so.6"))
-    # p-fan burns its time in its own code and libm: 99% of its samples (perf
-    # agrees; the rest is kernel entry and vdso). 80% is more than 30 sigma
-    # (sigma = sqrt(p(1-p)/n)) below for the n >= 200 samples even a loaded
-    # machine gives p-fan in 2 s.
-    assert in_code > 0.8 * total
+    total = in_code = n = 0
+    for one in sets:  # each CPU's set: its histogram and its own maps
+        hist = dict(read_hist(q / one.histogram.file))
+        maps = [(o, m) for o in one.objects for m in o.maps]
+        inside = sum(c for a, c in hist.items()
+                     if a >= KERNEL_START or any(m.contains(a) for _o, m in maps))
+        assert inside == sum(hist.values())  # every address: a mapping or the kernel
+        total += inside
+        in_code += sum(c for a, c in hist.items() for o, m in maps
+                       if m.contains(a) and o.name in (pfan.name, "libm.so.6"))
+        n += one.task.samples
+    # p-fan burns its time in its own code and libm: 99% of its n samples
+    # (perf agrees; the rest is exec, kernel entry and vdso). 80% is more than
+    # 20 sigma (sigma = sqrt(p(1-p)/n)) below for the n >= 100 samples even a
+    # loaded machine gives p-fan in 2 s; one comparison. Summed over all of
+    # p-fan's sets: the set of a CPU it only started on may hold a few
+    # samples, most of them exec's.
+    assert in_code > 0.8 * total, (in_code, total, n)
     objects = {o.path: o for o in info.objects}
     exe_copy = objects[str(pfan)]
     assert exe_copy.file == f".{pfan.name}.crc32.{zlib.crc32(pfan.read_bytes()):08x}"
@@ -378,7 +384,7 @@ def test_jit_perf_map_is_copied_and_names_jitted_code(perf, build, tmp_path):
     r = q_syscollect("-d", str(q), *OWN_SETS, "--", str(jit), "2")
     try:
         assert r.returncode == 0, r.stderr
-        (name, info), = [(n, i) for n, i in sets_of(q, jit.name)][:1]
+        info = max((i for _n, i in sets_of(q, jit.name)), key=lambda i: i.task.samples or 0)
         assert info.perf_maps and info.perf_maps[0].startswith(f".perf-{info.task.pid}.map.")
         assert b"jitted_spin_loop" in (q / info.perf_maps[0]).read_bytes()
         view = q_view(str(q), "--comm", jit.name, "--flat")
