@@ -47,26 +47,33 @@ def test_plain_O2_program_gets_its_true_callers(perf, build, tmp_path):
 
 
 def test_inclusive_percent_agrees_with_perf_dwarf(perf, build, tmp_path):
-    """Every function both tools name has the same inclusive share in both.
+    """Every user-space function both tools name has the same inclusive share.
 
     Only names both show are compared: perf also lists inlined pseudo-frames
     and names glibc's entry __libc_start_main_impl where q-view says
-    __libc_start_main, both with 99.9%. n1, n2 = q:samples of p-fan's sets
-    and perf's sample count (about 5,000 each, fewer under load). sigma of
-    the difference of a share p is sqrt(p(1-p)(1/n1 + 1/n2)), 0.87 pp for
-    p = 25% at 5,000 each; the tolerance is 4.5 sigma, at least 1 pp. About
-    8 functions (f06..f09 and libm's four, 18-27% each) have shares large
-    enough for sigma to set the tolerance: false-failure rate about
-    8 x 6.8e-6 = 5e-5 per run; main and _start (99.9%) and the small ones
-    compare at more than 4.5 sigma. No function is chosen by a threshold on
-    its share: f06..f09 and main must be among the compared names."""
+    __libc_start_main, both with 99.9%. Kernel functions are not compared:
+    perf's per-task timer, restarted whenever p-fan is switched back in,
+    piles samples into finish_task_switch and the interrupt exit paths on a
+    machine busy with I/O (seen: 7.0% against 2.4%, and 11.8% against 2.9%
+    for handle_softirqs); such a sample still carries p-fan's user stack, so
+    user inclusive shares stay comparable.
+
+    n1, n2 = q:samples of p-fan's sets and perf's sample count (about 5,000
+    each, fewer under load). sigma of the difference of a share p is
+    sqrt(p(1-p)(1/n1 + 1/n2)), 0.87 pp for p = 25% at 5,000 each; the
+    tolerance is 4.5 sigma, at least 1 pp. About 8 functions (f06..f09 and
+    libm's four, 18-27% each) have shares large enough for sigma to set the
+    tolerance: false-failure rate about 8 x 6.8e-6 = 5e-5 per run; main and
+    _start (99.9%) and the small ones compare at more than 4.5 sigma. No
+    function is chosen by a threshold on its share: f06..f09 and main must
+    be among the compared names."""
     q, data, comm = record_with_perf(build, tmp_path, "--call-graph", "dwarf")
-    theirs, n_theirs = perf_report(str(data), children=True)
-    ours, n_ours = view_shares(q, comm, "inclusive")
+    theirs, n_theirs, _user = perf_report(str(data), children=True)
+    ours, n_ours, _user = view_shares(q, comm, "inclusive")
     names = set(ours) & set(theirs)
     assert {"main", "f06", "f07", "f08", "f09"} <= names, sorted(names)
     bad = share_disagreements(ours, n_ours, theirs, n_theirs, names)
     m = sigma_bound([max(ours[k], theirs[k]) for k in names], n_ours, n_theirs)
-    assert not bad, (f"{len(bad)} of {len(names)} inclusive shares disagree with perf "
+    assert not bad, (f"{len(bad)} of {len(names)} user inclusive shares disagree with perf "
                      f"({m} compared at {SIGMAS} sigma, false-failure rate "
                      f"{m * false_failure_rate():.1e}):\n" + "\n".join(bad))

@@ -63,7 +63,9 @@ def test_view_of_a_real_collection(perf, build, tmp_path):
     data = json.loads(q_view(str(q), "--comm", pfan.name, "--format", "json").stdout)
     assert data["event"] == "cpu-clock" and data["unit"] == "seconds"
     assert abs(sum(f["self"] for f in data["functions"]) - data["total"]) < 1e-6
-    assert set(names) == {f["name"] for f in data["functions"] if f["self"]}  # flat rows
+    # flat rows are the functions with self time (a row in a cycle, "name <cycle N>",
+    # is not parsed here)
+    assert set(names) <= {f["name"] for f in data["functions"] if f["self"]}
     assert {"main", *(f"f0{i}" for i in range(10))} & set(names), names
     assert {"f06", "f07", "f08", "f09"} <= {f["name"] for f in data["functions"]
                                             if f["inclusive"]}
@@ -81,28 +83,30 @@ def test_view_of_a_real_collection(perf, build, tmp_path):
 PERF_SECONDS = "5"
 
 
-def perf_report(data: str, children: bool = False) -> tuple[dict[str, float], int]:
-    """perf report's share of each symbol (self, or with --children the
-    inclusive share; inlined pseudo-frames left out: no function of their
-    own here) and the number of samples, the sum of its sample column."""
+def perf_report(data: str, children: bool = False) -> tuple[dict[str, float], int, float]:
+    """perf report's share of each user-space symbol (self, or with
+    --children the inclusive share; inlined pseudo-frames left out: no
+    function of their own here), the number of samples (the sum of its
+    sample column) and the share of samples whose leaf is in user space."""
     mode = ["--children", "-g", "none"] if children else ["--no-children"]
     out = subprocess.run(["perf", "report", "-i", data, *mode, "--sort", "sym", "--stdio", "-q",
                           "-n"], capture_output=True, text=True, timeout=600).stdout
-    columns = r"([\d.]+)%\s+[\d.]+%" if children else r"([\d.]+)%"
+    columns = r"([\d.]+)%\s+([\d.]+)%" if children else r"([\d.]+)%()"
     shares: dict[str, float] = {}
-    n = 0
-    for m in re.finditer(rf"^\s*{columns}\s+(\d+)\s+\[[.k]\]\s+(\S+)(\s+\(inlined\))?$",
+    n, user = 0, 0.0
+    for m in re.finditer(rf"^\s*{columns}\s+(\d+)\s+\[([.k])\]\s+(\S+)(\s+\(inlined\))?$",
                          out, re.M):
-        n += int(m[2])
-        if m[4]:
+        n += int(m[3])
+        if m[4] == "k" or m[6]:
             continue
         share = float(m[1]) / 100
+        user += float(m[2] or m[1]) / 100
         if children:  # a name in two objects (_start): its larger, outer share
-            shares[m[3]] = max(shares.get(m[3], 0.0), share)
+            shares[m[5]] = max(shares.get(m[5], 0.0), share)
         else:
-            shares[m[3]] = shares.get(m[3], 0.0) + share
+            shares[m[5]] = shares.get(m[5], 0.0) + share
     assert n > 0, f"perf report found no samples in {data}"
-    return shares, n
+    return shares, n, user
 
 
 def record_with_perf(build, tmp_path, *perf_options: str) -> tuple[Path, Path, str]:
@@ -119,38 +123,57 @@ def record_with_perf(build, tmp_path, *perf_options: str) -> tuple[Path, Path, s
     return q, data, pfan.name
 
 
-def view_shares(q: Path, comm: str, key: str) -> tuple[dict[str, float], int]:
-    """q-view's share of each function name (key "self": summed over objects;
-    "inclusive": the largest, as _start is in the program and in ld.so) and
-    the number of samples it was made of."""
+def view_shares(q: Path, comm: str, key: str) -> tuple[dict[str, float], int, float]:
+    """q-view's share of each user-space function name (key "self": summed
+    over objects; "inclusive": the largest, as _start is in the program and
+    in ld.so), the number of samples it was made of and the share of samples
+    whose leaf is in user space."""
     view = q_view(str(q), "--comm", comm, "--format", "json")
     assert view.returncode == 0, view.stderr
     doc = json.loads(view.stdout)
     shares: dict[str, float] = {}
+    user = 0.0
     for f in doc["functions"]:
+        if f["kernel"]:
+            continue
         share = f[key] / doc["total"]
+        user += f["self"] / doc["total"]
         old = shares.get(f["name"], 0.0)
         shares[f["name"]] = old + share if key == "self" else max(old, share)
-    return shares, q_samples(doc)
+    return shares, q_samples(doc), user
+
+
+def of_user_samples(shares: dict[str, float], n: int, user: float
+                    ) -> tuple[dict[str, float], int]:
+    """Self shares as shares of the user-space samples, and their number."""
+    return {k: v / user for k, v in shares.items()}, round(n * user)
 
 
 def test_self_percent_agrees_with_perf_report(perf, build, tmp_path):
-    """Every function either tool shows has the same self share in both.
+    """Every user-space function either tool shows has the same share of the
+    user-space samples in both.
 
-    n1, n2 = q:samples of p-fan's sets and perf's sample count (about 5,000
-    each, fewer under load). sigma of the difference of a share p is
-    sqrt(p(1-p)(1/n1 + 1/n2)), 0.87 pp for p = 25% at 5,000 each; the
-    tolerance is 4.5 sigma, at least 1 pp. About 8 functions (libm's four,
-    main, f06..f08) have shares large enough for sigma to set the tolerance:
-    false-failure rate about 8 x 6.8e-6 = 5e-5 per run; the rest compare at
-    more than 4.5 sigma. No function is chosen by a threshold on its share."""
+    Kernel functions are not compared: perf's per-task cpu-clock timer is
+    stopped when p-fan is switched out and restarted when it is switched
+    back in, and on a machine busy with I/O and context switches it fires
+    right there, piling samples into finish_task_switch and the interrupt
+    exit paths (seen: 4.5% against 1.3% for q-syscollect's per-CPU timer, at
+    6.9 sigma); so user shares are taken of each tool's user-space samples.
+
+    n1, n2 = each tool's user-space samples (about 5,000 each, fewer under
+    load). sigma of the difference of a share p is sqrt(p(1-p)(1/n1 + 1/n2)),
+    0.87 pp for p = 25% at 5,000 each; the tolerance is 4.5 sigma, at least
+    1 pp. About 8 functions (libm's four, main, f06..f08) have shares large
+    enough for sigma to set the tolerance: false-failure rate about
+    8 x 6.8e-6 = 5e-5 per run; the rest compare at more than 4.5 sigma. No
+    function is chosen by a threshold on its share."""
     q, data, comm = record_with_perf(build, tmp_path)
-    theirs, n_theirs = perf_report(str(data))
-    ours, n_ours = view_shares(q, comm, "self")
+    theirs, n_theirs = of_user_samples(*perf_report(str(data)))
+    ours, n_ours = of_user_samples(*view_shares(q, comm, "self"))
     assert "main" in set(theirs) & set(ours)  # 3.5-6%: absent with p < e^(-0.035 n)
     names = set(ours) | set(theirs)
     bad = share_disagreements(ours, n_ours, theirs, n_theirs, names)
     m = sigma_bound([max(ours.get(k, 0), theirs.get(k, 0)) for k in names], n_ours, n_theirs)
-    assert not bad, (f"{len(bad)} of {len(names)} self shares disagree with perf "
+    assert not bad, (f"{len(bad)} of {len(names)} user self shares disagree with perf "
                      f"({m} compared at {SIGMAS} sigma, false-failure rate "
                      f"{m * false_failure_rate():.1e}):\n" + "\n".join(bad))
