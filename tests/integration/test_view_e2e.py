@@ -37,7 +37,8 @@ def test_view_of_a_real_collection(perf, build, tmp_path):
     2,000 on an idle machine, a few hundred under load); the count's sigma is
     at most sqrt(n) samples (tests/sampling.py), the tolerance 4.5 sigma (about
     0.2 s at n = 2,000) with a floor of 20 samples (exec and exit, accounted
-    to the task but partly before its name is p-fan's). One comparison:
+    to the task but partly before its name is p-fan's), plus the samples
+    the collector reports lost on the short side. One comparison:
     false-failure rate 6.8e-6 per run.
 
     Presence: p-fan's own code (main, f00..f09) gets 8-15% of the self time
@@ -72,8 +73,13 @@ def test_view_of_a_real_collection(perf, build, tmp_path):
     n = q_samples(data)
     period = data["total"] / n
     tolerance = count_tolerance(n, floor=20) * period
-    assert abs(data["total"] - cpu_seconds) <= tolerance, (
-        f"sampled {data['total']:.3f} s in {n} samples, the kernel accounted "
+    # Samples the collector says it lost (its ring overflowed while it was
+    # starved of CPU; seen: 71 on a loaded machine) are nobody's: up to that
+    # many of p-fan's may be missing, never more, and never extra ones.
+    lost = data["lost_samples"] or 0
+    short = cpu_seconds - data["total"]
+    assert -tolerance <= short <= tolerance + lost * period, (
+        f"sampled {data['total']:.3f} s in {n} samples ({lost} lost), the kernel accounted "
         f"{cpu_seconds:.3f} s: off by more than {tolerance:.3f} s "
         f"({SIGMAS} sigma, sigma {n ** 0.5 * period:.3f} s)")
 
