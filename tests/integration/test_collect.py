@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from qtools.qformat import QDir, read_hist, read_info, read_stacks, resolve_info
-from tests.conftest import command, q_syscollect, q_syscollect_popen, q_view
+from tests.conftest import OWN_SETS, command, q_syscollect, q_syscollect_popen, q_view
 
 KERNEL_START = 0xFFFF_8000_0000_0000
 
@@ -45,21 +45,31 @@ def check_complete(q: Path) -> None:
 def test_collects_a_workload_with_symbols_and_copies(perf, build, tmp_path):
     pfan = build("p-fan")
     q = tmp_path / "q"
-    r = q_syscollect("-d", str(q), "--", str(pfan), "2")
+    r = q_syscollect("-d", str(q), *OWN_SETS, "--", str(pfan), "2")
     assert r.returncode == 0, r.stderr
-    (name, info), = sets_of(q, pfan.name)[:1] or [(None, None)]
-    assert info is not None, os.listdir(q)
+    sets = [i for _n, i in sets_of(q, pfan.name)]
+    assert sets, os.listdir(q)
+    info = max(sets, key=lambda i: i.task.samples or 0)  # the CPU p-fan ran on most
     assert info.task.exe == str(pfan) and info.task.cmdline == [str(pfan), "2"]
     assert info.histogram.event_name in ("cpu-clock", "cycles")
-    hist = dict(read_hist(q / info.histogram.file))
-    total = sum(hist.values())
-    maps = [(o, m) for o in info.objects for m in o.maps]
-    inside = sum(c for a, c in hist.items()
-                 if a >= KERNEL_START or any(m.contains(a) for _o, m in maps))
-    assert inside == total  # every sampled address is explained by a mapping or the kernel
-    in_code = sum(c for a, c in hist.items() for o, m in maps
-                  if m.contains(a) and o.name in (pfan.name, "libm.so.6"))
-    assert in_code > 0.8 * total  # p-fan burns its time in its own code and libm
+    total = in_code = n = 0
+    for one in sets:  # each CPU's set: its histogram and its own maps
+        hist = dict(read_hist(q / one.histogram.file))
+        maps = [(o, m) for o in one.objects for m in o.maps]
+        inside = sum(c for a, c in hist.items()
+                     if a >= KERNEL_START or any(m.contains(a) for _o, m in maps))
+        assert inside == sum(hist.values())  # every address: a mapping or the kernel
+        total += inside
+        in_code += sum(c for a, c in hist.items() for o, m in maps
+                       if m.contains(a) and o.name in (pfan.name, "libm.so.6"))
+        n += one.task.samples
+    # p-fan burns its time in its own code and libm: 99% of its n samples
+    # (perf agrees; the rest is exec, kernel entry and vdso). 80% is more than
+    # 20 sigma (sigma = sqrt(p(1-p)/n)) below for the n >= 100 samples even a
+    # loaded machine gives p-fan in 2 s; one comparison. Summed over all of
+    # p-fan's sets: the set of a CPU it only started on may hold a few
+    # samples, most of them exec's.
+    assert in_code > 0.8 * total, (in_code, total, n)
     objects = {o.path: o for o in info.objects}
     exe_copy = objects[str(pfan)]
     assert exe_copy.file == f".{pfan.name}.crc32.{zlib.crc32(pfan.read_bytes()):08x}"
@@ -104,7 +114,7 @@ def test_sigterm_in_the_middle_leaves_complete_files(perf, build, tmp_path):
     q = tmp_path / "q"
     load = subprocess.Popen([str(pfan), "20"])
     try:
-        proc = q_syscollect_popen("-d", str(q), "-v")
+        proc = q_syscollect_popen("-d", str(q), "-v", *OWN_SETS)
         _wait_for(lambda: proc.stderr and _profiling_lines(proc) >= 2, 30, proc)
         time.sleep(1.5)
         proc.send_signal(signal.SIGTERM)
@@ -152,7 +162,8 @@ def test_sighup_writes_a_checkpoint_at_once(perf, build, tmp_path):
     pfan = build("p-fan")
     q = tmp_path / "q"
     load = subprocess.Popen([str(pfan), "30"])
-    proc = q_syscollect_popen("-d", str(q), "--checkpoint", "3600", stderr=subprocess.DEVNULL)
+    proc = q_syscollect_popen("-d", str(q), "--checkpoint", "3600", *OWN_SETS,
+                              stderr=subprocess.DEVNULL)
     try:
         time.sleep(2.5)
         assert not sets_of(q, pfan.name)  # no checkpoint yet
@@ -317,7 +328,7 @@ def test_deleted_binary_is_copied_from_the_running_task(perf, build, tmp_path, e
         time.sleep(0.5)
         exe.unlink()  # replaced by an upgrade, say: only the running task still has it
         q = tmp_path / "q"
-        r = q_syscollect("-d", str(q), "-t", "2", *extra)
+        r = q_syscollect("-d", str(q), "-t", "2", *OWN_SETS, *extra)
     finally:
         load.kill()
         load.wait()
@@ -353,10 +364,7 @@ def test_a_binary_path_replaced_after_exec_is_not_copied(perf, build, tmp_path):
         os.mkfifo(exes["piped"])
         q = tmp_path / "q"
         r = subprocess.run(["setpriv", "--bounding-set", "-sys_admin,-checkpoint_restore",
-                            command("q-syscollect"), "-d", str(q), "-t", "2",
-                            # a set of its own however few samples a loaded
-                            # machine gives each load
-                            "--min-samples", "1"],
+                            command("q-syscollect"), "-d", str(q), "-t", "2", *OWN_SETS],
                            capture_output=True, text=True, timeout=120)
     finally:
         for load in loads:
@@ -376,16 +384,18 @@ def test_jit_perf_map_is_copied_and_names_jitted_code(perf, build, tmp_path):
         pytest.skip("the JIT workload writes x86_64 machine code")
     jit = build("jit")
     q = tmp_path / "q"
-    r = q_syscollect("-d", str(q), "--", str(jit), "2")
+    r = q_syscollect("-d", str(q), *OWN_SETS, "--", str(jit), "2")
     try:
         assert r.returncode == 0, r.stderr
-        (name, info), = [(n, i) for n, i in sets_of(q, jit.name)][:1]
+        info = max((i for _n, i in sets_of(q, jit.name)), key=lambda i: i.task.samples or 0)
         assert info.perf_maps and info.perf_maps[0].startswith(f".perf-{info.task.pid}.map.")
         assert b"jitted_spin_loop" in (q / info.perf_maps[0]).read_bytes()
         view = q_view(str(q), "--comm", jit.name, "--flat")
         assert view.returncode == 0, view.stderr
         rows = view.stdout.split("self/call  tot/call  name\n", 1)[1].splitlines()
-        assert rows[0].endswith("jitted_spin_loop"), view.stdout  # most time in the JIT code
+        # the JIT code has about 99% of the self time (a call to clock_gettime every
+        # 100 spins of 200,000 iterations): no other row comes near, at any n
+        assert rows[0].endswith("jitted_spin_loop"), view.stdout
     finally:
         for pid in {i.task.pid for _n, i in sets_of(q, jit.name)}:
             Path(f"/tmp/perf-{pid}.map").unlink(missing_ok=True)
@@ -402,8 +412,8 @@ def test_binary_in_another_mount_namespace_is_copied(perf, build, tmp_path):
     script = (f"mount -t tmpfs none {hidden} && cp {pfan} {hidden}/ns-fan && "
               f"exec {hidden}/ns-fan 2")
     q = tmp_path / "q"
-    r = q_syscollect("-d", str(q), "--", "unshare", "--mount", "--propagation", "private",
-                     "sh", "-c", script)
+    r = q_syscollect("-d", str(q), *OWN_SETS, "--", "unshare", "--mount", "--propagation",
+                     "private", "sh", "-c", script)
     if r.returncode and "unshare failed" in r.stderr:
         pytest.skip("cannot create a mount namespace here")
     assert r.returncode == 0, r.stderr

@@ -5,11 +5,10 @@ DWARF CFI by q-syscollect and shown by q-view; cross-checked against
 from __future__ import annotations
 
 import json
-import re
-import subprocess
 
-from tests.conftest import q_syscollect
-from tests.integration.test_view_e2e import q_view, record_with_perf
+from tests.conftest import q_syscollect, q_view
+from tests.integration.test_view_e2e import perf_report, record_with_perf, view_shares
+from tests.sampling import SIGMAS, false_failure_rate, share_disagreements, sigma_bound
 
 CALLERS = {"f06": "main", "f07": "main", "f08": "main", "f09": "main"}
 
@@ -21,6 +20,11 @@ def _pfan_json(q, comm: str) -> dict:
 
 
 def test_plain_O2_program_gets_its_true_callers(perf, build, tmp_path):
+    """Sampled numbers here are bounds far from what is measured: f06..f09
+    each have 18-27% inclusive (absent with probability below 0.82^n for n
+    samples, nil for the n >= 200 even a loaded machine gives p-fan in 2 s);
+    rooted stacks and main's inclusive share are 99.9% (perf agrees), and
+    95% is more than 20 sigma below at n = 200 (sigma = sqrt(p(1-p)/n))."""
     pfan = build("p-fan")  # cc -O2 -fno-inline: no frame pointers
     assert b".eh_frame" in pfan.read_bytes()
     q = tmp_path / "q"
@@ -42,26 +46,34 @@ def test_plain_O2_program_gets_its_true_callers(perf, build, tmp_path):
     assert main["inclusive"] > 0.95 * data["total"]  # nearly every sample is under main
 
 
-def _perf_children(path: str) -> dict[str, float]:
-    out = subprocess.run(["perf", "report", "-i", path, "--children", "--sort", "sym",
-                          "--stdio", "-q", "-g", "none"], capture_output=True, text=True).stdout
-    found: dict[str, float] = {}
-    for m in re.finditer(r"^\s*([\d.]+)%\s+[\d.]+%\s+\[[.k]\]\s+(\S+)(\s+\(inlined\))?$", out,
-                         re.M):
-        if not m[3]:  # inlined pseudo-frames have no function of their own here
-            found.setdefault(m[2], float(m[1]))
-    return found
-
-
 def test_inclusive_percent_agrees_with_perf_dwarf(perf, build, tmp_path):
+    """Every user-space function both tools name has the same inclusive share.
+
+    Only names both show are compared: perf also lists inlined pseudo-frames
+    and names glibc's entry __libc_start_main_impl where q-view says
+    __libc_start_main, both with 99.9%. Kernel functions are not compared:
+    perf's per-task timer, restarted whenever p-fan is switched back in,
+    piles samples into finish_task_switch and the interrupt exit paths on a
+    machine busy with I/O (seen: 7.0% against 2.4%, and 11.8% against 2.9%
+    for handle_softirqs); such a sample still carries p-fan's user stack, so
+    user inclusive shares stay comparable.
+
+    n1, n2 = q:samples of p-fan's sets and perf's sample count (about 5,000
+    each, fewer under load). sigma of the difference of a share p is
+    sqrt(p(1-p)(1/n1 + 1/n2)), 0.87 pp for p = 25% at 5,000 each; the
+    tolerance is 4.5 sigma, at least 1 pp. About 8 functions (f06..f09 and
+    libm's four, 18-27% each) have shares large enough for sigma to set the
+    tolerance: false-failure rate about 8 x 6.8e-6 = 5e-5 per run; main and
+    _start (99.9%) and the small ones compare at more than 4.5 sigma. No
+    function is chosen by a threshold on its share: f06..f09 and main must
+    be among the compared names."""
     q, data, comm = record_with_perf(build, tmp_path, "--call-graph", "dwarf")
-    theirs = _perf_children(str(data))
-    ours_json = _pfan_json(q, comm)
-    total = ours_json["total"]
-    ours: dict[str, float] = {}
-    for f in ours_json["functions"]:  # _start is in the program and in ld.so: the larger
-        ours[f["name"]] = max(ours.get(f["name"], 0.0), 100 * f["inclusive"] / total)
-    compared = [name for name, pct in theirs.items() if pct >= 5.0 and name in ours]
-    assert {"main", "f08", "f09", "f06", "f07"} <= set(compared), compared
-    for name in compared:
-        assert abs(ours[name] - theirs[name]) < 4.0, (name, ours[name], theirs[name])
+    theirs, n_theirs, _user = perf_report(str(data), children=True)
+    ours, n_ours, _user = view_shares(q, comm, "inclusive")
+    names = set(ours) & set(theirs)
+    assert {"main", "f06", "f07", "f08", "f09"} <= names, sorted(names)
+    bad = share_disagreements(ours, n_ours, theirs, n_theirs, names)
+    m = sigma_bound([max(ours[k], theirs[k]) for k in names], n_ours, n_theirs)
+    assert not bad, (f"{len(bad)} of {len(names)} user inclusive shares disagree with perf "
+                     f"({m} compared at {SIGMAS} sigma, false-failure rate "
+                     f"{m * false_failure_rate():.1e}):\n" + "\n".join(bad))

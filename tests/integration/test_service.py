@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from qtools.qformat import read_hist
-from tests.conftest import command, q_syscollect, q_syscollect_popen, q_view
+from tests.conftest import OWN_SETS, command, q_syscollect, q_syscollect_popen, q_view
 from tests.integration.test_collect import _wait_for, check_complete, infos, sets_of
 
 UNIT = Path(__file__).resolve().parents[2] / "systemd" / "q-syscollect.service"
@@ -29,7 +29,7 @@ def test_rotation_cuts_closed_compressed_slices(perf, build, tmp_path):
     load = subprocess.Popen([str(pfan), "12"], preexec_fn=lambda: os.sched_setaffinity(0, {0}))
     try:
         r = q_syscollect("-d", str(q), "--rotate", "2", "--checkpoint", "1", "-t", "7",
-                         "--cpus", "0")
+                         "--cpus", "0", *OWN_SETS)
     finally:
         load.kill()
         load.wait()
