@@ -76,10 +76,10 @@ def test_two_runs_into_one_directory(perf, build, tmp_path):
     # (a set both runs wrote, such as a pid-less p-fan-cpuN, shows the second's)
     assert _files(view.stdout) == _latest(runs[first] | runs[second])
     assert _latest(runs[first]) & _files(view.stdout)  # the older run is there too
-    latest = q_view(str(q), "--run", "latest")
+    latest = q_view(str(q), "--run", "latest", "--per-cpu")
     assert latest.returncode == 0 and latest.stderr == "", latest.stderr
     assert _files(latest.stdout) == _latest(runs[second])
-    older = q_view(str(q), "--run", first[:5])
+    older = q_view(str(q), "--run", first[:5], "--per-cpu")
     assert older.returncode == 0 and older.stderr == "", older.stderr
     assert _files(older.stdout) == _latest(runs[first])
     name = sorted(runs[first])[0]
