@@ -109,6 +109,10 @@ def watch(inputs: list[str], draw: Callable[[TextIO, int], int], out: TextIO,
     changed = threading.Event()
     observer = _observe(directories, changed)
     resized = signal.signal(signal.SIGWINCH, lambda *_: changed.set())
+    # Ctrl-C is how a watch ends, as in top: even when started from a shell
+    # that left SIGINT ignored (a background job without job control), which
+    # would otherwise leave a watch nothing but SIGKILL can stop.
+    interrupted = signal.signal(signal.SIGINT, signal.default_int_handler)
     drawn = 0
     try:
         while True:
@@ -124,6 +128,7 @@ def watch(inputs: list[str], draw: Callable[[TextIO, int], int], out: TextIO,
         pass
     finally:
         signal.signal(signal.SIGWINCH, resized)
+        signal.signal(signal.SIGINT, interrupted)
         if observer is not None:
             observer.stop()
             observer.join()

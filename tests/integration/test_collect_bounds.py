@@ -5,6 +5,7 @@ or during it, deletes nothing and reverses no set's times."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 
@@ -100,9 +101,15 @@ def test_a_wall_clock_stepped_during_the_run_deletes_nothing(perf, build, tmp_pa
                              "--min-samples", "1", "--compress", "-i", "--",
                              "sh", "-c", script, env=env)
     try:
-        def ready(names: set[str]) -> bool:  # the short task's set closed, the long one's open
-            states = {_closed(q / n) for n in names if n.startswith(pfan.name)}
-            return states == {True, False}
+        def ready(names: set[str]) -> bool:
+            """Every set of the short task closed (it may have one per CPU:
+            their final writes land apart), one set of the long task open."""
+            states: dict[str, set[bool]] = {}
+            for n in names:
+                pid = re.search(r"-pid(\d+)-", n)
+                if n.startswith(pfan.name) and pid:
+                    states.setdefault(pid.group(1), set()).add(_closed(q / n))
+            return {True} in states.values() and any(False in s for s in states.values())
         before = _wait_for(q, ready)
         assert before, run.stderr
         mine = [n for n in before if n.startswith(pfan.name)]

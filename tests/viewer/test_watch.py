@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import subprocess
 import time
 
@@ -16,10 +17,10 @@ CLEAR = "\x1b[H\x1b[2J"
 QUIET_FOR = 2.5  # seconds an unchanging directory is watched
 
 
-def _watch(*argv: str, lines: int = 40, columns: int = 120) -> subprocess.Popen:
+def _watch(*argv: str, lines: int = 40, columns: int = 120, **kw) -> subprocess.Popen:
     env = dict(os.environ, PYTHONUNBUFFERED="1", LINES=str(lines), COLUMNS=str(columns))
     env.pop("Q_DIR", None)
-    return q_view_popen("--watch", *argv, text=False, env=env)
+    return q_view_popen("--watch", *argv, text=False, env=env, **kw)
 
 
 def _read(proc: subprocess.Popen, until: str | None, timeout: float) -> str:
@@ -42,8 +43,26 @@ def _read(proc: subprocess.Popen, until: str | None, timeout: float) -> str:
 
 def _stop(proc: subprocess.Popen) -> None:
     proc.send_signal(2)  # Ctrl-C
-    proc.wait(10)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # not left behind holding an inotify instance
+        proc.wait()
+        raise
     assert proc.returncode == 0, proc.stderr.read()
+
+
+def test_ctrl_c_ends_a_watch_started_with_sigint_ignored(tmp_path):
+    """A background job of a shell without job control starts with SIGINT
+    ignored; the watch must still end on Ctrl-C, not need SIGKILL."""
+    qb = QBuilder(tmp_path / "q")
+    qb.task("alpha", 1, 0, hist={0x1000: MS})
+    proc = _watch(str(qb.path),
+                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        _read(proc, "total", 30)
+    finally:
+        _stop(proc)
 
 
 def test_an_unchanging_directory_is_drawn_once(tmp_path):
