@@ -22,7 +22,8 @@ from .clock import SYSTEM, Clock
 from .jitdump import JitTracker
 from .messages import Tally, tell
 from .objects import KallsymsCopy, ObjectCopier
-from .records import Comm, Lost, Mmap, Record, RecordError, Sample, Task, split_callchain
+from .records import Lost, Record, RecordError, Sample, Switch, split_callchain
+from .routes import handlers
 from .source import EventSource
 from .tasks import Process, TaskTable, snapshot
 
@@ -87,11 +88,13 @@ class CpuCollector:
         self.kallsyms = kallsyms
         self.out = out or sys.stderr
         self.table = TaskTable(on_end=self._ended)
+        self._routes = handlers(self, self.table)  # record class -> handler
         self.clock = clock
         self.book = SetBook(opts.cpu, opts.min_samples, opts.max_stacks, clock)
         self.samples = 0
         self.lost = 0
         self.damaged = 0  # records that could not be decoded
+        self.switches = 0  # SWITCH records (none yet: no event asks for them)
         self.sets_created = 0
         self.given_up = 0  # sets dropped without ever being written
         self._unwritten = 0  # sets the last checkpoint could not write
@@ -164,17 +167,22 @@ class CpuCollector:
             except RecordError:
                 self.damaged += 1
         decoded.sort(key=_time)
+        route = self._routes.get
         for rec in decoded:
-            if isinstance(rec, Sample):
-                self._sample(rec)
-            elif isinstance(rec, (Comm, Task, Mmap)):
-                self.table.apply(rec)
-            elif isinstance(rec, Lost):
-                self.lost += rec.lost
-                self._tick_lost += rec.lost
-                self.book.lost = self.lost
+            handler = route(type(rec))
+            if handler is not None:
+                handler(rec)
         self.source.release()
         return len(raw)
+
+    def on_lost(self, rec: Lost) -> None:
+        self.lost += rec.lost
+        self._tick_lost += rec.lost
+        self.book.lost = self.lost
+
+    def on_switch(self, rec: Switch) -> None:
+        """Counted only, until the off-CPU profile uses them."""
+        self.switches += 1
 
     def _sample(self, s: Sample) -> None:
         self.samples += 1
@@ -208,6 +216,8 @@ class CpuCollector:
                             ts.profile.add)
         else:
             ts.profile.add(s.ip, weight, stack, arcs)
+
+    on_sample = _sample  # the handler routes.ROUTES names for samples
 
     def _describe(self, proc: Process, ts: TaskSet) -> None:
         if proc.ended:
