@@ -191,3 +191,18 @@ def test_unwritable_q_keeps_memory_bounded_by_folding_ended_tasks():
 def test_anonymous_and_bracketed_mappings_have_no_file():
     assert ObjectKey("//anon").special and ObjectKey("[vdso]").special
     assert ObjectKey("[anon:v8]").special and not ObjectKey("/usr/lib/libc.so.6").special
+
+
+def test_threads_beyond_the_bound_share_one_count():
+    from qtools.daemon.tally import MAX_THREADS, SampleTally
+    tally, merged = SampleTally(), SampleTally()
+    for tid in range(MAX_THREADS + 10):
+        tally.add(0x1000, 7, None, (), tid)
+    tally.count_thread(5, 3)  # a known thread keeps its own count
+    assert len(tally.threads) == MAX_THREADS and tally.other_threads == [10, 70]
+    assert tally.threads[5] == [2, 10]
+    merged.add(0x1000, 1, None, (), -1)
+    merged.merge(tally)
+    assert len(merged.threads) == MAX_THREADS and merged.threads[-1] == [1, 1]
+    assert sum(s for s, _ in merged.threads.values()) + merged.other_threads[0] == \
+        merged.samples + 1  # + the count_thread sample, which add() did not count
