@@ -253,7 +253,7 @@ class SampleLayout:
         # The routing table names the decoders of records defined here, so it
         # is imported late; each is bound to this layout once.
         from .routes import ROUTES
-        object.__setattr__(self, "_decoders", {r.type: types.MethodType(r.decode, self)
+        object.__setattr__(self, "_decoders", {r.number: types.MethodType(r.decode, self)
                                                for r in ROUTES})
 
     @property

@@ -97,7 +97,7 @@ def _switch(layout: SampleLayout, rec: bytes | memoryview, type_: int, misc: int
 class Route:
     """How one record type reaches the model."""
 
-    type: int  # abi.RECORD_*
+    number: int  # abi.RECORD_*: the type in the record's header
     decode: Decoder
     record: type  # the dataclass ``decode`` returns
     event: str | None  # the model takes it as ``on_<event>``; None: decoded only
@@ -132,5 +132,5 @@ def handlers(*models: object, complete: bool = True) -> dict[type, Callable[[Any
         if handler is not None:
             out[route.record] = handler
         elif complete:
-            raise TypeError(f"no model handles {name} (record type {route.type})")
+            raise TypeError(f"no model handles {name} (record type {route.number})")
     return out
