@@ -157,7 +157,10 @@ class CpuCollector:
     # ------------------------------------------------------------ records
 
     def step(self) -> int:
-        """Drain what the source holds; returns the number of records."""
+        """Drain what the source holds; returns the number of records.
+
+        Each record goes to the handler routes.ROUTES names for its kind
+        (``on_*`` here or on the task table), in time order."""
         raw = self.source.read()
         decoded: list[Record] = []
         decode = self.layout.decode

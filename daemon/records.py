@@ -3,7 +3,8 @@
 The layout of a sample follows from ``sample_type`` (and read_format,
 branch_sample_type, the register masks), so it is computed once per event
 (``SampleLayout``) and then applied to every record. Offsets and field order
-are those of perf-event-abi.md sections 4 and 5.
+are those of perf-event-abi.md sections 4 and 5. Which decoder a record
+type gets, and which model event it feeds, is one table: ``routes.ROUTES``.
 """
 
 from __future__ import annotations
@@ -276,12 +277,12 @@ class SampleLayout:
             type_, misc, size = _HEADER.unpack_from(rec, 0)
             if size > len(rec):
                 raise RecordError("sample shorter than its header says")
-            return self._sample(rec, type_, misc, size)
+            return self.sample_body(rec, type_, misc, size)
         except (struct.error, IndexError) as e:  # a field reaches past the bytes there are
             raise RecordError(f"sample too short for its fields: {e}") from None
 
-    def _sample(self, rec: bytes | memoryview, type_: int, misc: int, size: int) -> Sample:
-        """The route's decoder of PERF_RECORD_SAMPLE (header already read)."""
+    def sample_body(self, rec: bytes | memoryview, type_: int, misc: int, size: int) -> Sample:
+        """The decoder routes.ROUTES names for PERF_RECORD_SAMPLE: the header is read."""
         fixed = self._gather((misc, *self._prefix.unpack_from(rec, 8), *_DEFAULTS))
         if not self._steps:
             return _new_sample(Sample, fixed)

@@ -1,9 +1,9 @@
 """One routing table: perf record type -> decoder -> the model event it feeds.
 
-Each ``Route`` names a record type number (perf-event-abi.md section 5),
-the function that turns its bytes into a record dataclass, and the event
-the model takes it as: a handler ``on_<event>`` that the collector or the
-task table implements. ``SampleLayout.decode`` finds decoders here, the
+Each ``Route`` names a record type number (enum perf_event_type in the
+kernel's include/uapi/linux/perf_event.h), the function that turns its
+bytes into a record dataclass, and the event the model takes it as: a
+handler ``on_<event>`` that the collector or the task table implements. ``SampleLayout.decode`` finds decoders here, the
 collector and ``TaskTable.apply`` find handlers through ``handlers``.
 Adding a record type is one route, one decoder and one handler; a
 tracepoint sample (sched:sched_switch) would be routed the same way by
@@ -104,7 +104,7 @@ class Route:
 
 
 ROUTES: tuple[Route, ...] = (
-    Route(abi.RECORD_SAMPLE, SampleLayout._sample, Sample, "sample"),
+    Route(abi.RECORD_SAMPLE, SampleLayout.sample_body, Sample, "sample"),
     Route(abi.RECORD_MMAP, _mmap, Mmap, "mmap"),
     Route(abi.RECORD_MMAP2, _mmap2, Mmap, "mmap"),
     Route(abi.RECORD_COMM, _comm, Comm, "comm"),
