@@ -115,6 +115,8 @@ MISC_GUEST_USER = 5
 MISC_MMAP_DATA = 1 << 13
 MISC_COMM_EXEC = 1 << 13
 MISC_MMAP_BUILD_ID = 1 << 14
+MISC_SWITCH_OUT = 1 << 13  # SWITCH, SWITCH_CPU_WIDE
+MISC_SWITCH_OUT_PREEMPT = 1 << 14
 
 # callchain context markers (any value >= CONTEXT_MAX is a marker)
 CONTEXT_HV = (1 << 64) - 32

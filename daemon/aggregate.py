@@ -1,11 +1,17 @@
 """Per-CPU aggregation of samples into task sets.
 
-Every process incarnation collects its own ``Profile`` (address histogram,
-stack weights, call arcs). At a checkpoint a profile with enough samples
-becomes a task set of its own (``PROG-pidN-cpuN``); one that ended with few
+Every process incarnation collects its own ``SampleTally`` (address
+histogram, stack weights, call arcs). At a checkpoint a tally with enough
+samples becomes a task set of its own (``PROG-pidN-cpuN``); one that ended with few
 samples is folded into its program's aggregate set (``PROG-cpuN``), so a
 fork-heavy load cannot create unbounded files. Memory follows the code
 footprint: a set is forgotten once its final state has been written.
+
+A ``CollectedSet`` is three small parts: what the set is (``SetData``: name,
+tally of samples by address, stack, arc and thread, process, pids, canonical
+layout), how it is written
+(``SetWriter``: version, dirty, promoted, finished, fold) and what is
+counted about it (``SetStats``: times, lost records, counters, idle weight).
 
 Different processes of one program map its objects at different addresses
 (ASLR), so folding rebases every address onto one canonical layout per
@@ -24,86 +30,18 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from qtools.qformat import SetName, sanitize_prog
 
 from .clock import SYSTEM, Clock, Stamp
 from .procfs import counters_delta
-from .sketch import DistinctCount
+from .tally import MAX_STACKS, SampleTally
 from .tasks import Mapping, ObjectKey, Process
 
 KERNEL_START = 0xFFFF_8000_0000_0000  # x86_64 and aarch64 kernel half
 SYNTHETIC_BASE = 0x4000_0000_0000_0000  # never a user or kernel address
 MAX_PIDS = 1024
 MAX_UNWRITTEN = 128  # ended tasks kept apart while .q cannot be written; then folded
-MAX_STACKS = 200_000
-"""Distinct stacks kept per set and time slice. A stack costs about 0.5 KB
-(the tuple, its addresses, the dict slot), so a set at the cap holds about
-100 MB; reaching it takes 200,000 samples of one task in one slice (over
-3 minutes of CPU at 997 Hz), and real programs show tens of thousands."""
-
-
-@dataclass
-class Profile:
-    """Samples of one task set, in event units."""
-
-    hist: defaultdict[int, int] = field(default_factory=lambda: defaultdict(int))
-    stacks: defaultdict[tuple[int, ...], int] = field(default_factory=lambda: defaultdict(int))
-    arcs: defaultdict[tuple[int, int], int] = field(default_factory=lambda: defaultdict(int))
-    samples: int = 0
-    mappings: set[Mapping] = field(default_factory=set)
-    max_stacks: int = MAX_STACKS
-    folded_weight: int = 0  # weight of the stacks beyond max_stacks: the remainder line
-    folded_samples: int = 0
-    folded_stacks: DistinctCount | None = None  # made when the first stack is folded
-
-    def add(self, ip: int, weight: int, stack: tuple[int, ...] | None,
-            arcs: Iterable[tuple[int, int]] = ()) -> None:
-        self.samples += 1
-        self.hist[ip] += weight
-        if stack:
-            self._add_stack(stack, weight, 1)
-        for arc in arcs:
-            self.arcs[arc] += 1
-
-    def _add_stack(self, stack: tuple[int, ...], weight: int, samples: int) -> None:
-        stacks = self.stacks
-        if stack in stacks or len(stacks) < self.max_stacks:
-            stacks[stack] += weight
-            return
-        self.folded_weight += weight
-        self.folded_samples += samples
-        if self.folded_stacks is None:
-            self.folded_stacks = DistinctCount()
-        self.folded_stacks.add(stack)
-
-    @property
-    def total(self) -> int:
-        return sum(self.hist.values())
-
-    def merge(self, other: Profile, rebase: CanonicalLayout | None = None,
-              proc: Process | None = None) -> None:
-        tr = (lambda a: a) if rebase is None or proc is None else \
-            (lambda a: rebase.translate(a, proc))
-        for a, w in other.hist.items():
-            self.hist[tr(a)] += w
-        # How many samples a stack stood for is not kept: a stack folded here
-        # counts its share of the other profile's samples by weight.
-        per_sample = other.total / other.samples if other.samples else 1.0
-        for s, w in other.stacks.items():
-            self._add_stack(tuple(tr(a) for a in s), w, max(1, round(w / per_sample)))
-        for (f, t), n in other.arcs.items():
-            self.arcs[(tr(f), tr(t))] += n
-        self.samples += other.samples
-        self.folded_weight += other.folded_weight
-        self.folded_samples += other.folded_samples
-        if other.folded_stacks is not None:
-            if self.folded_stacks is None:
-                self.folded_stacks = DistinctCount()
-            self.folded_stacks.merge(other.folded_stacks)
-        if rebase is None:
-            self.mappings |= other.mappings
 
 
 class CanonicalLayout:
@@ -143,49 +81,15 @@ class CanonicalLayout:
 
 
 @dataclass(eq=False)
-class TaskSet:
-    """A set of files in `.q`: one task, one program's short-lived tasks, or the kernel."""
+class SetData:
+    """What a set is: its name, its samples, and whose samples they are."""
 
     name: SetName
-    profile: Profile = field(default_factory=Profile)
-    process: Process | None = None
+    tally: SampleTally
+    process: Process | None = None  # task sets; None for aggregates and the kernel
     layout: CanonicalLayout | None = None  # aggregate sets only
-    promoted: bool = False  # has (or will get at the next write) files of its own
-    version: int | None = None
     pids: list[int] = field(default_factory=list)
     pids_dropped: int = 0
-    start: Stamp = field(default_factory=SYSTEM.stamp)
-    end_time: float | None = None  # Unix seconds: start.wall + monotonic time elapsed
-    clock_step: float | None = None  # wall clock minus derived time at the end, if a step
-    lost_at_start: int = 0
-    lost_at_end: int | None = None
-    dirty: bool = True
-    finished: bool = False  # ended; forget it once written
-    fold: bool = False  # to be folded into its program's set (could not be written)
-    noted: set[int] = field(default_factory=set)  # addresses whose mapping is in the profile
-    noted_version: int = -1  # the process's maps_version those were noted under
-    stats_start: dict[str, float] | None = None  # task (or CPU) counters when the set began
-    stats_last: dict[str, float] | None = None  # ... at the last look
-    stats_at: float = 0.0  # monotonic time of that look
-    stats_folded: dict[str, float] = field(default_factory=dict)  # aggregates: folded tasks
-    idle_weight: int = 0  # kernel sets: weight of the idle task's (pid 0) samples
-
-    def task_stats(self) -> dict[str, float] | None:
-        """Counters over the set's life (process-wide, not per CPU)."""
-        if self.stats_folded:
-            return dict(self.stats_folded)
-        if self.stats_start is None or self.stats_last is None:
-            return None
-        return counters_delta(self.stats_start, self.stats_last)
-
-    @property
-    def start_time(self) -> float:
-        return self.start.wall
-
-    def end(self, clock: Clock) -> None:
-        """The set ends now (or, ended already, its data changes now)."""
-        self.end_time = clock.wall_after(self.start)
-        self.clock_step = clock.step(self.start)
 
     def add_pid(self, pid: int) -> None:
         if pid in self.pids:
@@ -194,6 +98,68 @@ class TaskSet:
             self.pids.append(pid)
         else:
             self.pids_dropped += 1
+
+
+@dataclass
+class SetWriter:
+    """How a set is written: where it stands on the way to `.q`."""
+
+    version: int | None = None  # claimed at its first write
+    promoted: bool = False  # has (or will get at the next write) files of its own
+    dirty: bool = True  # changed since its last write
+    finished: bool = False  # ended; forget it once written
+    fold: bool = False  # to be folded into its program's set (could not be written)
+
+
+@dataclass
+class SetStats:
+    """What is counted about a set besides its samples: its times, the
+    records lost meanwhile, the task's (or CPU's) counters, idle weight."""
+
+    start: Stamp = field(default_factory=SYSTEM.stamp)
+    end_time: float | None = None  # Unix seconds: start.wall + monotonic time elapsed
+    clock_step: float | None = None  # wall clock minus derived time at the end, if a step
+    lost_at_start: int = 0
+    lost_at_end: int | None = None
+    counters_start: dict[str, float] | None = None  # task (or CPU) counters when the set began
+    counters_last: dict[str, float] | None = None  # ... at the last look
+    counters_at: float = 0.0  # monotonic time of that look
+    counters_folded: dict[str, float] = field(default_factory=dict)  # aggregates: folded tasks
+    idle_weight: int = 0  # kernel sets: weight of the idle task's (pid 0) samples
+
+    def task_stats(self) -> dict[str, float] | None:
+        """Counters over the set's life (process-wide, not per CPU)."""
+        if self.counters_folded:
+            return dict(self.counters_folded)
+        if self.counters_start is None or self.counters_last is None:
+            return None
+        return counters_delta(self.counters_start, self.counters_last)
+
+    def end(self, clock: Clock) -> None:
+        """The set ends now (or, ended already, its data changes now)."""
+        self.end_time = clock.wall_after(self.start)
+        self.clock_step = clock.step(self.start)
+
+
+@dataclass
+class NotedAddresses:
+    """The collector's cache: addresses whose mapping the set's tally holds,
+    valid under one version of the process's maps."""
+
+    addresses: set[int] = field(default_factory=set)
+    maps_version: int = -1
+
+
+@dataclass(eq=False)
+class CollectedSet:
+    """A set of files in `.q` as one CPU's collector keeps it (one task, one
+    program's short-lived tasks, or the kernel): what it is, how it is
+    written, what is counted about it."""
+
+    data: SetData
+    writer: SetWriter = field(default_factory=SetWriter)
+    stats: SetStats = field(default_factory=SetStats)
+    noted: NotedAddresses = field(default_factory=NotedAddresses)
 
 
 class SetBook:
@@ -205,54 +171,55 @@ class SetBook:
         self.min_samples = min_samples
         self.max_stacks = max_stacks
         self.clock = clock
-        self.by_process: dict[Process, TaskSet] = {}
-        self.aggregates: dict[str, TaskSet] = {}
-        self.kernel: TaskSet | None = None
-        self.closing: list[TaskSet] = []  # closed sets of an earlier slice not yet written
+        self.by_process: dict[Process, CollectedSet] = {}
+        self.aggregates: dict[str, CollectedSet] = {}
+        self.kernel: CollectedSet | None = None
+        self.closing: list[CollectedSet] = []  # closed sets of an earlier slice not yet written
         self.dropped = 0  # closed sets given up while .q could not be written
         self.lost = 0  # records this CPU's ring dropped so far
 
-    def kernel_set(self) -> TaskSet:
+    def kernel_set(self) -> CollectedSet:
         if self.kernel is None:
-            self.kernel = TaskSet(SetName("kernel", self.cpu), promoted=True,
-                                  lost_at_start=self.lost, start=self.clock.stamp(),
-                                  profile=self._profile())
+            self.kernel = self._new(SetData(SetName("kernel", self.cpu), self._tally()),
+                                    promoted=True)
         return self.kernel
 
-    def process_set(self, proc: Process) -> TaskSet:
+    def process_set(self, proc: Process) -> CollectedSet:
         ts = self.by_process.get(proc)
         if ts is None:
-            ts = TaskSet(SetName(sanitize_prog(proc.comm), self.cpu, proc.pid), process=proc,
-                         lost_at_start=self.lost, pids=[proc.pid], start=self.clock.stamp(),
-                         profile=self._profile())
+            ts = self._new(SetData(SetName(sanitize_prog(proc.comm), self.cpu, proc.pid),
+                                   self._tally(), process=proc, pids=[proc.pid]))
             self.by_process[proc] = ts
-        ts.dirty = True
+        ts.writer.dirty = True
         return ts
+
+    def _new(self, data: SetData, promoted: bool = False) -> CollectedSet:
+        return CollectedSet(data, SetWriter(promoted=promoted),
+                            SetStats(self.clock.stamp(), lost_at_start=self.lost))
 
     def process_ended(self, proc: Process) -> bool:
         """Note that ``proc`` ended; False if it never had a sample here."""
         ts = self.by_process.get(proc)
         if ts is None:
             return False
-        ts.end(self.clock)
-        ts.lost_at_end = self.lost
-        ts.dirty = True
+        ts.stats.end(self.clock)
+        ts.stats.lost_at_end = self.lost
+        ts.writer.dirty = True
         return True
 
-    def _profile(self) -> Profile:
-        return Profile(max_stacks=self.max_stacks)
+    def _tally(self) -> SampleTally:
+        return SampleTally(max_stacks=self.max_stacks)
 
-    def _aggregate_for(self, proc: Process) -> TaskSet:
+    def _aggregate_for(self, proc: Process) -> CollectedSet:
         prog = sanitize_prog(proc.comm)
         agg = self.aggregates.get(prog)
         if agg is None:
-            agg = TaskSet(SetName(prog, self.cpu), layout=CanonicalLayout(), promoted=True,
-                          lost_at_start=self.lost, start=self.clock.stamp(),
-                          profile=self._profile())
+            agg = self._new(SetData(SetName(prog, self.cpu), self._tally(),
+                                    layout=CanonicalLayout()), promoted=True)
             self.aggregates[prog] = agg
         return agg
 
-    def plan(self, final: bool) -> tuple[list[TaskSet], list[Process]]:
+    def plan(self, final: bool) -> tuple[list[CollectedSet], list[Process]]:
         """Decide what to write now.
 
         Returns the sets to write and the processes whose data was folded
@@ -261,47 +228,51 @@ class SetBook:
         folded: list[Process] = []
         self._bound_unwritten()
         for proc, ts in list(self.by_process.items()):
-            if ts.version is None:  # named now: a stub may have learnt its name since
-                ts.name = SetName(sanitize_prog(proc.comm), self.cpu, proc.pid)
-            if not ts.promoted and ts.profile.samples >= self.min_samples:
-                ts.promoted = True
-            if ts.promoted and not ts.fold:
-                if (proc.ended or final) and not ts.finished:
+            w = ts.writer
+            if w.version is None:  # named now: a stub may have learnt its name since
+                ts.data.name = SetName(sanitize_prog(proc.comm), self.cpu, proc.pid)
+            if not w.promoted and ts.data.tally.samples >= self.min_samples:
+                w.promoted = True
+            if w.promoted and not w.fold:
+                if (proc.ended or final) and not w.finished:
                     self._finish(ts)
                 continue
-            if proc.ended or final or ts.fold:
+            if proc.ended or final or w.fold:
                 self._fold(proc, ts)
                 folded.append(proc)
         if final:  # written open before and unchanged since: rewritten, closed
             for a in [*self.aggregates.values(), self.kernel]:
-                if a is not None and not a.finished:
+                if a is not None and not a.writer.finished:
                     self._finish(a)
         sets = list(self.closing)
-        sets += [ts for ts in self.by_process.values() if ts.promoted and ts.dirty]
-        sets += [a for a in self.aggregates.values() if a.dirty]
-        if self.kernel is not None and self.kernel.dirty:
+        sets += [ts for ts in self.by_process.values() if ts.writer.promoted and ts.writer.dirty]
+        sets += [a for a in self.aggregates.values() if a.writer.dirty]
+        if self.kernel is not None and self.kernel.writer.dirty:
             sets.append(self.kernel)
         return sets, folded
 
-    def _finish(self, ts: TaskSet) -> None:
+    def _finish(self, ts: CollectedSet) -> None:
         """Close ``ts``: its next write says so, even if nothing else changed."""
-        ts.finished = True
-        ts.dirty = True
-        if ts.end_time is None:
-            ts.end(self.clock)
+        ts.writer.finished = True
+        ts.writer.dirty = True
+        if ts.stats.end_time is None:
+            ts.stats.end(self.clock)
 
-    def _fold(self, proc: Process, ts: TaskSet) -> None:
+    def _fold(self, proc: Process, ts: CollectedSet) -> None:
         """Move a task's samples into its program's aggregate set."""
         agg = self._aggregate_for(proc)
-        assert agg.layout is not None
-        agg.profile.merge(ts.profile, agg.layout, proc)
-        agg.profile.mappings = agg.layout.mappings()
-        agg.add_pid(proc.pid)
-        for k, v in (ts.task_stats() or {}).items():
-            agg.stats_folded[k] = round(agg.stats_folded.get(k, 0) + v, 6)
+        data = agg.data
+        if data.layout is None:
+            raise RuntimeError(f"aggregate set {data.name} has no canonical layout")
+        data.tally.merge(ts.data.tally, data.layout, proc)
+        data.tally.mappings = data.layout.mappings()
+        data.add_pid(proc.pid)
+        folded = agg.stats.counters_folded
+        for k, v in (ts.stats.task_stats() or {}).items():
+            folded[k] = round(folded.get(k, 0) + v, 6)
         if proc.ended:
-            agg.end(self.clock)
-        agg.dirty = True
+            agg.stats.end(self.clock)
+        agg.writer.dirty = True
         del self.by_process[proc]
 
     def _bound_unwritten(self) -> None:
@@ -309,11 +280,11 @@ class SetBook:
         MAX_UNWRITTEN the oldest are folded into their program's set (bounded
         by code, not by the number of tasks). Closed sets of earlier slices
         beyond the bound are dropped, the oldest first."""
-        waiting = [ts for p, ts in self.by_process.items() if p.ended and ts.dirty]
+        waiting = [ts for p, ts in self.by_process.items() if p.ended and ts.writer.dirty]
         if len(waiting) > MAX_UNWRITTEN:
-            waiting.sort(key=lambda ts: ts.end_time or 0.0)
+            waiting.sort(key=lambda ts: ts.stats.end_time or 0.0)
             for ts in waiting[:len(waiting) - MAX_UNWRITTEN]:
-                ts.fold = True
+                ts.writer.fold = True
         if len(self.closing) > MAX_UNWRITTEN:
             self.dropped += len(self.closing) - MAX_UNWRITTEN
             self.closing = self.closing[-MAX_UNWRITTEN:]
@@ -323,23 +294,26 @@ class SetBook:
 
         Closed sets the write could not place are kept for the next try.
         """
-        leftovers = [ts for ts in self.by_process.values() if ts.finished and ts.dirty]
-        leftovers += [a for a in self.aggregates.values() if a.dirty]
-        if self.kernel is not None and self.kernel.dirty:
+        leftovers = [ts for ts in self.by_process.values()
+                     if ts.writer.finished and ts.writer.dirty]
+        leftovers += [a for a in self.aggregates.values() if a.writer.dirty]
+        if self.kernel is not None and self.kernel.writer.dirty:
             leftovers.append(self.kernel)
-        self.closing = [ts for ts in self.closing if ts.dirty] + leftovers
-        self.by_process = {p: ts for p, ts in self.by_process.items() if not ts.finished}
+        self.closing = [ts for ts in self.closing if ts.writer.dirty] + leftovers
+        self.by_process = {p: ts for p, ts in self.by_process.items()
+                           if not ts.writer.finished}
         self.aggregates = {}
         self.kernel = None
 
-    def written(self, ts: TaskSet) -> Process | None:
+    def written(self, ts: CollectedSet) -> Process | None:
         """``ts`` reached the disk; drop it if it is finished. Returns its
         process when that can be forgotten too."""
-        ts.dirty = False
+        ts.writer.dirty = False
         if ts in self.closing:
             self.closing.remove(ts)
-        if ts.finished and ts.process is not None:
-            if self.by_process.get(ts.process) is ts:
-                del self.by_process[ts.process]
-            return ts.process
+        proc = ts.data.process
+        if ts.writer.finished and proc is not None:
+            if self.by_process.get(proc) is ts:
+                del self.by_process[proc]
+            return proc
         return None

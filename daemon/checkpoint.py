@@ -21,7 +21,7 @@ from qtools.qformat import (CallCounts, CallStacks, Form, Histogram, Info, MapRa
 from qtools.qformat.info import JitdumpRef
 
 from . import procfs
-from .aggregate import TaskSet
+from .aggregate import CollectedSet
 from .clock import SYSTEM, Clock
 from .objects import ObjectCopier
 from .stopping import uninterrupted
@@ -45,9 +45,9 @@ class RunInfo:
     run_start: float | None = None  # Unix seconds
 
 
-def _objects(ts: TaskSet, run: RunInfo, copier: ObjectCopier) -> list[ObjectRef]:
+def _objects(ts: CollectedSet, run: RunInfo, copier: ObjectCopier) -> list[ObjectRef]:
     by_obj: dict[object, list[Mapping]] = {}
-    for m in sorted(ts.profile.mappings, key=lambda m: m.start):
+    for m in sorted(ts.data.tally.mappings, key=lambda m: m.start):
         by_obj.setdefault(m.obj, []).append(m)
     refs = []
     for obj, maps in by_obj.items():
@@ -59,8 +59,8 @@ def _objects(ts: TaskSet, run: RunInfo, copier: ObjectCopier) -> list[ObjectRef]
         if obj.special:  # type: ignore[attr-defined]
             continue
         copy = copier.known(obj)  # type: ignore[arg-type]
-        if copy is None and ts.process is not None:
-            copy = copier.copy(ts.process, maps[0])
+        if copy is None and ts.data.process is not None:
+            copy = copier.copy(ts.data.process, maps[0])
         refs.append(ObjectRef(os.path.basename(obj.path), path=obj.path,  # type: ignore
                               file=copy.name if copy else None,
                               build_id=copy.build_id if copy else None, maps=ranges))
@@ -71,41 +71,41 @@ PURPOSE_CPU_STATS = "cpu-stats"
 """q:purpose of a set written for its q:cpu-stats alone (no samples)."""
 
 
-def build_info(ts: TaskSet, run: RunInfo, copier: ObjectCopier, version: int,
+def build_info(ts: CollectedSet, run: RunInfo, copier: ObjectCopier, version: int,
                cpu_lost: int, perf_map: Stored | None = None,
                jitdumps: list[JitdumpRef] | None = None, clock: Clock = SYSTEM) -> Info:
-    proc = ts.process
-    prof = ts.profile
-    lost_end = ts.lost_at_end if ts.lost_at_end is not None else cpu_lost
-    ended = ts.end_time is not None
-    cpu_stats = _prefixed(procfs.cpu_summary(ts.stats_start, ts.stats_last)) \
-        if ts.name.is_kernel and ts.stats_start and ts.stats_last else None
+    data, stats = ts.data, ts.stats
+    proc, prof, name = data.process, data.tally, data.name
+    lost_end = stats.lost_at_end if stats.lost_at_end is not None else cpu_lost
+    ended = stats.end_time is not None
+    cpu_stats = _prefixed(procfs.cpu_summary(stats.counters_start, stats.counters_last)) \
+        if name.is_kernel and stats.counters_start and stats.counters_last else None
     task = TaskInfo(
         syscollect_cmdline=run.syscollect_cmdline,
         cmdline=proc.cmdline if proc and proc.cmdline else None,
-        comm=proc.comm if proc else ts.name.prog,
+        comm=proc.comm if proc else name.prog,
         exe=proc.exe if proc else None,
         pid=proc.pid if proc else None,
-        pids=list(ts.pids) if ts.name.is_aggregate else None,
-        cpu=ts.name.cpu,
+        pids=list(data.pids) if name.is_aggregate else None,
+        cpu=name.cpu,
         hostname=run.machine.get("hostname"),
         kernel_release=run.machine.get("kernel_release"),
         arch=run.machine.get("arch"),
         run_id=run.run_id,
         run_start=run.run_start,
-        start_time=ts.start.wall,
-        end_time=ts.end_time if ended else clock.wall_after(ts.start),
+        start_time=stats.start.wall,
+        end_time=stats.end_time if ended else clock.wall_after(stats.start),
         samples=prof.samples,
-        lost_samples=max(0, lost_end - ts.lost_at_start),
-        task_stats=_prefixed(ts.task_stats()) if proc or ts.name.is_aggregate else None,
+        lost_samples=max(0, lost_end - stats.lost_at_start),
+        task_stats=_prefixed(stats.task_stats()) if proc or name.is_aggregate else None,
         cpu_stats=cpu_stats,
-        state="closed" if ts.finished else "open",
+        state="closed" if ts.writer.finished else "open",
     )
-    if ts.pids_dropped:
-        task.extra["q:pids-not-listed"] = ts.pids_dropped
-    if ts.name.is_kernel and prof.samples:
-        task.extra["q:idle-weight"] = ts.idle_weight  # docs/q-format.md 4.1
-    task.clock_step = ts.clock_step if ended else clock.step(ts.start)
+    if data.pids_dropped:
+        task.extra["q:pids-not-listed"] = data.pids_dropped
+    if name.is_kernel and prof.samples:
+        task.extra["q:idle-weight"] = stats.idle_weight  # docs/q-format.md 4.1
+    task.clock_step = stats.clock_step if ended else clock.step(stats.start)
     if prof.folded_samples:
         task.samples_folded = prof.folded_samples
         task.stacks_folded = prof.folded_stacks.estimate() if prof.folded_stacks else 0
@@ -114,14 +114,14 @@ def build_info(ts: TaskSet, run: RunInfo, copier: ObjectCopier, version: int,
     total = prof.total
     granularity = (total / prof.samples * run.conversion_factor) if prof.samples else 0.0
     info = Info(task=task)
-    info.histogram = Histogram(ts.name.file("hist", version), event_name=run.event_name,
+    info.histogram = Histogram(name.file("hist", version), event_name=run.event_name,
                                x_unit_label="address", y_unit_label=run.unit_label,
                                y_unit_conversion_factor=run.conversion_factor,
                                y_granularity=granularity)
     if run.unwinder and (prof.stacks or prof.folded_weight):
-        info.call_stacks = CallStacks(ts.name.file("stack", version), unwinder=run.unwinder)
+        info.call_stacks = CallStacks(name.file("stack", version), unwinder=run.unwinder)
     if prof.arcs:
-        info.call_counts = CallCounts(ts.name.file("edge", version), conversion_factor=1.0)
+        info.call_counts = CallCounts(name.file("edge", version), conversion_factor=1.0)
     info.kallsyms = run.kallsyms
     info.vdso = run.vdso
     if perf_map:
@@ -142,43 +142,46 @@ def worth_writing(info: Info) -> bool:
     return bool(info.task.samples) or info.task.purpose == PURPOSE_CPU_STATS
 
 
-def perf_map_copy(ts: TaskSet, copier: ObjectCopier) -> Stored | None:
+def perf_map_copy(ts: CollectedSet, copier: ObjectCopier) -> Stored | None:
     """The copy of the task's JIT symbol map (/tmp/perf-PID.map), if it has
     one its own user wrote (``ObjectCopier.perf_map``)."""
-    return copier.perf_map(ts.process) if ts.process is not None else None
+    proc = ts.data.process
+    return copier.perf_map(proc) if proc is not None else None
 
 
-def write_sets(qdir: QDir, sets: list[TaskSet], run: RunInfo, copier: ObjectCopier,
-               cpu_lost: int, jitdumps: Callable[[TaskSet], list[JitdumpRef]] | None = None,
-               clock: Clock = SYSTEM) -> tuple[list[TaskSet], list[OSError]]:
+def write_sets(qdir: QDir, sets: list[CollectedSet], run: RunInfo, copier: ObjectCopier,
+               cpu_lost: int,
+               jitdumps: Callable[[CollectedSet], list[JitdumpRef]] | None = None,
+               clock: Clock = SYSTEM) -> tuple[list[CollectedSet], list[OSError]]:
     """Write ``sets``; return those that reached the disk and the errors met.
 
     A set whose write fails keeps its data in memory and stays dirty, so the
     next checkpoint tries again.
     """
-    staged: list[tuple[TaskSet, Info]] = []
-    skipped: list[TaskSet] = []
+    staged: list[tuple[CollectedSet, Info]] = []
+    skipped: list[CollectedSet] = []
     errors: list[OSError] = []
     for ts in sets:
+        name, w = ts.data.name, ts.writer
         try:
-            if not ts.profile.samples and not ts.name.is_kernel:
+            if not ts.data.tally.samples and not name.is_kernel:
                 skipped.append(ts)  # nothing to show: no need to copy its perf map either
                 continue
             perf_map = perf_map_copy(ts, copier)
             jit = jitdumps(ts) if jitdumps else None
-            info = build_info(ts, run, copier, ts.version or 0, cpu_lost, perf_map, jit, clock)
+            info = build_info(ts, run, copier, w.version or 0, cpu_lost, perf_map, jit, clock)
             if not worth_writing(info):
                 skipped.append(ts)
                 continue
-            prof = ts.profile
+            prof = ts.data.tally
             hist = hist_lines(prof.hist)
             with uninterrupted():  # a stop waits: the files of one set must agree
-                if ts.version is None:
+                if w.version is None:
                     data = b"".join(hist)  # the claim: a set's files appear under a free version
                     if run.compress:
                         data = gzip_ng.compress(data, mtime=0)
-                    ts.version = qdir.claim_version(ts.name, lambda _n: data, type_="hist")
-                    info = build_info(ts, run, copier, ts.version, cpu_lost, perf_map, jit,
+                    w.version = qdir.claim_version(name, lambda _n: data, type_="hist")
+                    info = build_info(ts, run, copier, w.version, cpu_lost, perf_map, jit,
                                       clock)
                 else:
                     qdir.atomic_write(info.histogram.file, hist,  # type: ignore[union-attr]
@@ -199,8 +202,8 @@ def write_sets(qdir: QDir, sets: list[TaskSet], run: RunInfo, copier: ObjectCopi
     try:
         qdir.sync()
         for ts, info in staged:
-            qdir.atomic_write(ts.name.file("info", ts.version), dump_info(info).encode(),
-                              sync=False)
+            qdir.atomic_write(ts.data.name.file("info", ts.writer.version),
+                              dump_info(info).encode(), sync=False)
             written.append(ts)
         qdir.sync()
     except OSError as e:

@@ -16,13 +16,14 @@ from typing import Callable, Protocol, TextIO
 from qtools.qformat import QDir
 
 from . import procfs
-from .aggregate import KERNEL_START, MAX_STACKS, SetBook, TaskSet
+from .aggregate import KERNEL_START, MAX_STACKS, CollectedSet, SetBook
 from .checkpoint import RunInfo, write_sets
 from .clock import SYSTEM, Clock
 from .jitdump import JitTracker
 from .messages import Tally, tell
 from .objects import KallsymsCopy, ObjectCopier
-from .records import Comm, Lost, Mmap, Record, RecordError, Sample, Task, split_callchain
+from .records import Lost, Record, RecordError, Sample, Switch, split_callchain
+from .routes import handlers
 from .source import EventSource
 from .tasks import Process, TaskTable, snapshot
 
@@ -87,11 +88,13 @@ class CpuCollector:
         self.kallsyms = kallsyms
         self.out = out or sys.stderr
         self.table = TaskTable(on_end=self._ended)
+        self._routes = handlers(self, self.table)  # record class -> handler
         self.clock = clock
         self.book = SetBook(opts.cpu, opts.min_samples, opts.max_stacks, clock)
         self.samples = 0
         self.lost = 0
         self.damaged = 0  # records that could not be decoded
+        self.switches = 0  # SWITCH records (none yet: no event asks for them)
         self.sets_created = 0
         self.given_up = 0  # sets dropped without ever being written
         self._unwritten = 0  # sets the last checkpoint could not write
@@ -130,13 +133,13 @@ class CpuCollector:
         if self.jit is not None:
             self.jit.process_ended(proc)  # its JIT records are all written by now
         ts = self.book.by_process.get(proc)
-        if ts is not None and ts.stats_start is not None:
+        if ts is not None and ts.stats.counters_start is not None:
             # Until its parent reaps it, an exited task's final counters are
             # still in /proc; a pid already reused shows smaller ones: ignored.
             final = procfs.task_counters(proc.pid)
-            if final and final.get("user-seconds", 0) >= (ts.stats_last or {}).get(
+            if final and final.get("user-seconds", 0) >= (ts.stats.counters_last or {}).get(
                     "user-seconds", 0):
-                ts.stats_last = final
+                ts.stats.counters_last = final
         if not self.book.process_ended(proc):
             self.table.forget(proc)
 
@@ -154,7 +157,10 @@ class CpuCollector:
     # ------------------------------------------------------------ records
 
     def step(self) -> int:
-        """Drain what the source holds; returns the number of records."""
+        """Drain what the source holds; returns the number of records.
+
+        Each record goes to the handler routes.ROUTES names for its kind
+        (``on_*`` here or on the task table), in time order."""
         raw = self.source.read()
         decoded: list[Record] = []
         decode = self.layout.decode
@@ -164,17 +170,22 @@ class CpuCollector:
             except RecordError:
                 self.damaged += 1
         decoded.sort(key=_time)
+        route = self._routes.get
         for rec in decoded:
-            if isinstance(rec, Sample):
-                self._sample(rec)
-            elif isinstance(rec, (Comm, Task, Mmap)):
-                self.table.apply(rec)
-            elif isinstance(rec, Lost):
-                self.lost += rec.lost
-                self._tick_lost += rec.lost
-                self.book.lost = self.lost
+            handler = route(type(rec))
+            if handler is not None:
+                handler(rec)
         self.source.release()
         return len(raw)
+
+    def on_lost(self, rec: Lost) -> None:
+        self.lost += rec.lost
+        self._tick_lost += rec.lost
+        self.book.lost = self.lost
+
+    def on_switch(self, rec: Switch) -> None:
+        """Counted only, until the off-CPU profile uses them."""
+        self.switches += 1
 
     def _sample(self, s: Sample) -> None:
         self.samples += 1
@@ -183,69 +194,76 @@ class CpuCollector:
         kernel, user = split_callchain(s.callchain) if s.callchain else ([], [])
         if self.opts.kernel_only or s.pid == 0:
             ts = self.book.kernel_set()
-            ts.dirty = True
+            ts.writer.dirty = True
             if s.pid == 0:  # with -k every pid lands here: keep the idle task's share apart
-                ts.idle_weight += weight
+                ts.stats.idle_weight += weight
             # a sample without a callchain is a stack of its pc: .stack sums to .hist
             stack = (tuple(kernel) or (s.ip,)) if self.opts.stacks else None
-            ts.profile.add(s.ip, weight, stack)
+            ts.data.tally.add(s.ip, weight, stack, (), s.tid)
             return
         proc = self._process(s.pid, s.time)
         ts = self.book.process_set(proc)
-        if ts.profile.samples == 0:
+        tally, stats = ts.data.tally, ts.stats
+        if tally.samples == 0:
             self._describe(proc, ts)
-        elif ts.stats_start is not None and not proc.ended:
+        elif stats.counters_start is not None and not proc.ended:
             now = time.monotonic()
-            if now - ts.stats_at >= STATS_SECONDS:  # keep up while it runs: it may end any time
-                ts.stats_at = now
-                ts.stats_last = procfs.task_counters(proc.pid) or ts.stats_last
+            if now - stats.counters_at >= STATS_SECONDS:  # it may end any time: keep up
+                stats.counters_at = now
+                stats.counters_last = procfs.task_counters(proc.pid) or stats.counters_last
         user = self.user_frames.frames(proc, s, user)
         stack = (tuple(kernel + user) or (s.ip,)) if self.opts.stacks else None
         arcs = [(b.source, b.target) for b in s.branches if b.is_call] if s.branches else []
         self._note_mappings(proc, ts, user if user else [s.ip], arcs)
         if self.jit is not None and user and self.jit.has_dump(proc):
+            tally.count_thread(s.tid, weight)  # now: the JIT tracker may hold the sample
             self.jit.sample(proc, s.time, s.ip, weight, kernel, user, arcs, self.opts.stacks,
-                            ts.profile.add)
+                            tally.add)
         else:
-            ts.profile.add(s.ip, weight, stack, arcs)
+            tally.add(s.ip, weight, stack, arcs, s.tid)
 
-    def _describe(self, proc: Process, ts: TaskSet) -> None:
+    on_sample = _sample  # the handler routes.ROUTES names for samples
+
+    def _describe(self, proc: Process, ts: CollectedSet) -> None:
         if proc.ended:
             return
         if proc.cmdline is None:
             proc.cmdline = procfs.cmdline(proc.pid)
             proc.exe = proc.exe or procfs.exe(proc.pid)
-        ts.stats_start = ts.stats_last = procfs.task_counters(proc.pid)
-        ts.stats_at = time.monotonic()
+        ts.stats.counters_start = ts.stats.counters_last = procfs.task_counters(proc.pid)
+        ts.stats.counters_at = time.monotonic()
 
     def _update_stats(self) -> None:
         """Counters of live tasks and of the CPU, for the sets about to be written."""
         for proc, ts in self.book.by_process.items():
-            if not proc.ended and ts.promoted and ts.stats_start is not None:
-                ts.stats_last = procfs.task_counters(proc.pid) or ts.stats_last
+            if not proc.ended and ts.writer.promoted and ts.stats.counters_start is not None:
+                ts.stats.counters_last = procfs.task_counters(proc.pid) or ts.stats.counters_last
         if not self.opts.cpu_stats:
             return
         kernel = self.book.kernel_set()
         now = procfs.cpu_counters(self.opts.cpu)
-        if kernel.stats_start is None:
-            kernel.stats_start = now
-        kernel.stats_last = now
-        kernel.dirty = True
+        if kernel.stats.counters_start is None:
+            kernel.stats.counters_start = now
+        kernel.stats.counters_last = now
+        kernel.writer.dirty = True
 
-    def _note_mappings(self, proc: Process, ts: TaskSet, addresses: list[int],
+    def _note_mappings(self, proc: Process, ts: CollectedSet, addresses: list[int],
                        arcs: list[tuple[int, int]]) -> None:
         """Record which mappings the sample touched (their objects get copied
         and listed); addresses seen before under the same maps are skipped."""
-        noted = ts.noted
-        if ts.noted_version != proc.maps_version:
+        cache = ts.noted
+        noted = cache.addresses
+        if cache.maps_version != proc.maps_version:
             noted.clear()
-            ts.noted_version = proc.maps_version
+            cache.maps_version = proc.maps_version
+        if not arcs and noted.issuperset(addresses):  # the common case, at C speed
+            return
         fresh = [a for a in addresses if a not in noted]
         if arcs:
             fresh += [a for arc in arcs for a in arc if a not in noted]
         if not fresh:
             return
-        mappings = ts.profile.mappings
+        mappings = ts.data.tally.mappings
         refreshed = False
         for addr in fresh:
             if addr >= KERNEL_START:
@@ -255,7 +273,7 @@ class CpuCollector:
                 refreshed = True
                 if self._refresh_maps(proc):
                     noted.clear()
-                    ts.noted_version = proc.maps_version
+                    cache.maps_version = proc.maps_version
                     m = proc.maps.find(addr)
             if m is None:
                 continue
@@ -288,12 +306,12 @@ class CpuCollector:
             run = replace(run, kallsyms=self.kallsyms.current(self.copier))
         if final and self.opts.compress:
             run = replace(run, compress=True)
-        fresh = [ts for ts in sets if ts.version is None]
+        fresh = [ts for ts in sets if ts.writer.version is None]
         jit = self.jit
         written, errors = write_sets(self.qdir, sets, run, self.copier, self.lost,
-                                     (lambda t: jit.refs(t.process, t.pids, self.qdir))
+                                     (lambda t: jit.refs(t.data.process, t.data.pids, self.qdir))
                                      if jit else None, self.clock)
-        self.sets_created += sum(ts.version is not None for ts in fresh)
+        self.sets_created += sum(ts.writer.version is not None for ts in fresh)
         self._unwritten = len(sets) - len(written)
         for ts in written:
             done = self.book.written(ts)
@@ -317,9 +335,9 @@ class CpuCollector:
         ok = self.checkpoint(final=True)
         self.book.start_slice()
         if self.opts.cpu_stats:
-            self.book.kernel_set().stats_start = procfs.cpu_counters(self.opts.cpu)
+            self.book.kernel_set().stats.counters_start = procfs.cpu_counters(self.opts.cpu)
         for proc, ts in self.book.by_process.items():
-            ts.stats_start = ts.stats_last
+            ts.stats.counters_start = ts.stats.counters_last
         return ok
 
     def _report_write_error(self, e: OSError) -> None:
@@ -363,7 +381,7 @@ class CpuCollector:
         rotate = self.opts.rotate
         next_slice = self._slice_end(clock, rotate) if rotate else None
         if self.opts.cpu_stats:
-            self.book.kernel_set().stats_start = procfs.cpu_counters(self.opts.cpu)
+            self.book.kernel_set().stats.counters_start = procfs.cpu_counters(self.opts.cpu)
         while not flags.stop:
             now = clock()
             wait = min(drain_interval, next_checkpoint - now,

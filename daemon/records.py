@@ -3,7 +3,8 @@
 The layout of a sample follows from ``sample_type`` (and read_format,
 branch_sample_type, the register masks), so it is computed once per event
 (``SampleLayout``) and then applied to every record. Offsets and field order
-are those of perf-event-abi.md sections 4 and 5.
+are those of perf-event-abi.md sections 4 and 5. Which decoder a record
+type gets, and which model event it feeds, is one table: ``routes.ROUTES``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import functools
 import operator
 import struct
+import types
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Union
 
@@ -163,16 +165,30 @@ class Throttle:
 
 
 @dataclass(frozen=True, slots=True)
+class Switch:
+    """SWITCH (type 14) and SWITCH_CPU_WIDE (type 15): the task the
+    sample_id names is switched out of (``out``) or into this CPU. The
+    CPU-wide form also names the task on the other side (the next one when
+    switching out, the previous one when switching in); 0 without it."""
+
+    out: bool
+    preempt: bool  # switched out while still runnable (preempted, not blocked)
+    next_prev_pid: int = 0
+    next_prev_tid: int = 0
+    sid: SampleId = NO_ID
+
+
+@dataclass(frozen=True, slots=True)
 class Other:
     type: int
     misc: int
     size: int
 
 
-Record = Union[Sample, Mmap, Comm, Task, Lost, Throttle, Other]
+Record = Union[Sample, Mmap, Comm, Task, Lost, Throttle, Switch, Other]
 
 
-def _cstring(buf: bytes | memoryview, start: int, end: int) -> str:
+def cstring(buf: bytes | memoryview, start: int, end: int) -> str:
     raw = bytes(buf[start:end])
     nul = raw.find(b"\0")
     return (raw if nul < 0 else raw[:nul]).decode("utf-8", "surrogateescape")
@@ -192,6 +208,7 @@ class SampleLayout:
     _gather: Callable[[tuple], tuple] = field(init=False, repr=False, compare=False)
     _steps: tuple[Callable[..., int], ...] = field(init=False, repr=False, compare=False)
     _id_fields: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _decoders: dict[int, Callable[..., Record]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         st = self.sample_type
@@ -234,6 +251,11 @@ class SampleLayout:
             if st & bit:
                 ids.append(name)
         object.__setattr__(self, "_id_fields", tuple(ids))
+        # The routing table names the decoders of records defined here, so it
+        # is imported late; each is bound to this layout once.
+        from .routes import ROUTES
+        object.__setattr__(self, "_decoders", {r.number: types.MethodType(r.decode, self)
+                                               for r in ROUTES})
 
     @property
     def id_size(self) -> int:
@@ -252,17 +274,21 @@ class SampleLayout:
 
     def decode_sample(self, rec: bytes | memoryview) -> Sample:
         try:
-            _type, misc, size = _HEADER.unpack_from(rec, 0)
+            type_, misc, size = _HEADER.unpack_from(rec, 0)
             if size > len(rec):
                 raise RecordError("sample shorter than its header says")
-            fixed = self._gather((misc, *self._prefix.unpack_from(rec, 8), *_DEFAULTS))
-            if not self._steps:
-                return _new_sample(Sample, fixed)
-            values = list(fixed)
-            self._variable(rec, 8 + self._prefix.size, size, values)
-            return _new_sample(Sample, values)
+            return self.sample_body(rec, type_, misc, size)
         except (struct.error, IndexError) as e:  # a field reaches past the bytes there are
             raise RecordError(f"sample too short for its fields: {e}") from None
+
+    def sample_body(self, rec: bytes | memoryview, type_: int, misc: int, size: int) -> Sample:
+        """The decoder routes.ROUTES names for PERF_RECORD_SAMPLE: the header is read."""
+        fixed = self._gather((misc, *self._prefix.unpack_from(rec, 8), *_DEFAULTS))
+        if not self._steps:
+            return _new_sample(Sample, fixed)
+        values = list(fixed)
+        self._variable(rec, 8 + self._prefix.size, size, values)
+        return _new_sample(Sample, values)
 
     def _variable(self, rec: bytes | memoryview, off: int, size: int, values: list) -> None:
         """The fields after the fixed prefix, in ABI order (only the steps
@@ -347,66 +373,33 @@ class SampleLayout:
         return SampleId(**values)
 
     def decode(self, rec: bytes | memoryview) -> Record:
-        """Decode any record; unknown types come back as ``Other``.
+        """Decode any record by the decoder ``routes.ROUTES`` names for its
+        type; unknown types come back as ``Other``.
 
         Raises RecordError (only) for a record shorter than its header or
         its fields say."""
         try:
-            return self._decode(rec)
+            if len(rec) < _HEADER.size:
+                raise RecordError(f"record of {len(rec)} bytes has no complete header")
+            type_, misc, size = _HEADER.unpack_from(rec, 0)
+            if size > len(rec) or size < 8:
+                raise RecordError(f"record of type {type_} has a bad size {size}")
+            decoder = self._decoders.get(type_)
+            if decoder is None:
+                return Other(type_, misc, size)
+            return decoder(rec, type_, misc, size)
         except (struct.error, IndexError) as e:
             raise RecordError(f"record too short for its fields: {e}") from None
 
-    def _decode(self, rec: bytes | memoryview) -> Record:
-        if len(rec) < _HEADER.size:
-            raise RecordError(f"record of {len(rec)} bytes has no complete header")
-        type_, misc, size = _HEADER.unpack_from(rec, 0)
-        if size > len(rec) or size < 8:
-            raise RecordError(f"record of type {type_} has a bad size {size}")
-        if type_ == abi.RECORD_SAMPLE:
-            return self.decode_sample(rec)
-        if type_ not in _DECODED:
-            return Other(type_, misc, size)
+    def trailer(self, rec: bytes | memoryview, type_: int, size: int) -> tuple[int, SampleId]:
+        """(where the body of a non-sample record ends, its sample_id)."""
         body_end = size - self.id_size
         if body_end < 8:
             raise RecordError(f"record of type {type_} is too short")
-        sid = self.decode_id(rec, size)
-        if type_ == abi.RECORD_MMAP2:
-            pid, tid, addr, length, pgoff = struct.unpack_from("<IIQQQ", rec, 8)
-            build_id, maj, min_, ino, gen = None, 0, 0, 0, 0
-            if misc & abi.MISC_MMAP_BUILD_ID:
-                n = rec[40]
-                build_id = bytes(rec[44:44 + min(n, 20)])
-            else:
-                maj, min_, ino, gen = struct.unpack_from("<IIQQ", rec, 40)
-            prot, flags = struct.unpack_from("<II", rec, 64)
-            return Mmap(pid, tid, addr, length, pgoff, _cstring(rec, 72, body_end), maj, min_,
-                        ino, gen, build_id, prot, flags, not misc & abi.MISC_MMAP_DATA, sid)
-        if type_ == abi.RECORD_MMAP:
-            pid, tid, addr, length, pgoff = struct.unpack_from("<IIQQQ", rec, 8)
-            return Mmap(pid, tid, addr, length, pgoff, _cstring(rec, 40, body_end),
-                        executable=not misc & abi.MISC_MMAP_DATA, sid=sid)
-        if type_ == abi.RECORD_COMM:
-            pid, tid = struct.unpack_from("<II", rec, 8)
-            return Comm(pid, tid, _cstring(rec, 16, body_end), bool(misc & abi.MISC_COMM_EXEC),
-                        sid)
-        if type_ in (abi.RECORD_FORK, abi.RECORD_EXIT):
-            pid, ppid, tid, ptid, time = struct.unpack_from("<IIIIQ", rec, 8)
-            return Task(type_ == abi.RECORD_FORK, pid, ppid, tid, ptid, time, sid)
-        if type_ == abi.RECORD_LOST:
-            id_, lost = struct.unpack_from("<QQ", rec, 8)
-            return Lost(lost, id_, sid)
-        if type_ == abi.RECORD_LOST_SAMPLES:
-            return Lost(_U64.unpack_from(rec, 8)[0], 0, sid)
-        if type_ in (abi.RECORD_THROTTLE, abi.RECORD_UNTHROTTLE):
-            time, id_ = struct.unpack_from("<QQ", rec, 8)
-            return Throttle(time, id_, type_ == abi.RECORD_UNTHROTTLE, sid)
-        raise AssertionError("unreachable")
+        return body_end, self.decode_id(rec, size)
 
 
 _CALLCHAIN = _SLOT["callchain"]
-_DECODED = frozenset({abi.RECORD_MMAP, abi.RECORD_MMAP2, abi.RECORD_COMM, abi.RECORD_FORK,
-                      abi.RECORD_EXIT, abi.RECORD_LOST, abi.RECORD_LOST_SAMPLES,
-                      abi.RECORD_THROTTLE, abi.RECORD_UNTHROTTLE})
 
 
 def _regs(rec: bytes | memoryview, off: int, mask: int, values: list | None,

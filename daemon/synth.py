@@ -10,7 +10,7 @@ from __future__ import annotations
 import struct
 
 from . import abi
-from .records import Comm, Lost, Mmap, Sample, SampleId, SampleLayout, Task, Throttle
+from .records import Comm, Lost, Mmap, Sample, SampleId, SampleLayout, Switch, Task, Throttle
 
 NO_ID = SampleId()
 
@@ -143,3 +143,14 @@ def encode_lost_samples(layout: SampleLayout, lost: Lost) -> bytes:
 def encode_throttle(layout: SampleLayout, t: Throttle) -> bytes:
     type_ = abi.RECORD_UNTHROTTLE if t.unthrottle else abi.RECORD_THROTTLE
     return _record(type_, 0, struct.pack("<QQQ", t.time, t.id, 0) + encode_id(layout, t.sid))
+
+
+def encode_switch(layout: SampleLayout, s: Switch, cpu_wide: bool = True) -> bytes:
+    """SWITCH_CPU_WIDE (what a CPU-wide event gets), or SWITCH without the
+    next/prev task."""
+    misc = (abi.MISC_SWITCH_OUT if s.out else 0) | \
+        (abi.MISC_SWITCH_OUT_PREEMPT if s.preempt else 0)
+    if not cpu_wide:
+        return _record(abi.RECORD_SWITCH, misc, encode_id(layout, s.sid))
+    body = struct.pack("<II", s.next_prev_pid, s.next_prev_tid)
+    return _record(abi.RECORD_SWITCH_CPU_WIDE, misc, body + encode_id(layout, s.sid))

@@ -17,6 +17,7 @@ from typing import Callable, Iterable
 
 from .procfs import MapsLine
 from .records import Comm, Mmap, Task
+from .routes import handlers
 
 _serial = itertools.count(1)
 
@@ -222,12 +223,21 @@ class TaskTable:
     # ------------------------------------------------------------ records
 
     def apply(self, record: Comm | Task | Mmap) -> None:
-        if isinstance(record, Mmap):
-            self._mmap(record)
-        elif isinstance(record, Comm):
-            self._comm(record)
-        elif isinstance(record, Task):
-            self._fork(record) if record.fork else self._exit(record)
+        """Feed one record to this table's handler for it, as routes.ROUTES
+        names it (the collector dispatches through the same table)."""
+        handler = handlers(self, complete=False).get(type(record))
+        if handler is not None:
+            handler(record)
+
+    # The model events routes.ROUTES feeds this table.
+    def on_mmap(self, m: Mmap) -> None:
+        self._mmap(m)
+
+    def on_comm(self, c: Comm) -> None:
+        self._comm(c)
+
+    def on_task(self, t: Task) -> None:
+        self._fork(t) if t.fork else self._exit(t)
 
     def _stale(self, proc: Process | None, time: int) -> bool:
         # Records from before a process was seeded describe what the seed

@@ -16,7 +16,8 @@ from qtools.daemon.checkpoint import RunInfo
 from qtools.daemon.collector import CpuCollector, Options
 from qtools.daemon.messages import parse_line
 from qtools.daemon.objects import KallsymsCopy, ObjectCopier, build_id
-from qtools.daemon.records import Branch, Comm, Lost, Mmap, Sample, SampleId, SampleLayout, Task
+from qtools.daemon.records import (Branch, Comm, Lost, Mmap, Sample, SampleId, SampleLayout,
+                                   Switch, Task)
 from qtools.daemon.source import ReplaySource
 from qtools.qformat import QDir, read_edges, read_hist, read_info, read_stacks
 
@@ -166,3 +167,55 @@ def test_short_records_are_counted_as_damaged_and_reported(tmp_path, binary):
         assert tally.sets == len(infos) == 2
         kind, said = parse_line(tally.line("end"))
         assert kind == "end" and said == tally
+
+
+def test_switch_records_are_decoded_and_reach_their_handler(tmp_path, binary):
+    """A record type added by one route, one decoder and one handler: SWITCH
+    and SWITCH_CPU_WIDE records between samples are counted, nothing else
+    changes (the samples' set is written as before)."""
+    records = [synth.encode_comm(LAYOUT, Comm(PID, PID, "app", True, SampleId(PID, PID, 1))),
+               _mmap(binary, 2)]
+    for i in range(5):
+        records.append(_sample(10 + 2 * i, BASE + 0x200))
+        records.append(synth.encode_switch(LAYOUT, Switch(
+            True, i % 2 == 0, 0, 0, SampleId(PID, PID, 11 + 2 * i))))
+    records.append(synth.encode_switch(LAYOUT, Switch(False, False, sid=SampleId(PID, PID, 30)),
+                                       cpu_wide=False))
+    qd = tmp_path / "q"
+    with QDir.open(qd, create=True) as qdir:
+        c, _ = _collector(qdir, [records], min_samples=1)
+        assert c.switches == 6 and c.samples == 5 and c.damaged == 0
+        assert c.checkpoint(final=True)
+        assert read_info(qd / "app-pid4242-cpu0.info#0").task.samples == 5
+
+
+def _thread_sample(t: int, pid: int, tid: int, period: int) -> bytes:
+    return synth.encode_sample(LAYOUT, Sample(
+        misc=abi.MISC_USER, ip=BASE + 0x200, pid=pid, tid=tid, time=t, period=period,
+        callchain=(abi.CONTEXT_USER, BASE + 0x200)))
+
+
+def test_samples_keep_their_thread_and_folding_merges_threads(tmp_path, binary):
+    """Each set counts samples and weight per thread (tid); a short-lived
+    task folded into its program's set brings its threads along."""
+    child = PID + 8
+    records = [synth.encode_comm(LAYOUT, Comm(PID, PID, "app", True, SampleId(PID, PID, 1))),
+               _mmap(binary, 2)]
+    records += [_thread_sample(10 + i, PID, PID + i % 2, 1000 * (1 + i % 2)) for i in range(6)]
+    records.append(synth.encode_task(LAYOUT, Task(True, child, PID, child, PID, 20,
+                                                  SampleId(child, child, 20))))
+    records += [_thread_sample(30 + i, child, child + i % 3, 500) for i in range(3)]
+    records.append(synth.encode_task(LAYOUT, Task(False, child, PID, child, child, 40,
+                                                  SampleId(child, child, 40))))
+    qd = tmp_path / "q"
+    with QDir.open(qd, create=True) as qdir:
+        c, _ = _collector(qdir, [records])
+        (ts,) = [s for p, s in c.book.by_process.items() if p.pid == PID]
+        assert ts.data.tally.threads == {PID: [3, 3000], PID + 1: [3, 6000]}
+        assert c.checkpoint(final=False)  # the child ended with few samples: folded
+        agg = c.book.aggregates["app"].data.tally
+        assert agg.threads == {child: [1, 500], child + 1: [1, 500], child + 2: [1, 500]}
+        assert c.checkpoint(final=True)  # the parent, never promoted, folds at the end
+        assert agg.threads == {PID: [3, 3000], PID + 1: [3, 6000], child: [1, 500],
+                               child + 1: [1, 500], child + 2: [1, 500]}
+        assert agg.samples == 9 and agg.other_threads == [0, 0]

@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 from qtools.daemon import abi, synth
 from qtools.daemon.records import (Branch, Comm, Lost, Mmap, Other, RecordError, Sample,
-                                   SampleId, SampleLayout, Task, Throttle, split_callchain)
+                                   SampleId, SampleLayout, Switch, Task, Throttle,
+                                   split_callchain)
+from qtools.daemon.routes import ROUTES
 
 ALL_DECODED = (abi.SAMPLE_IDENTIFIER | abi.SAMPLE_IP | abi.SAMPLE_TID | abi.SAMPLE_TIME
                | abi.SAMPLE_ADDR | abi.SAMPLE_ID | abi.SAMPLE_STREAM_ID | abi.SAMPLE_CPU
@@ -126,6 +128,9 @@ SID = SampleId(pid=10, tid=11, time=99, id=5, cpu=1)
     (Lost(3, 0, SID), synth.encode_lost_samples),
     (Throttle(77, 5, False, SID), synth.encode_throttle),
     (Throttle(78, 5, True, SID), synth.encode_throttle),
+    (Switch(True, True, 30, 31, SID), synth.encode_switch),
+    (Switch(False, False, 30, 32, SID), synth.encode_switch),
+    (Switch(True, False, sid=SID), lambda lay, s: synth.encode_switch(lay, s, cpu_wide=False)),
 ])
 def test_non_sample_records_round_trip(record, encode):
     assert SID_LAYOUT.decode(encode(SID_LAYOUT, record)) == record
@@ -164,12 +169,14 @@ def _every_record_type() -> list[tuple[SampleLayout, bytes]]:
         (Task(True, 20, 10, 20, 10, 1000, SID), synth.encode_task),
         (Lost(4917, 5, SID), synth.encode_lost),
         (Lost(3, 0, SID), synth.encode_lost_samples),
-        (Throttle(77, 5, False, SID), synth.encode_throttle))]
+        (Throttle(77, 5, False, SID), synth.encode_throttle),
+        (Switch(True, True, 30, 31, SID), synth.encode_switch))]
     return records
 
 
 @pytest.mark.parametrize("layout,rec", _every_record_type(), ids=[
-    "sample", "mmap2", "mmap2-build-id", "comm", "fork", "lost", "lost-samples", "throttle"])
+    "sample", "mmap2", "mmap2-build-id", "comm", "fork", "lost", "lost-samples", "throttle",
+    "switch-cpu-wide"])
 def test_short_records_are_damaged_never_a_crash(layout, rec):
     """Every prefix of every kind of record, with the header's size left as it
     was (longer than the bytes) or cut to match: decoding gives a record or
@@ -188,7 +195,8 @@ def test_short_records_are_damaged_never_a_crash(layout, rec):
 @settings(max_examples=300, deadline=None)
 @given(st.binary(min_size=0, max_size=96), st.sampled_from(
     [abi.RECORD_SAMPLE, abi.RECORD_MMAP, abi.RECORD_MMAP2, abi.RECORD_COMM, abi.RECORD_FORK,
-     abi.RECORD_EXIT, abi.RECORD_LOST, abi.RECORD_LOST_SAMPLES, abi.RECORD_THROTTLE]))
+     abi.RECORD_EXIT, abi.RECORD_LOST, abi.RECORD_LOST_SAMPLES, abi.RECORD_THROTTLE,
+     abi.RECORD_SWITCH, abi.RECORD_SWITCH_CPU_WIDE]))
 def test_random_bodies_are_decoded_or_damaged(body, type_):
     layout = SampleLayout(ALL_DECODED, regs_user_mask=0xFFFFF)
     rec = struct.pack("<IHH", type_, 0, 8 + len(body)) + body
@@ -196,6 +204,20 @@ def test_random_bodies_are_decoded_or_damaged(body, type_):
         layout.decode(rec)
     except RecordError:
         pass
+
+
+def test_a_switch_cpu_wide_record_without_its_pids_is_damaged():
+    rec = struct.pack("<IHH", abi.RECORD_SWITCH_CPU_WIDE, abi.MISC_SWITCH_OUT, 8)
+    with pytest.raises(RecordError):
+        SampleLayout(0, sample_id_all=False).decode(rec)
+
+
+def test_one_route_per_record_type_and_one_event_per_record_class():
+    assert len({r.number for r in ROUTES}) == len(ROUTES)
+    events: dict[type, set] = {}
+    for r in ROUTES:
+        events.setdefault(r.record, set()).add(r.event)
+    assert all(len(e) == 1 for e in events.values()), events
 
 
 def test_callchain_longer_than_record_raises():

@@ -95,17 +95,17 @@ def test_short_lived_tasks_fold_into_one_rebased_program_set():
     b = _proc(table, 101, 0x7f5500000000)  # same object elsewhere (ASLR)
     for proc, base in ((a, 0x7f0000000000), (b, 0x7f5500000000)):
         ts = book.process_set(proc)
-        ts.profile.add(base + 0x123, 1000, (base + 0x123, base + 0x456))
-        ts.profile.mappings.add(proc.maps.find(base))
+        ts.data.tally.add(base + 0x123, 1000, (base + 0x123, base + 0x456))
+        ts.data.tally.mappings.add(proc.maps.find(base))
         table.apply(Task(False, proc.pid, 1, proc.pid, 1, 500))
     sets, folded = book.plan(final=False)
     assert folded == [a, b] and book.by_process == {}
     (agg,) = sets
-    assert str(agg.name) == "true-cpu0" and agg.pids == [100, 101]
+    assert str(agg.data.name) == "true-cpu0" and agg.data.pids == [100, 101]
     # both processes' samples land on the same canonical address
-    assert dict(agg.profile.hist) == {0x7f0000000123: 2000}
-    assert dict(agg.profile.stacks) == {(0x7f0000000123, 0x7f0000000456): 2000}
-    assert [(m.start, m.pgoff) for m in agg.profile.mappings] == [(0x7f0000000000, 0x1000)]
+    assert dict(agg.data.tally.hist) == {0x7f0000000123: 2000}
+    assert dict(agg.data.tally.stacks) == {(0x7f0000000123, 0x7f0000000456): 2000}
+    assert [(m.start, m.pgoff) for m in agg.data.tally.mappings] == [(0x7f0000000000, 0x1000)]
 
 
 def test_rebasing_moves_an_object_whose_place_is_taken():
@@ -117,15 +117,15 @@ def test_rebasing_moves_an_object_whose_place_is_taken():
     table.apply(mmap(101, 0x7f1000000000, 0x10000, LIBC, 103, pgoff=0x1000))
     b = table.get(101)
     for proc, addr in ((a, 0x7f0000000010), (b, 0x7f0000000020), (b, 0x7f1000000030)):
-        book.process_set(proc).profile.add(addr, 1, None)
+        book.process_set(proc).data.tally.add(addr, 1, None)
     for proc in (a, b):
         table.apply(Task(False, proc.pid, 1, proc.pid, 1, 500))
     (agg,), _ = book.plan(final=False)
-    hist = dict(agg.profile.hist)
+    hist = dict(agg.data.tally.hist)
     assert hist[0x7f0000000010] == 1 and hist[0x7f0000000030] == 1  # libc: rebased by offset
     moved = [addr for addr in hist if addr >= SYNTHETIC_BASE]
     assert len(moved) == 1  # app had to move
-    objs = {m.obj: m for m in agg.profile.mappings}
+    objs = {m.obj: m for m in agg.data.tally.mappings}
     assert objs[APP].start == moved[0] - 0x20
 
 
@@ -135,15 +135,15 @@ def test_busy_tasks_get_their_own_set_and_are_forgotten_after_exit():
     p = _proc(table, 200, 0x7f0000000000, comm="busy")
     ts = book.process_set(p)
     for _ in range(5):
-        ts.profile.add(0x7f0000000100, 1, None)
+        ts.data.tally.add(0x7f0000000100, 1, None)
     sets, folded = book.plan(final=False)
-    assert sets == [ts] and ts.promoted and not ts.finished and not folded
-    assert str(ts.name) == "busy-pid200-cpu1"
+    assert sets == [ts] and ts.writer.promoted and not ts.writer.finished and not folded
+    assert str(ts.data.name) == "busy-pid200-cpu1"
     assert book.written(ts) is None  # still running: kept
     table.apply(Task(False, 200, 1, 200, 1, 900))
     book.process_ended(p)
     sets, _ = book.plan(final=False)
-    assert sets == [ts] and ts.finished
+    assert sets == [ts] and ts.writer.finished
     assert book.written(ts) is p and book.by_process == {}
 
 
@@ -151,10 +151,10 @@ def test_alive_quiet_tasks_wait_and_fold_at_the_end():
     table = TaskTable()
     book = SetBook(cpu=0, min_samples=100)
     p = _proc(table, 300, 0x7f0000000000, comm="idle")
-    book.process_set(p).profile.add(0x7f0000000100, 1, None)
+    book.process_set(p).data.tally.add(0x7f0000000100, 1, None)
     assert book.plan(final=False) == ([], [])  # neither promoted nor folded yet
     sets, folded = book.plan(final=True)
-    assert folded == [p] and [str(s.name) for s in sets] == ["idle-cpu0"]
+    assert folded == [p] and [str(s.data.name) for s in sets] == ["idle-cpu0"]
 
 
 def test_a_stub_is_completed_in_place_by_late_records():
@@ -167,9 +167,9 @@ def test_a_stub_is_completed_in_place_by_late_records():
     assert table.get(77) is stub and not stub.stub
     assert stub.comm == "make" and stub.maps.find(0x400100).obj == APP
     book = SetBook(cpu=0, min_samples=1)
-    book.process_set(stub).profile.add(0x400100, 1, None)
+    book.process_set(stub).data.tally.add(0x400100, 1, None)
     (ts,), _ = book.plan(final=False)
-    assert str(ts.name) == "make-pid77-cpu0"
+    assert str(ts.data.name) == "make-pid77-cpu0"
 
 
 def test_unwritable_q_keeps_memory_bounded_by_folding_ended_tasks():
@@ -178,16 +178,31 @@ def test_unwritable_q_keeps_memory_bounded_by_folding_ended_tasks():
     book = SetBook(cpu=0, min_samples=1)
     for pid in range(1000, 1000 + 3 * MAX_UNWRITTEN):
         p = _proc(table, pid, 0x7f0000000000, comm="job")
-        book.process_set(p).profile.add(0x7f0000000100, 1, None)
+        book.process_set(p).data.tally.add(0x7f0000000100, 1, None)
         table.apply(Task(False, pid, 1, pid, 1, 10_000 + pid))
         book.process_ended(p)
         book.plan(final=False)  # every write fails: nothing is ever marked written
-    waiting = [ts for ts in book.by_process.values() if ts.dirty]
+    waiting = [ts for ts in book.by_process.values() if ts.writer.dirty]
     assert len(waiting) <= MAX_UNWRITTEN + 1
     agg = book.aggregates["job"]
-    assert agg.profile.samples + sum(ts.profile.samples for ts in waiting) == 3 * MAX_UNWRITTEN
+    assert agg.data.tally.samples + sum(ts.data.tally.samples for ts in waiting) == 3 * MAX_UNWRITTEN
 
 
 def test_anonymous_and_bracketed_mappings_have_no_file():
     assert ObjectKey("//anon").special and ObjectKey("[vdso]").special
     assert ObjectKey("[anon:v8]").special and not ObjectKey("/usr/lib/libc.so.6").special
+
+
+def test_threads_beyond_the_bound_share_one_count():
+    from qtools.daemon.tally import MAX_THREADS, SampleTally
+    tally, merged = SampleTally(), SampleTally()
+    for tid in range(MAX_THREADS + 10):
+        tally.add(0x1000, 7, None, (), tid)
+    tally.count_thread(5, 3)  # a known thread keeps its own count
+    assert len(tally.threads) == MAX_THREADS and tally.other_threads == [10, 70]
+    assert tally.threads[5] == [2, 10]
+    merged.add(0x1000, 1, None, (), -1)
+    merged.merge(tally)
+    assert len(merged.threads) == MAX_THREADS and merged.threads[-1] == [1, 1]
+    assert sum(s for s, _ in merged.threads.values()) + merged.other_threads[0] == \
+        merged.samples + 1  # + the count_thread sample, which add() did not count

@@ -1,0 +1,114 @@
+"""What a set counts of its samples: addresses, stacks, arcs, threads.
+
+``SampleTally`` is the data behind a set's `.hist`, `.stack` and `.edge`
+files. Its samples and weight per thread (tid) are kept in memory only, for
+now: the `.q` format has no place for them yet.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable
+
+from .sketch import DistinctCount
+from .tasks import Mapping, Process
+
+if TYPE_CHECKING:
+    from .aggregate import CanonicalLayout
+
+MAX_STACKS = 200_000
+"""Distinct stacks kept per set and time slice. A stack costs about 0.5 KB
+(the tuple, its addresses, the dict slot), so a set at the cap holds about
+100 MB; reaching it takes 200,000 samples of one task in one slice (over
+3 minutes of CPU at 997 Hz), and real programs show tens of thousands."""
+MAX_THREADS = 4096
+"""Threads counted apart per set; the samples of any more share one
+"other threads" count. Bounds memory when a program makes threads by the
+million."""
+
+
+@dataclass
+class SampleTally:
+    """The samples of one set, in event units: address histogram, stack
+    weights, call arcs, and the mappings its addresses fall in."""
+
+    hist: defaultdict[int, int] = field(default_factory=lambda: defaultdict(int))
+    stacks: defaultdict[tuple[int, ...], int] = field(default_factory=lambda: defaultdict(int))
+    arcs: defaultdict[tuple[int, int], int] = field(default_factory=lambda: defaultdict(int))
+    samples: int = 0
+    mappings: set[Mapping] = field(default_factory=set)
+    max_stacks: int = MAX_STACKS
+    folded_weight: int = 0  # weight of the stacks beyond max_stacks: the remainder line
+    folded_samples: int = 0
+    folded_stacks: DistinctCount | None = None  # made when the first stack is folded
+    threads: dict[int, list[int]] = field(default_factory=dict)  # tid -> [samples, weight]
+    other_threads: list[int] = field(default_factory=lambda: [0, 0])  # beyond max_threads
+    max_threads: int = MAX_THREADS
+
+    def add(self, ip: int, weight: int, stack: tuple[int, ...] | None,
+            arcs: Iterable[tuple[int, int]] = (), tid: int | None = None) -> None:
+        """One sample; ``tid`` None: its thread is counted apart (``count_thread``)."""
+        self.samples += 1
+        self.hist[ip] += weight
+        if stack:
+            self._add_stack(stack, weight, 1)
+        for arc in arcs:
+            self.arcs[arc] += 1
+        if tid is not None:  # count_thread, inline: this runs for every sample
+            slot = self.threads.get(tid) or self._thread_slot(tid)
+            slot[0] += 1
+            slot[1] += weight
+
+    def count_thread(self, tid: int, weight: int, samples: int = 1) -> None:
+        slot = self.threads.get(tid) or self._thread_slot(tid)
+        slot[0] += samples
+        slot[1] += weight
+
+    def _thread_slot(self, tid: int) -> list[int]:
+        if len(self.threads) >= self.max_threads:
+            return self.other_threads
+        slot = self.threads[tid] = [0, 0]
+        return slot
+
+    def _add_stack(self, stack: tuple[int, ...], weight: int, samples: int) -> None:
+        stacks = self.stacks
+        if stack in stacks or len(stacks) < self.max_stacks:
+            stacks[stack] += weight
+            return
+        self.folded_weight += weight
+        self.folded_samples += samples
+        if self.folded_stacks is None:
+            self.folded_stacks = DistinctCount()
+        self.folded_stacks.add(stack)
+
+    @property
+    def total(self) -> int:
+        return sum(self.hist.values())
+
+    def merge(self, other: SampleTally, rebase: CanonicalLayout | None = None,
+              proc: Process | None = None) -> None:
+        tr = (lambda a: a) if rebase is None or proc is None else \
+            (lambda a: rebase.translate(a, proc))
+        for a, w in other.hist.items():
+            self.hist[tr(a)] += w
+        # How many samples a stack stood for is not kept: a stack folded here
+        # counts its share of the other tally's samples by weight.
+        per_sample = other.total / other.samples if other.samples else 1.0
+        for s, w in other.stacks.items():
+            self._add_stack(tuple(tr(a) for a in s), w, max(1, round(w / per_sample)))
+        for (f, t), n in other.arcs.items():
+            self.arcs[(tr(f), tr(t))] += n
+        self.samples += other.samples
+        self.folded_weight += other.folded_weight
+        self.folded_samples += other.folded_samples
+        if other.folded_stacks is not None:
+            if self.folded_stacks is None:
+                self.folded_stacks = DistinctCount()
+            self.folded_stacks.merge(other.folded_stacks)
+        for tid, (samples, weight) in other.threads.items():
+            self.count_thread(tid, weight, samples)
+        self.other_threads[0] += other.other_threads[0]
+        self.other_threads[1] += other.other_threads[1]
+        if rebase is None:
+            self.mappings |= other.mappings
