@@ -384,7 +384,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     steady_heap()
     data = Path(args.data)
     keep = Path(args.keep) if args.keep else None
-    print(f"replay at {time.strftime('%Y-%m-%d %H:%M')} of {_commit()}, "
+    from qtools.daemon import collector
+    print(f"replay at {time.strftime('%Y-%m-%d %H:%M')} of {_commit()} "
+          f"({Path(collector.__file__).parents[1]}), "
           f"{args.runs} runs + 1 warm-up, CPU microseconds per sample (min / median / max)"
           f"\n(GLIBC_TUNABLES={os.environ['GLIBC_TUNABLES']})")
     for name in args.workloads:
