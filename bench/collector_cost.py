@@ -1,0 +1,491 @@
+#!/usr/bin/env python3
+"""The collector's CPU time per sample, measured by replaying a recorded stream.
+
+The machine is shared and loaded, so the measure is not the wall time of a
+live run but the CPU time (time.process_time) of feeding the same recorded
+records through daemon.collector.CpuCollector, N times.
+
+capture (root: perf_event_open):
+    Builds the two workloads of bench/workloads with plain ``cc -O2`` into
+    DATA/bin (kept: the replay's unwinder reads their CFI through the path the
+    MMAP2 records name, and the copier checks the file's inode):
+      shallow  main calling four small leaf functions in a loop;
+      deep     a recursion 30 frames deep that spins in its leaf.
+    Runs each pinned to one CPU under the event source ``q-syscollect -i --
+    CMD`` opens by default (DWARF: registers + 16 KiB of stack, 997 Hz,
+    enable_on_exec, side-band from every CPU) and saves every record as read,
+    batch by batch, with the SampleLayout, into DATA/<workload>.stream.
+
+replay:
+    For each stream: decode only (decode + sort by time, as a drain does),
+    decode + task table (records applied, samples looked up), and the full
+    collector (DWARF unwinder set up as the collector process sets it up,
+    a temporary .q, one final checkpoint), each N times after one untimed
+    warm-up; prints min / median / max CPU microseconds per sample.
+    --keep DIR keeps the .q the last full replay of each stream wrote, as
+    DIR/<workload>.q.
+
+compare A.q B.q:
+    The sets two replays wrote, side by side: .hist/.stack/.edge contents
+    (lines in any order) and each .info minus the fields that carry times or
+    run ids; exit status 1 if any differ.
+
+Usage:
+    .venv/bin/python bench/collector_cost.py capture [--data DIR] [--seconds S] [--cpu N]
+    .venv/bin/python bench/collector_cost.py replay [--data DIR] [-n N] [--keep DIR]
+    .venv/bin/python bench/collector_cost.py compare A.q B.q
+
+Nothing here asserts on time; the figures go into bench/README.md by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import hashlib
+import io
+import os
+import pickle
+import platform
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qtools.daemon import procfs
+from qtools.daemon.records import Comm, Mmap, RecordError, Sample, SampleLayout, Task
+from qtools.qformat import QDir
+
+HERE = Path(__file__).resolve().parent
+WORKLOADS = {"shallow": HERE / "workloads" / "cost_shallow.c",
+             "deep": HERE / "workloads" / "cost_deep.c"}
+DEFAULT_DATA = Path("/work/wt/bench-data")
+FORMAT = 1  # of the .stream files
+RECORD_SAMPLE = 9  # PERF_RECORD_SAMPLE
+_HEADER = struct.Struct("<IHH")
+
+
+# ---------------------------------------------------------------- the stream
+
+
+@dataclass
+class Stream:
+    """One captured run: every record as read from the rings, in batches."""
+
+    workload: str
+    binary: str  # the workload binary the MMAP2 records name
+    binary_sha256: str
+    layout: dict[str, Any]  # SampleLayout's constructor arguments
+    vdso: bytes | None  # the capturing process's vdso image (the kernel's, same for all)
+    batches: list[list[bytes]]
+    cpu: int
+    pid: int
+    captured: str  # date, kernel, commit: what the figures are of
+
+    @property
+    def samples(self) -> int:
+        return sum(1 for batch in self.batches for rec in batch
+                   if _HEADER.unpack_from(rec)[0] == RECORD_SAMPLE)
+
+    @property
+    def records(self) -> int:
+        return sum(len(batch) for batch in self.batches)
+
+    def sample_layout(self) -> SampleLayout:
+        return SampleLayout(**self.layout)
+
+
+def save(stream: Stream, path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        pickle.dump({"format": FORMAT, "stream": stream.__dict__}, f,
+                    protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp, path)
+
+
+def load(path: Path) -> Stream:
+    with open(path, "rb") as f:
+        data = pickle.load(f)  # our own file (see capture), never another's
+    if data.get("format") != FORMAT:
+        sys.exit(f"{path}: not a stream of format {FORMAT}")
+    return Stream(**data["stream"])
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(HERE), "describe", "--always", "--dirty"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+# ---------------------------------------------------------------- capture
+
+
+def build(name: str, bindir: Path) -> str:
+    bindir.mkdir(parents=True, exist_ok=True)
+    out = bindir / f"cost_{name}"
+    subprocess.run(["cc", "-O2", "-o", str(out), str(WORKLOADS[name])], check=True)
+    return str(out)
+
+
+def capture_one(name: str, binary: str, seconds: int, cpu: int) -> Stream:
+    """Run ``binary`` pinned to ``cpu`` under the source q-syscollect -i opens."""
+    from qtools.daemon import command
+    from qtools.daemon.config import Config
+    from qtools.daemon.plan import plan
+    from qtools.daemon.source import PerfSource
+
+    cpus = procfs.online_cpus()
+    cfg = Config(directory="/nonexistent", cpus=cpus, command=[binary, str(seconds)],
+                 inherit_only=True)  # every other option as q-syscollect's defaults
+    spec = plan(cfg, lambda text: print(f"note: {text}", file=sys.stderr))
+    pid, release_fd, err_fd = command.spawn(cfg.command)
+    os.sched_setaffinity(pid, {cpu})  # inherited across the exec
+    source = PerfSource(_replace(spec, target_pid=pid, cpu=cpu))
+    batches: list[list[bytes]] = []
+    try:
+        error = command.release(release_fd, err_fd)
+        if error:
+            sys.exit(f"cannot run {binary}: {error}")
+        status = None
+        while status is None:
+            source.wait(0.5)  # the collector's drain interval
+            batch = [bytes(rec) for rec in source.read()]
+            source.release()
+            if batch:
+                batches.append(batch)
+            done, wstatus = os.waitpid(pid, os.WNOHANG)
+            status = wstatus if done else None
+        batch = [bytes(rec) for rec in source.read()]
+        source.release()
+        if batch:
+            batches.append(batch)
+    finally:
+        source.close()
+    layout = source.layout
+    vdso = procfs.own_vdso()
+    return Stream(name, binary, _sha256(binary),
+                  {"sample_type": layout.sample_type, "read_format": layout.read_format,
+                   "branch_sample_type": layout.branch_sample_type,
+                   "regs_user_mask": layout.regs_user_mask,
+                   "regs_intr_mask": layout.regs_intr_mask,
+                   "sample_id_all": layout.sample_id_all},
+                  vdso[1] if vdso else None, batches, cpu, pid,
+                  f"{time.strftime('%Y-%m-%d %H:%M')} {platform.release()} {_commit()}")
+
+
+def _replace(spec: Any, **changes: Any) -> Any:
+    from dataclasses import replace
+    return replace(spec, **changes)
+
+
+def cmd_capture(args: argparse.Namespace) -> int:
+    if os.geteuid() != 0:
+        sys.exit("capture needs root (perf_event_open with kernel callchains)")
+    data = Path(args.data)
+    data.mkdir(parents=True, exist_ok=True)
+    for name in args.workloads:
+        binary = build(name, data / "bin")
+        stream = capture_one(name, binary, args.seconds, args.cpu)
+        save(stream, data / f"{name}.stream")
+        print(f"{name}: {stream.samples} samples, {stream.records} records in "
+              f"{len(stream.batches)} batches -> {data / f'{name}.stream'}")
+    return 0
+
+
+# ---------------------------------------------------------------- replay
+#
+# Everything that knows how the collector is built is in this section, so
+# that it is the one place to adapt when the collector's constructor changes.
+
+
+@contextlib.contextmanager
+def dead_host() -> Iterator[None]:
+    """The live host as a replay must see it: every recorded pid gone.
+
+    Without this the collector reads /proc of whatever process holds a
+    recorded pid now (its cmdline, maps, counters). A stand-in until the
+    collector takes a host to read instead; a dead pid costs a failed open,
+    which the patched functions skip, so the figures are of the records alone.
+    """
+    gone: dict[str, Callable[..., Any]] = {
+        "comm": lambda pid: None, "cmdline": lambda pid: None, "exe": lambda pid: None,
+        "maps": lambda pid: None, "ppid": lambda pid: None, "owner": lambda pid: None,
+        "threads": lambda pid: [], "task_counters": lambda pid: None,
+        "open_mapped_file": lambda pid, start, end: None,
+        "open_in_root": lambda pid, path: None,
+    }
+    saved = {name: getattr(procfs, name) for name in gone}
+    for name, fn in gone.items():
+        setattr(procfs, name, fn)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(procfs, name, fn)
+
+
+def collector_for(stream: Stream, qdir: QDir, out: io.StringIO) -> Any:
+    """A CpuCollector on ``stream`` as the collector process (daemon/child.py)
+    builds it for ``q-syscollect -i -- CMD`` with its defaults, except: a
+    ReplaySource, no kallsyms copy (the host's, not the stream's), and the
+    recorded vdso image."""
+    from qtools.daemon.checkpoint import RunInfo
+    from qtools.daemon.collector import CpuCollector, Options
+    from qtools.daemon.config import Config
+    from qtools.daemon.dwarf import DwarfFrames
+    from qtools.daemon.objects import CopyLimits, ObjectCopier
+    from qtools.daemon.source import ReplaySource
+
+    cfg = Config(directory=str(qdir.path), cpus=[stream.cpu], command=[stream.binary],
+                 inherit_only=True)
+    source = ReplaySource(stream.sample_layout(), stream.batches)
+    opts = Options(stream.cpu, kernel_only=cfg.kernel_only, checkpoint_interval=cfg.checkpoint,
+                   verbose=cfg.verbose, min_samples=cfg.min_samples, max_stacks=cfg.max_stacks,
+                   stacks=cfg.call_graph != "none", rotate=cfg.rotate,
+                   compress=cfg.compress_closed, cpu_stats=False)  # -i: no CPU statistics
+    copier = ObjectCopier(qdir, cfg.symlink, CopyLimits(object_size=cfg.max_object_size,
+                                                    map_size=cfg.max_map_size), out)
+    frames = DwarfFrames(qdir, copier, stream.vdso, set(), -1)  # no collector pids recorded
+    run = RunInfo(["q-syscollect", "-i", "--", stream.binary], "cpu-clock", "seconds", 1e-9,
+                  "dwarf", {"machine": platform.machine()}, None, None,
+                  run_id="replay", run_start=0.0)
+    return CpuCollector(opts, run, source, qdir, copier, user_frames=frames, out=out)
+
+
+def replay_full(stream: Stream, qpath: Path) -> float:
+    """CPU seconds of the whole collector on the stream, with one final
+    checkpoint into a new .q at ``qpath``; the loop of CpuCollector.run
+    without its clock: a drain per batch, copies advanced between drains."""
+    out = io.StringIO()
+    with dead_host(), QDir.open(qpath, create=True) as qdir:
+        gc.collect()
+        t0 = time.process_time()
+        collector = collector_for(stream, qdir, out)
+        while not collector.source.exhausted:
+            collector.step()
+            collector.copier.work()
+        collector.step()
+        ok = collector.checkpoint(final=True)
+        collector.copier.close()
+        spent = time.process_time() - t0
+    if not ok or out.getvalue():
+        print(f"{stream.workload}: the collector said: {out.getvalue().strip()}", file=sys.stderr)
+    return spent
+
+
+def _time(rec: object) -> int:
+    if isinstance(rec, Sample):
+        return rec.time
+    sid = getattr(rec, "sid", None)
+    return sid.time if sid is not None else 0
+
+
+def replay_decode(stream: Stream, tasks: bool) -> float:
+    """CPU seconds of decoding each batch and sorting it by time, as a drain
+    does; with ``tasks``, also of applying the side-band records to a task
+    table and looking each sample's process up in it."""
+    from qtools.daemon.tasks import TaskTable
+
+    layout = stream.sample_layout()
+    gc.collect()
+    with dead_host():
+        t0 = time.process_time()
+        decode = layout.decode
+        table = TaskTable()
+        for batch in stream.batches:
+            decoded = []
+            for data in batch:
+                try:
+                    decoded.append(decode(data))
+                except RecordError:
+                    pass
+            decoded.sort(key=_time)
+            if not tasks:
+                continue
+            for rec in decoded:
+                if isinstance(rec, Sample):
+                    table.get(rec.pid)
+                elif isinstance(rec, (Comm, Task, Mmap)):
+                    table.apply(rec)
+        return time.process_time() - t0
+
+
+# ---------------------------------------------------------------- reporting
+
+
+MODES = ("decode", "decode+tasks", "full")
+
+
+def measure(stream: Stream, mode: str, runs: int, keep: Path | None) -> list[float]:
+    """Microseconds per sample of ``runs`` replays, after one untimed warm-up."""
+    spent: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="q-cost-") as tmp:
+        for i in range(runs + 1):
+            if mode == "full":
+                qpath = Path(tmp) / f"run{i}.q"
+                seconds = replay_full(stream, qpath)
+                if i == runs and keep is not None:
+                    keep.mkdir(parents=True, exist_ok=True)
+                    target = keep / f"{stream.workload}.q"
+                    shutil.rmtree(target, ignore_errors=True)
+                    shutil.copytree(qpath, target, symlinks=True)
+                shutil.rmtree(qpath)
+            else:
+                seconds = replay_decode(stream, tasks=mode == "decode+tasks")
+            if i:
+                spent.append(seconds / stream.samples * 1e6)
+    return spent
+
+
+def check_binary(stream: Stream) -> None:
+    try:
+        same = _sha256(stream.binary) == stream.binary_sha256
+    except OSError:
+        same = False
+    if not same:
+        sys.exit(f"{stream.binary}: missing or rebuilt since the capture; the replay needs "
+                 "the very binary the stream maps (capture again)")
+
+
+TUNABLE = "glibc.malloc.trim_threshold=1073741824"
+
+
+def steady_heap() -> None:
+    """Re-run this process with glibc's heap never handed back to the kernel.
+
+    Each decoded sample copies its 16 KiB of stack; when a batch's copies
+    are freed, whether glibc trims the heap top (and the next batch faults
+    the pages in again) depends on which object happens to sit on top: a
+    few microseconds per sample that come and go with unrelated changes.
+    A long-running collector's heap top is pinned by what it keeps."""
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    if "trim_threshold" in tunables:
+        return
+    env = dict(os.environ, GLIBC_TUNABLES=":".join(filter(None, [tunables, TUNABLE])))
+    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    steady_heap()
+    data = Path(args.data)
+    keep = Path(args.keep) if args.keep else None
+    from qtools.daemon import collector
+    print(f"replay at {time.strftime('%Y-%m-%d %H:%M')} of {_commit()} "
+          f"({Path(collector.__file__).parents[1]}), "
+          f"{args.runs} runs + 1 warm-up, CPU microseconds per sample (min / median / max)"
+          f"\n(GLIBC_TUNABLES={os.environ['GLIBC_TUNABLES']})")
+    for name in args.workloads:
+        stream = load(data / f"{name}.stream")
+        check_binary(stream)
+        print(f"{name}: {stream.samples} samples, {stream.records} records, "
+              f"{len(stream.batches)} batches (captured {stream.captured})")
+        for mode in args.modes:
+            us = measure(stream, mode, args.runs, keep)
+            print(f"  {mode:13} {min(us):8.1f} {statistics.median(us):8.1f} {max(us):8.1f}",
+                  flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------- compare
+
+
+TIMES = ("q:start-time", "q:end-time", "q:run-start", "q:run-id", "q:clock-step")
+
+
+def _contents(qpath: Path) -> dict[str, str]:
+    """Each set's files by the set's name, the .info without times."""
+    from qtools.qformat import read_info
+    out: dict[str, str] = {}
+    for name in sorted(os.listdir(qpath)):
+        if ".info#" not in name:
+            continue
+        info = read_info(qpath / name)
+        out[name] = _info_text(qpath / name)
+        for label, ref in (("hist", info.histogram), ("stack", info.call_stacks),
+                           ("edge", info.call_counts)):
+            file = getattr(ref, "file", None) if ref is not None else None
+            if file:
+                out[f"{name} {label}"] = _data_text(qpath / file)
+    return out
+
+
+def _info_text(path: Path) -> str:
+    import re
+    text = path.read_text()
+    for key in TIMES:
+        text = re.sub(rf"\({re.escape(key)}\s[^()]*\)", f"({key} ...)", text)
+    return text
+
+
+def _data_text(path: Path) -> str:
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        import gzip
+        raw = gzip.decompress(raw)
+    # the order of lines is the writer's business, not the set's content
+    return "\n".join(sorted(raw.decode(errors="replace").splitlines()))
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    import difflib
+    a, b = _contents(Path(args.a)), _contents(Path(args.b))
+    differ = 0
+    for key in sorted(set(a) | set(b)):
+        if a.get(key) == b.get(key):
+            continue
+        differ += 1
+        if key in a and key in b:
+            print(f"differs: {key}")
+            diff = list(difflib.unified_diff(a[key].splitlines(), b[key].splitlines(),
+                                             args.a, args.b, lineterm="", n=1))
+            print("\n".join(diff[:args.lines]) + ("\n..." if len(diff) > args.lines else ""))
+        else:
+            print(f"only in {args.a if key in a else args.b}: {key}")
+    print(f"{len(set(a) | set(b)) - differ} files alike, {differ} differ")
+    return 1 if differ else 0
+
+
+# ---------------------------------------------------------------- main
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("capture", help="record the workloads' streams (root)")
+    c.add_argument("--data", default=str(DEFAULT_DATA))
+    c.add_argument("--seconds", type=int, default=5)
+    c.add_argument("--cpu", type=int, default=max(procfs.online_cpus()))
+    c.add_argument("workloads", nargs="*", default=list(WORKLOADS))
+    r = sub.add_parser("replay", help="CPU time per sample of replays")
+    r.add_argument("--data", default=str(DEFAULT_DATA))
+    r.add_argument("-n", dest="runs", type=int, default=7)
+    r.add_argument("--mode", dest="modes", action="append", choices=MODES)
+    r.add_argument("--keep", metavar="DIR", help="keep the .q of each workload's last full replay")
+    r.add_argument("workloads", nargs="*", default=list(WORKLOADS))
+    k = sub.add_parser("compare", help="the sets two replays wrote, minus times")
+    k.add_argument("a")
+    k.add_argument("b")
+    k.add_argument("--lines", type=int, default=20, help="diff lines shown per file (20)")
+    args = p.parse_args()
+    if args.command == "replay" and not args.modes:
+        args.modes = list(MODES)
+    return {"capture": cmd_capture, "replay": cmd_replay, "compare": cmd_compare}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
