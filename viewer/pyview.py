@@ -53,4 +53,7 @@ def python_only(samples: Samples) -> Samples:
         if not kept:
             kept = (new_id(NOT_PYTHON),)
         stacks[kept] = stacks.get(kept, 0.0) + w
-    return dataclasses.replace(samples, frames=new_frames, stacks=stacks, calls=None)
+    # Frame ids are new: the mixed view's unnamed ids would name other frames
+    # (Python functions and the not-Python row all have names).
+    return dataclasses.replace(samples, frames=new_frames, stacks=stacks, calls=None,
+                               unnamed=frozenset())

@@ -123,3 +123,25 @@ def test_a_corrupt_jitdump_copy_costs_a_warning_and_the_names_after_it(tmp_path,
     assert code == 0
     assert "first" in names and "second" not in names
     assert err.count("warning") == 1 and "record size 3 is too small" in err
+
+
+def test_python_view_of_stacks_with_unnamed_code(tmp_path, calls_pie):
+    """Code with no symbol (an address alone in the mixed view) folds into
+    its Python caller like any native frame; the text report once kept the
+    mixed view's list of unnamed frames and failed on it."""
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie, base=0x55D4C0000000)
+    perf_map = tmp_path / "perf-78.map"
+    perf_map.write_text(PERF_MAP)
+    copy = q.copy(perf_map, "perf-78.map")
+    stacks = [(3 * MS, [0x7E0000000040, F1, OUTER, o.ret("_start")]),
+              (1 * MS, [o.at("leaf1"), F4, OUTER, o.ret("_start")])]
+    name = q.task("python3.12", 78, 0, stacks=stacks, perf_maps=[copy])
+    code, out, err = run(q.info_path(name), "--no-cache", "--flat")
+    assert code == 0 and "0x7e0000000040" in out, err  # the mixed view names it by address
+    code, out, err = run(q.info_path(name), "--python", "--flat", "--no-cache")
+    assert code == 0, err
+    rows = {line.split()[-2]: line for line in out.splitlines() if "(/app.py)" in line}
+    assert set(rows) == {"f1", "f4"}, out
+    assert float(rows["f1"].split()[0]) == 75.0  # the unnamed code's 3 of 4 ms, under f1
+    assert "single address" not in out  # every row of the Python view is a function
