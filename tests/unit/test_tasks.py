@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from qtools.daemon import synthesize
 from qtools.daemon.aggregate import SYNTHETIC_BASE, SetBook
+from qtools.daemon.host import HostProcess, StaticHost
 from qtools.daemon.procfs import MapsLine, parse_cpu_list, parse_maps
 from qtools.daemon.records import Comm, Mmap, SampleId, Task
-from qtools.daemon.tasks import AddressMap, Mapping, ObjectKey, Process, ProcSnapshot, TaskTable
+from qtools.daemon.tasks import MAX_THREADS, AddressMap, Mapping, ObjectKey, Process, TaskTable
 
 LIBC = ObjectKey("/lib/libc.so.6", (254, 0), 11)
 APP = ObjectKey("/usr/bin/app", (254, 0), 22)
@@ -51,18 +53,21 @@ def test_threads_belong_to_their_process():
     table = TaskTable()
     table.apply(Comm(10, 10, "app", True, at(1)))
     table.apply(Task(True, 10, 10, 12, 10, 2))  # new thread 12
-    assert table.get(10).threads == {10, 12} and table.tid_to_pid[12] == 10
+    assert table.get(10).live_threads == {10, 12}
     table.apply(Task(False, 10, 10, 12, 10, 3))  # thread exits
-    assert not table.get(10).ended and table.get(10).threads == {10}
+    assert not table.get(10).ended and table.get(10).live_threads == {10}
     table.apply(Task(False, 10, 1, 10, 1, 4))  # main thread: the process
     assert table.get(10).ended
 
 
 def test_records_older_than_the_seed_are_ignored():
     table = TaskTable()
-    snap = ProcSnapshot(50, "daemon", [MapsLine(0x400000, 0x401000, "r-xp", 0, 254, 0, 22,
-                                                "/usr/bin/app", False)], [50])
-    proc = table.seed(snap, now=1000)
+    host = StaticHost({50: HostProcess("daemon", (MapsLine(0x400000, 0x401000, "r-xp", 0, 254, 0,
+                                                           22, "/usr/bin/app", False),))})
+    for rec in synthesize.process(host, 50, 1000):
+        table.apply(rec)
+    proc = table.get(50)
+    assert proc.since == 1000 and proc.maps.find(0x400800).obj == APP
     table.apply(Comm(50, 50, "daemon", True, at(900)))  # exec that the seed already shows
     assert table.get(50) is proc and not proc.ended
     table.apply(Comm(50, 50, "other", True, at(1100)))  # a real, later exec
