@@ -151,15 +151,16 @@ class StaticHost:
     """A made-up machine for tests and benches: the processes it is given
     and nothing else. Only the files in ``files`` can be opened, by plain
     path (``None``: any regular file outside /proc and /sys, through
-    procfs's checked opener); nothing is reached through a task."""
+    procfs's checked opener); nothing is reached through a task. Its CPUs
+    run at 1 GHz, ``busy`` (a share), and are a second older at each look."""
 
     def __init__(self, procs: dict[int, HostProcess] | None = None,
-                 files: Container[str] | None = (), cpus: int = 1,
-                 cpu: dict[str, float] | None = None) -> None:
+                 files: Container[str] | None = (), cpus: int = 1, busy: float = 0.5) -> None:
         self.procs = dict(procs or {})
         self.files = files
         self.cpus = cpus
-        self.cpu = cpu
+        self.busy = busy
+        self._looks = 0
 
     def pids(self) -> list[int]:
         return sorted(self.procs)
@@ -220,7 +221,11 @@ class StaticHost:
         return procfs.open_plain(path) if self._may_open(path) else None
 
     def cpu_counters(self, cpu: int) -> dict[str, float] | None:
-        return dict(self.cpu) if self.cpu is not None else None
+        if not 0 <= cpu < self.cpus:
+            return None
+        self._looks += 1
+        return {"total": float(self._looks), "idle": self._looks * (1.0 - self.busy),
+                "frequency-mhz": 1000.0}
 
     def loaded_modules(self, path: str = "/proc/modules") -> frozenset[tuple[str, str]] | None:
         # a module list given as a file (tests) is read; the machine's is not

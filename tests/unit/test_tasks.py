@@ -196,3 +196,37 @@ def test_unwritable_q_keeps_memory_bounded_by_folding_ended_tasks():
 def test_anonymous_and_bracketed_mappings_have_no_file():
     assert ObjectKey("//anon").special and ObjectKey("[vdso]").special
     assert ObjectKey("[anon:v8]").special and not ObjectKey("/usr/lib/libc.so.6").special
+
+
+def test_threads_have_names_kept_after_they_end():
+    table = TaskTable()
+    table.apply(Comm(10, 10, "app", True, at(1)))
+    table.apply(Task(True, 10, 10, 12, 10, 2))  # a thread: its creator's name at first
+    assert table.get(10).threads[12].name == "app"
+    table.apply(Comm(10, 12, "worker", False, at(3)))  # names the thread, not the process
+    proc = table.get(10)
+    assert proc.comm == "app" and proc.threads[12].name == "worker"
+    table.apply(Task(True, 10, 10, 13, 12, 4))  # made by the worker
+    assert proc.threads[13].name == "worker"
+    table.apply(Task(False, 10, 10, 12, 10, 5))
+    assert proc.threads[12].ended and proc.threads[12].name == "worker"
+    assert proc.live_threads == {10, 13}
+    table.apply(Comm(10, 10, "app2", False, at(6)))  # the main thread's COMM: the process's
+    assert proc.comm == "app2" and proc.threads[10].name == "app2"
+    table.apply(Task(False, 10, 1, 10, 1, 7))
+    assert proc.ended and proc.threads[10].ended and proc.threads[12].name == "worker"
+
+
+def test_a_process_remembers_a_bounded_number_of_threads_ended_ones_go_first():
+    proc = Process(10, "pool")
+    for tid in range(11, 11 + MAX_THREADS - 1):
+        proc.add_thread(tid, f"t{tid}")
+    assert len(proc.threads) == MAX_THREADS
+    proc.end_thread(20)
+    proc.end_thread(15)
+    proc.add_thread(100_000, "new")  # over the bound: the oldest ended (20) goes
+    assert 20 not in proc.threads and 15 in proc.threads and len(proc.threads) == MAX_THREADS
+    proc.add_thread(100_001, "new")
+    assert 15 not in proc.threads
+    proc.add_thread(100_002, "new")  # none ended: the oldest other than the main thread
+    assert 11 not in proc.threads and 10 in proc.threads and len(proc.threads) == MAX_THREADS
