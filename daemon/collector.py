@@ -135,8 +135,7 @@ class CpuCollector:
             return proc
         # Gone already, or its records are still in another CPU's ring: a
         # stub, completed in place when they arrive.
-        stub = Process(pid, self.host.comm(pid) or "unknown", since=when, threads={pid},
-                       stub=True)
+        stub = Process(pid, self.host.comm(pid) or "unknown", since=when, stub=True)
         self.table.procs[pid] = stub
         return stub
 

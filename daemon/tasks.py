@@ -129,7 +129,8 @@ class Process:
     pid: int
     comm: str
     maps: AddressMap = field(default_factory=AddressMap)
-    #: tid -> Thread, the main thread (tid == pid) included; a set of tids is taken too
+    #: tid -> Thread, the main thread (tid == pid) always included (a set of tids is
+    #: taken too, each named after the process)
     threads: dict[int, Thread] = field(default_factory=dict)
     since: int = 0  # perf time (CLOCK_MONOTONIC ns) from which records apply
     ended: bool = False  # exited, or replaced by an exec
@@ -288,13 +289,14 @@ class TaskTable:
             # exec: same pid, new program, empty address space (the new
             # image's MMAP2 records follow).
             uid = self.owner(c.pid)
-            new = Process(c.pid, c.comm, since=c.sid.time, threads={c.pid}, exec_seen=True,
+            new = Process(c.pid, c.comm, since=c.sid.time, exec_seen=True,
                           ppid=proc.ppid if proc else None,
                           uid=uid if uid is not None else proc.uid if proc else None)
             self._install(new, proc)
         elif proc is None:
-            self._install(Process(c.pid, c.comm, since=c.sid.time, threads={c.pid, c.tid},
-                                  uid=self.owner(c.pid)), None)
+            new = Process(c.pid, c.comm, since=c.sid.time, uid=self.owner(c.pid))
+            new.name_thread(c.tid, c.comm)
+            self._install(new, None)
         else:
             if c.tid == c.pid:
                 proc.comm = c.comm
@@ -314,7 +316,7 @@ class TaskTable:
         if self._stale(existing, t.time):
             return
         child = Process(t.pid, parent.comm if parent else "", since=t.time,
-                        threads={t.tid}, cmdline=parent.cmdline if parent else None,
+                        cmdline=parent.cmdline if parent else None,
                         exe=parent.exe if parent else None, ppid=t.ppid,
                         uid=parent.uid if parent else self.owner(t.pid))
         if parent is not None:
