@@ -120,8 +120,11 @@ class CpuCollector:
         proc = self.table.get(pid) if records else None
         if proc is not None:
             proc.maps_loaded_at = time.monotonic()
-            # a record cannot carry the parent of a process that already ran
+            # What records cannot carry, read now, while it surely runs: an
+            # early end would otherwise leave its set without a command line.
             proc.ppid = self.host.ppid(pid)
+            proc.cmdline = self.host.cmdline(pid)
+            proc.exe = self.host.exe(pid)
         return proc
 
     def _process(self, pid: int, when: int) -> Process:
