@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from qtools.qformat.jitdump import JitdumpParser, Placements, Unknown
 
-from .host import LIVE, Host
+from .host import Host
 from .jitindex import PlacementIndex
 from .tasks import Mapping, Process
 
@@ -92,7 +92,7 @@ def task_owner(proc: Process) -> int | None:
 
 
 def open_dump(proc: Process, m: Mapping, owner: int | None,
-              host: Host = LIVE) -> tuple[int | None, str | None]:
+              host: Host) -> tuple[int | None, str | None]:
     """(fd, None) for the dump ``m`` maps, or (None, why not). The kernel's
     own link first, then the path as the task sees it (not through a final
     symlink); either must be a regular file with the mapping's device and

@@ -84,7 +84,7 @@ def _gnu_build_id(notes: bytes, endian: str) -> str | None:
     return None
 
 
-def open_object(proc: Process, mapping: Mapping, host: Host = LIVE) -> int | None:
+def open_object(proc: Process, mapping: Mapping, host: Host) -> int | None:
     """The file behind ``mapping``, checked to be the one the kernel reported.
 
     Through the task while it lives (/proc/PID/map_files, then its own view
