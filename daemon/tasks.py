@@ -124,7 +124,11 @@ class Thread:
 
 @dataclass(eq=False)
 class Process:
-    """One incarnation of a process: from fork (or exec) to exit (or exec)."""
+    """One incarnation of a process: from fork (or exec) to exit (or exec).
+
+    Its threads are remembered with their names until it is forgotten, at
+    most MAX_THREADS of them: a process that makes threads all the time
+    would otherwise grow without end."""
 
     pid: int
     comm: str
@@ -138,13 +142,14 @@ class Process:
     serial: int = field(default_factory=lambda: next(_serial))
     cmdline: list[str] | None = None
     exe: str | None = None
-    maps_loaded_at: float = 0.0  # monotonic seconds of the last /proc maps read
+    maps_loaded_at: float = 0.0  # monotonic seconds of the last read of the host's maps
     maps_version: int = 0  # bumped whenever the maps change
-    stub: bool = False  # made up for a sample before any record or /proc told about it
+    stub: bool = False  # made up for a sample before any record or the host told about it
     ppid: int | None = None
     unwind: object = None  # the user-stack unwinder's per-process state
     uid: int | None = None  # its owner as first seen (seed, fork, exec): kept after it ends
-    _ended_threads: dict[int, None] = field(default_factory=dict, repr=False)  # oldest first
+    #: ended threads other than the main one, the first ended first: the first to forget
+    _ended_threads: dict[int, None] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.threads, dict):
@@ -178,7 +183,8 @@ class Process:
         thread = self.threads.get(tid)
         if thread is not None and not thread.ended:
             thread.ended = True
-            self._ended_threads[tid] = None
+            if tid != self.pid:  # the main thread is the process's: never forgotten
+                self._ended_threads[tid] = None
 
     def _forget_a_thread(self) -> None:
         if self._ended_threads:
