@@ -130,3 +130,24 @@ def test_the_live_host_reads_this_process():
     assert any(isinstance(r, Mmap) and os.path.realpath(r.filename) == exe for r in records)
     counters = LIVE.task_counters(me)
     assert counters is not None and counters["user-seconds"] > 0
+
+
+def test_events_are_listed_and_resolved_from_the_host():
+    from qtools.daemon import events
+
+    class Traced(StaticHost):
+        def tracefs_root(self) -> str | None:
+            return "/sys/kernel/tracing"
+
+        def tracepoints(self) -> list[str]:
+            return ["sched:sched_switch"]
+
+        def tracepoint_id(self, name: str) -> int | None:
+            return 314 if name == "sched:sched_switch" else None
+
+    lines = events.listing(Traced())
+    assert lines[-1] == f"  sched:{'sched_switch':<27} [tracepoint]"
+    assert events.resolve("sched:sched_switch", Traced()).config == 314
+    assert "tracefs is not mounted" in events.listing(StaticHost())[-1]
+    with pytest.raises(events.EventError, match="tracefs is not mounted"):
+        events.resolve("sched:sched_switch", StaticHost())
