@@ -21,11 +21,12 @@ from typing import TextIO
 
 from qtools.qformat import QDir
 
-from . import procfs, syscalls
+from . import syscalls
 from .checkpoint import RunInfo
 from .collector import CpuCollector, Flags, Options
 from .config import Config
 from .dwarf import DwarfFrames
+from .host import LIVE, Host
 from .messages import Tally
 from .objects import CopyLimits, KallsymsCopy, ObjectCopier
 from .source import PerfSource, SourceSpec
@@ -47,7 +48,7 @@ def _parent_gone(signum: int, frame: object) -> None:
 
 def collector_main(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, status_w: int,
                    out: TextIO, siblings: set[int] | None = None,
-                   kallsyms: KallsymsCopy | None = None) -> int:
+                   kallsyms: KallsymsCopy | None = None, host: Host = LIVE) -> int:
     """Open this CPU's events, say "ok" (or the error) on ``status_w``, then
     collect until SIGTERM, writing its totals to ``status_w`` about once a
     second (the heartbeat that tells a stuck collector from a busy one) and
@@ -56,14 +57,14 @@ def collector_main(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, st
     signal.signal(PARENT_DEATH_SIGNAL, _parent_gone)
     syscalls.set_parent_death_signal(PARENT_DEATH_SIGNAL)
     try:
-        return _collect(cfg, source, run, qdir, status_w, out, parent, siblings, kallsyms)
+        return _collect(cfg, source, run, qdir, status_w, out, parent, siblings, kallsyms, host)
     except ParentGone:
         return 1
 
 
 def _collect(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, status_w: int,
              out: TextIO, parent: int, siblings: set[int] | None,
-             kallsyms: KallsymsCopy | None) -> int:
+             kallsyms: KallsymsCopy | None, host: Host) -> int:
     flags = Flags()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -88,14 +89,14 @@ def _collect(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, status_w
                    stacks=cfg.call_graph != "none", rotate=cfg.rotate,
                    compress=cfg.compress_closed, cpu_stats=source.target_pid == -1)
     copier = ObjectCopier(qdir, cfg.symlink, CopyLimits(object_size=cfg.max_object_size,
-                                                    map_size=cfg.max_map_size), out)
+                                                    map_size=cfg.max_map_size), out, host)
     frames = None
     if source.regs_user_mask:
-        vdso = procfs.own_vdso()
+        vdso = host.own_vdso()
         own = {parent, os.getpid(), *(siblings or ())}
         frames = DwarfFrames(qdir, copier, vdso[1] if vdso else None, own, parent)
     collector = CpuCollector(opts, run, perf, qdir, copier, user_frames=frames, out=out,
-                             kallsyms=kallsyms)
+                             kallsyms=kallsyms, host=host)
     if source.target_pid == -1:
         collector.seed()
     perf.enable()

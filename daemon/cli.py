@@ -12,6 +12,7 @@ from qtools.qformat.version import package_version
 from . import command, events, procfs
 from .aggregate import MAX_STACKS
 from .config import Config, parse_age, parse_size
+from .host import LIVE, Host
 from .messages import EXIT_LOST
 from .supervisor import CollectError, Supervisor
 
@@ -159,11 +160,11 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def config_from(args: argparse.Namespace, argv: list[str]) -> Config:
+def config_from(args: argparse.Namespace, argv: list[str], host: Host = LIVE) -> Config:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
-    online = procfs.online_cpus()
+    online = host.online_cpus()
     if args.cpus:
         try:
             cpus = procfs.parse_cpu_list(args.cpus)

@@ -15,17 +15,18 @@ from typing import Callable, Protocol, TextIO
 
 from qtools.qformat import QDir
 
-from . import procfs
+from . import synthesize
 from .aggregate import KERNEL_START, MAX_STACKS, CollectedSet, SetBook
 from .checkpoint import RunInfo, write_sets
 from .clock import SYSTEM, Clock
+from .host import Host
 from .jitdump import JitTracker
 from .messages import Tally, tell
 from .objects import KallsymsCopy, ObjectCopier
 from .records import Lost, Record, RecordError, Sample, Switch, split_callchain
 from .routes import handlers
 from .source import EventSource
-from .tasks import Process, TaskTable, snapshot
+from .tasks import Process, TaskTable
 
 MAPS_REFRESH_SECONDS = 1.0
 STATS_SECONDS = 1.0
@@ -74,20 +75,23 @@ class CpuCollector:
     def __init__(self, opts: Options, run: RunInfo, source: EventSource, qdir: QDir,
                  copier: ObjectCopier, user_frames: UserFrames | None = None,
                  out: TextIO | None = None, kallsyms: KallsymsCopy | None = None,
-                 clock: Clock = SYSTEM) -> None:
+                 clock: Clock = SYSTEM, host: Host | None = None) -> None:
         self.opts = opts
         self.run_info = run
         self.source = source
         self.layout = source.layout
         self.qdir = qdir
         self.copier = copier
+        # the machine's processes, files and counters: the copier's unless told
+        self.host = host if host is not None else copier.host
         self.user_frames = user_frames or FramePointerFrames()
         self.jit: JitTracker | None = getattr(self.user_frames, "jit", None)
         if self.jit is not None:
             self.jit.out = out or sys.stderr
+            self.jit.host = self.host
         self.kallsyms = kallsyms
         self.out = out or sys.stderr
-        self.table = TaskTable(on_end=self._ended)
+        self.table = TaskTable(on_end=self._ended, owner=self.host.owner)
         self._routes = handlers(self, self.table)  # record class -> handler
         self.clock = clock
         self.book = SetBook(opts.cpu, opts.min_samples, opts.max_stacks, clock)
@@ -106,26 +110,38 @@ class CpuCollector:
     # ------------------------------------------------------------ tasks
 
     def seed(self, pids: list[int] | None = None) -> None:
-        """Install the tasks that exist before collection starts."""
-        for pid in procfs.pids() if pids is None else pids:
-            now = time.monotonic_ns()
-            snap = snapshot(pid)
-            if snap is not None:
-                proc = self.table.seed(snap, now)
-                proc.maps_loaded_at = time.monotonic()
+        """Install the tasks that exist before collection starts, as records
+        synthesized from the host at this moment."""
+        for pid in self.host.pids() if pids is None else pids:
+            self._synthesize(pid, time.monotonic_ns())
+
+    def _synthesize(self, pid: int, now: int) -> Process | None:
+        """Apply what the host shows of ``pid`` as records; its process, or None if gone."""
+        records = synthesize.process(self.host, pid, now)
+        for rec in records:
+            self.table.apply(rec)
+        proc = self.table.get(pid) if records else None
+        if proc is not None:
+            proc.maps_loaded_at = time.monotonic()
+            # What records cannot carry, read now, while it surely runs: an
+            # early end would otherwise leave its set without a command line.
+            proc.ppid = self.host.ppid(pid)
+            proc.cmdline = self.host.cmdline(pid)
+            proc.exe = self.host.exe(pid)
+        return proc
 
     def _process(self, pid: int, when: int) -> Process:
         proc = self.table.get(pid)
         if proc is not None:
             return proc
-        snap = snapshot(pid)
-        if snap is not None:
-            proc = self.table.seed(snap, 0)
-            proc.maps_loaded_at = time.monotonic()
+        # Time 0: the records about it still on their way from other CPUs'
+        # rings, older than now, apply over what the host shows.
+        proc = self._synthesize(pid, 0)
+        if proc is not None:
             return proc
         # Gone already, or its records are still in another CPU's ring: a
         # stub, completed in place when they arrive.
-        stub = Process(pid, procfs.comm(pid) or "unknown", since=when, threads={pid}, stub=True)
+        stub = Process(pid, self.host.comm(pid) or "unknown", since=when, stub=True)
         self.table.procs[pid] = stub
         return stub
 
@@ -136,7 +152,7 @@ class CpuCollector:
         if ts is not None and ts.stats.counters_start is not None:
             # Until its parent reaps it, an exited task's final counters are
             # still in /proc; a pid already reused shows smaller ones: ignored.
-            final = procfs.task_counters(proc.pid)
+            final = self.host.task_counters(proc.pid)
             if final and final.get("user-seconds", 0) >= (ts.stats.counters_last or {}).get(
                     "user-seconds", 0):
                 ts.stats.counters_last = final
@@ -148,10 +164,10 @@ class CpuCollector:
         if proc.ended or now - proc.maps_loaded_at < MAPS_REFRESH_SECONDS:
             return False
         proc.maps_loaded_at = now
-        lines = procfs.maps(proc.pid)
+        lines = self.host.maps(proc.pid)
         if lines is None:
             return False
-        self.table.refresh_maps(proc, lines)
+        self.table.refresh_maps(proc, synthesize.mmaps(proc.pid, lines, 0))
         return True
 
     # ------------------------------------------------------------ records
@@ -210,7 +226,7 @@ class CpuCollector:
             now = time.monotonic()
             if now - stats.counters_at >= STATS_SECONDS:  # it may end any time: keep up
                 stats.counters_at = now
-                stats.counters_last = procfs.task_counters(proc.pid) or stats.counters_last
+                stats.counters_last = self.host.task_counters(proc.pid) or stats.counters_last
         user = self.user_frames.frames(proc, s, user)
         stack = (tuple(kernel + user) or (s.ip,)) if self.opts.stacks else None
         arcs = [(b.source, b.target) for b in s.branches if b.is_call] if s.branches else []
@@ -228,20 +244,20 @@ class CpuCollector:
         if proc.ended:
             return
         if proc.cmdline is None:
-            proc.cmdline = procfs.cmdline(proc.pid)
-            proc.exe = proc.exe or procfs.exe(proc.pid)
-        ts.stats.counters_start = ts.stats.counters_last = procfs.task_counters(proc.pid)
+            proc.cmdline = self.host.cmdline(proc.pid)
+            proc.exe = proc.exe or self.host.exe(proc.pid)
+        ts.stats.counters_start = ts.stats.counters_last = self.host.task_counters(proc.pid)
         ts.stats.counters_at = time.monotonic()
 
     def _update_stats(self) -> None:
         """Counters of live tasks and of the CPU, for the sets about to be written."""
         for proc, ts in self.book.by_process.items():
             if not proc.ended and ts.writer.promoted and ts.stats.counters_start is not None:
-                ts.stats.counters_last = procfs.task_counters(proc.pid) or ts.stats.counters_last
+                ts.stats.counters_last = self.host.task_counters(proc.pid) or ts.stats.counters_last
         if not self.opts.cpu_stats:
             return
         kernel = self.book.kernel_set()
-        now = procfs.cpu_counters(self.opts.cpu)
+        now = self.host.cpu_counters(self.opts.cpu)
         if kernel.stats.counters_start is None:
             kernel.stats.counters_start = now
         kernel.stats.counters_last = now
@@ -335,7 +351,7 @@ class CpuCollector:
         ok = self.checkpoint(final=True)
         self.book.start_slice()
         if self.opts.cpu_stats:
-            self.book.kernel_set().stats.counters_start = procfs.cpu_counters(self.opts.cpu)
+            self.book.kernel_set().stats.counters_start = self.host.cpu_counters(self.opts.cpu)
         for proc, ts in self.book.by_process.items():
             ts.stats.counters_start = ts.stats.counters_last
         return ok
@@ -381,7 +397,7 @@ class CpuCollector:
         rotate = self.opts.rotate
         next_slice = self._slice_end(clock, rotate) if rotate else None
         if self.opts.cpu_stats:
-            self.book.kernel_set().stats.counters_start = procfs.cpu_counters(self.opts.cpu)
+            self.book.kernel_set().stats.counters_start = self.host.cpu_counters(self.opts.cpu)
         while not flags.stop:
             now = clock()
             wait = min(drain_interval, next_checkpoint - now,

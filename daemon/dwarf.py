@@ -86,7 +86,7 @@ class CfiTables:
             except OSError:
                 fd = None
         if fd is None:
-            fd = open_object(proc, m)
+            fd = open_object(proc, m, self.copier.host)
         if fd is None:
             return None
         try:

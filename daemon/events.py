@@ -5,22 +5,23 @@ from __future__ import annotations
 import errno
 import os
 
-from . import abi, procfs, syscalls
+from . import abi, syscalls
 from .abi import EventSpec
+from .host import LIVE, Host
 
 
 class EventError(Exception):
     """An event that cannot be used; the message is for the user."""
 
 
-def resolve(name: str) -> EventSpec:
+def resolve(name: str, host: Host = LIVE) -> EventSpec:
     spec = abi.builtin_event(name)
     if spec is not None:
         return spec
     if ":" in name:
-        tp = procfs.tracepoint_id(name)
+        tp = host.tracepoint_id(name)
         if tp is None:
-            hint = "" if procfs.tracefs_root() else \
+            hint = "" if host.tracefs_root() else \
                 " (tracefs is not mounted: mount -t tracefs nodev /sys/kernel/tracing)"
             raise EventError(f"unknown tracepoint {name!r}{hint}")
         return EventSpec(name, abi.TYPE_TRACEPOINT, tp, "events")
@@ -64,7 +65,7 @@ def explain_unsupported(spec: EventSpec, err: int) -> str:
     return f"event {spec.name!r} cannot be opened: {os.strerror(err)}"
 
 
-def listing() -> list[str]:
+def listing(host: Host = LIVE) -> list[str]:
     """Lines of ``q-syscollect -l``."""
     lines = ["Events this machine offers (use with -e):"]
     for group, names in (("hardware", abi.HARDWARE_EVENTS), ("software", abi.SOFTWARE_EVENTS)):
@@ -73,20 +74,11 @@ def listing() -> list[str]:
             assert spec is not None
             if probe(spec) is None:
                 lines.append(f"  {name:<28} [{group}]")
-    root = procfs.tracefs_root()
-    if root is None:
+    if host.tracefs_root() is None:
         lines.append("  (tracepoints: tracefs is not mounted; mount -t tracefs nodev "
                      "/sys/kernel/tracing to use SYSTEM:EVENT tracepoints)")
         return lines
-    try:
-        systems = sorted(os.listdir(f"{root}/events"))
-    except OSError:
-        return lines
-    for system in systems:
-        path = f"{root}/events/{system}"
-        if not os.path.isdir(path):
-            continue
-        for event in sorted(os.listdir(path)):
-            if os.path.exists(f"{path}/{event}/id"):
-                lines.append(f"  {system}:{event:<27} [tracepoint]")
+    for name in host.tracepoints():
+        system, _, event = name.partition(":")
+        lines.append(f"  {system}:{event:<27} [tracepoint]")
     return lines

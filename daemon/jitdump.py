@@ -44,6 +44,7 @@ from qtools.qformat import QDir
 from qtools.qformat.info import JitdumpRef
 from qtools.qformat.jitdump import Placement, UnwindingInfo, synthetic_address
 
+from .host import LIVE, Host
 from .jitread import (DEFAULT_LIMIT, DumpReader, is_dump_path, loads, open_dump, said_once,
                       task_owner)
 from .tasks import Process
@@ -97,8 +98,10 @@ class JitTracker:
     frames into synthetic addresses, and the `.q` copy of each dump."""
 
     def __init__(self, arch: ArchRegs, limit: int = DEFAULT_LIMIT,
-                 out: TextIO | None = None, qdir: QDir | None = None) -> None:
+                 out: TextIO | None = None, qdir: QDir | None = None,
+                 host: Host = LIVE) -> None:
         self.arch = arch
+        self.host = host  # the collector sets its own
         self.limit = limit
         self.out = out or sys.stderr
         self.qdir = qdir
@@ -131,7 +134,7 @@ class JitTracker:
         m = (mine or dumps)[0]
         if m.obj.path in st.refused:
             return
-        fd, why = open_dump(proc, m, task_owner(proc))
+        fd, why = open_dump(proc, m, task_owner(proc), self.host)
         if fd is None:
             if why:
                 st.refused.add(m.obj.path)
@@ -202,7 +205,7 @@ class JitTracker:
             return st.stubs[ip]
         found = None
         start = max(0, ip - MAX_STUB)
-        window = _read_memory(proc.pid, start, ip + MAX_STUB - start) if not proc.ended else None
+        window = self.host.read_memory(proc.pid, start, ip + MAX_STUB - start) if not proc.ended else None
         if window:
             hit = match_stub(self.arch, window, start, ip)
             if hit is not None:
@@ -351,15 +354,3 @@ class JitTracker:
                           code_loads=len(dump.placements.items),
                           truncated=1 if dump.problem else None)
 
-
-def _read_memory(pid: int, address: int, size: int) -> bytes | None:
-    try:
-        fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        return os.pread(fd, size, address)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)

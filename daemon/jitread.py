@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from qtools.qformat.jitdump import JitdumpParser, Placements, Unknown
 
-from . import procfs
+from .host import Host
 from .jitindex import PlacementIndex
 from .tasks import Mapping, Process
 
@@ -91,16 +91,17 @@ def task_owner(proc: Process) -> int | None:
     return proc.uid
 
 
-def open_dump(proc: Process, m: Mapping, owner: int | None) -> tuple[int | None, str | None]:
+def open_dump(proc: Process, m: Mapping, owner: int | None,
+              host: Host) -> tuple[int | None, str | None]:
     """(fd, None) for the dump ``m`` maps, or (None, why not). The kernel's
     own link first, then the path as the task sees it (not through a final
     symlink); either must be a regular file with the mapping's device and
     inode, owned by the task's user."""
     if owner is None:  # gone before it was seen, and no owner recorded: nothing to check with
         return None, None
-    for opener in (lambda: procfs.open_mapped_file(proc.pid, m.start, m.end),
-                   lambda: procfs.open_in_root(proc.pid, m.obj.path),
-                   lambda: procfs.open_plain(m.obj.path)):
+    for opener in (lambda: host.open_mapped_file(proc.pid, m.start, m.end),
+                   lambda: host.open_in_root(proc.pid, m.obj.path),
+                   lambda: host.open_plain(m.obj.path)):
         fd = opener()
         if fd is None:
             continue

@@ -20,7 +20,7 @@ from typing import Callable, TextIO
 
 from qtools.qformat import CopyJob, QDir, QFormatError, Stored, TooLarge
 
-from . import procfs
+from .host import LIVE, Host
 from .tasks import Mapping, ObjectKey, Process
 
 RETRY_SECONDS = 30.0
@@ -84,7 +84,7 @@ def _gnu_build_id(notes: bytes, endian: str) -> str | None:
     return None
 
 
-def open_object(proc: Process, mapping: Mapping) -> int | None:
+def open_object(proc: Process, mapping: Mapping, host: Host) -> int | None:
     """The file behind ``mapping``, checked to be the one the kernel reported.
 
     Through the task while it lives (/proc/PID/map_files, then its own view
@@ -96,10 +96,10 @@ def open_object(proc: Process, mapping: Mapping) -> int | None:
     obj = mapping.obj
     tries: list[tuple[Callable[[], int | None], bool]] = []  # (open, the kernel's own link)
     if not proc.ended:
-        tries.append((lambda: procfs.open_mapped_file(proc.pid, mapping.start, mapping.end),
+        tries.append((lambda: host.open_mapped_file(proc.pid, mapping.start, mapping.end),
                       True))
-        tries.append((lambda: procfs.open_in_root(proc.pid, obj.path), False))
-    tries.append((lambda: procfs.open_plain(obj.path), False))
+        tries.append((lambda: host.open_in_root(proc.pid, obj.path), False))
+    tries.append((lambda: host.open_plain(obj.path), False))
     for attempt, trusted in tries:
         fd = attempt()
         if fd is None:
@@ -223,8 +223,10 @@ class ObjectCopier:
     """
 
     def __init__(self, qdir: QDir, symlink: bool = False,
-                 limits: CopyLimits = CopyLimits(), out: TextIO | None = None) -> None:
+                 limits: CopyLimits = CopyLimits(), out: TextIO | None = None,
+                 host: Host = LIVE) -> None:
         self.qdir = qdir
+        self.host = host  # where tasks' files are opened
         self.symlink = symlink
         self.limits = limits
         self.out = out
@@ -261,7 +263,7 @@ class ObjectCopier:
         if obj.special or obj in self._refused or time.monotonic() < self._failed.get(obj, 0.0):
             return NO_COPY
         if obj not in self._jobs:
-            fd = open_object(proc, mapping)
+            fd = open_object(proc, mapping, self.host)
             if fd is None:
                 self._failed[obj] = time.monotonic() + RETRY_SECONDS
                 return NO_COPY
@@ -298,7 +300,7 @@ class ObjectCopier:
         made now (at once with ``wait``), or the one before while a new one
         is under way; None if there is none."""
         if path not in self._jobs:
-            fd = procfs.open_plain(path)
+            fd = self.host.open_plain(path)
             if fd is None:
                 return self._files.get(path)
             try:
@@ -333,18 +335,18 @@ class ObjectCopier:
                 self._advance(proc.serial)
             return self._maps.get(proc.serial)
         if not proc.ended:
-            live = procfs.owner(proc.pid)
+            live = self.host.owner(proc.pid)
             proc.uid = live if live is not None else proc.uid
-        candidates = [f"/tmp/perf-{proc.pid}.map"]
-        if not proc.ended:
-            candidates.insert(0, f"/proc/{proc.pid}/root/tmp/perf-{proc.pid}.map")
-        for path in candidates:
-            fd = procfs.open_plain(path)
+        label = f"/tmp/perf-{proc.pid}.map"
+        candidates = [lambda: self.host.open_plain(label)]
+        if not proc.ended:  # the task's own /tmp first (another mount namespace)
+            candidates.insert(0, lambda: self.host.open_in_root(proc.pid, label))
+        for candidate in candidates:
+            fd = candidate()
             if fd is None:
                 continue
             try:
                 uid = os.fstat(fd).st_uid
-                label = f"/tmp/perf-{proc.pid}.map"
                 if proc.uid is None:
                     self.say(f"not using {label}: the owner of pid {proc.pid} was never seen")
                     return kept
@@ -441,7 +443,7 @@ class KallsymsCopy:
         one cannot be made (retried every RETRY_SECONDS). With ``report`` a
         failure to write raises OSError; otherwise it passes in silence (the
         start of the run has said it, and the sets' own writes say it again)."""
-        modules = procfs.loaded_modules(self.modules)
+        modules = copier.host.loaded_modules(self.modules)
         if (self.name is None or modules != self._modules) and \
                 (report or time.monotonic() >= self._retry_at):
             try:

@@ -10,9 +10,10 @@ import platform
 from dataclasses import replace
 from typing import Callable
 
-from . import events, procfs, syscalls
+from . import events, syscalls
 from .abi import EventSpec
 from .config import Config
+from .host import LIVE, Host
 from .source import SourceSpec, ring_pages
 from .unwind import Unwinder
 
@@ -53,11 +54,11 @@ def _try_open(spec: SourceSpec) -> OSError | None:
     return None
 
 
-def plan(cfg: Config, note: Callable[[str], None]) -> SourceSpec:
+def plan(cfg: Config, note: Callable[[str], None], host: Host = LIVE) -> SourceSpec:
     """Choose event and options, checking up front that they can be opened;
     ``note`` tells the user of a fallback."""
     try:
-        spec = events.resolve(cfg.event) if cfg.event else events.default_event()
+        spec = events.resolve(cfg.event, host) if cfg.event else events.default_event()
     except events.EventError as e:
         raise CollectError(str(e)) from None
     root = os.geteuid() == 0
@@ -78,15 +79,15 @@ def plan(cfg: Config, note: Callable[[str], None]) -> SourceSpec:
         err = _try_open(source)
         if err is None:
             note("kernel samples are not permitted (kernel.perf_event_paranoid="
-                 f"{procfs.sysctl_int('kernel.perf_event_paranoid')}); "
+                 f"{host.sysctl_int('kernel.perf_event_paranoid')}); "
                  "collecting user space only")
     if err is not None:
         if err.errno in (errno.EACCES, errno.EPERM):
             raise CollectError(permission_message(
-                err, procfs.sysctl_int("kernel.perf_event_paranoid")))
+                err, host.sysctl_int("kernel.perf_event_paranoid")))
         if err.errno in (errno.ENOENT, errno.EOPNOTSUPP, errno.ENODEV):
             raise CollectError(events.explain_unsupported(spec, err.errno))
-        rate = procfs.sysctl_int("kernel.perf_event_max_sample_rate")
+        rate = host.sysctl_int("kernel.perf_event_max_sample_rate")
         if err.errno == errno.EINVAL and rate is not None and cfg.frequency > rate:
             raise CollectError(f"-c {cfg.frequency} is above the kernel's limit of {rate} Hz "
                                "(kernel.perf_event_max_sample_rate)")

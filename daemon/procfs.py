@@ -101,6 +101,11 @@ def comm(pid: int) -> str | None:
     return text.rstrip("\n") if text is not None else None
 
 
+def thread_comm(pid: int, tid: int) -> str | None:
+    text = _read(f"/proc/{pid}/task/{tid}/comm")
+    return text.rstrip("\n") if text is not None else None
+
+
 def cmdline(pid: int) -> list[str] | None:
     text = _read(f"/proc/{pid}/cmdline", 1 << 16)
     if not text:
@@ -225,6 +230,40 @@ def tracefs_root() -> str | None:
         if os.path.isdir(f"{root}/events"):
             return root
     return None
+
+
+def tracepoints() -> list[str]:
+    """``system:event`` of every tracepoint tracefs lists, sorted."""
+    root = tracefs_root()
+    if root is None:
+        return []
+    found: list[str] = []
+    try:
+        systems = sorted(os.listdir(f"{root}/events"))
+    except OSError:
+        return found
+    for system in systems:
+        path = f"{root}/events/{system}"
+        if not os.path.isdir(path):
+            continue
+        for event in sorted(os.listdir(path)):
+            if os.path.exists(f"{path}/{event}/id"):
+                found.append(f"{system}:{event}")
+    return found
+
+
+def read_memory(pid: int, address: int, size: int) -> bytes | None:
+    """``size`` bytes of a task's memory at ``address``, or None."""
+    try:
+        fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.pread(fd, size, address)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 # ---------------------------------------------------------------- global data

@@ -21,12 +21,13 @@ from typing import TextIO
 
 from qtools.qformat import QDir, QFormatError
 
-from . import command, procfs, retention
+from . import command, retention
 from .abi import EventSpec
 from .checkpoint import RunInfo
 from .child import collector_main
 from .command import Ending
 from .config import Config
+from .host import LIVE, Host
 from .messages import (EXIT_LOST, Tally, loss_line, parse_line, split_lines, start_line,
                        summary_line, tell)
 from .notify import Notifier
@@ -40,16 +41,16 @@ COMMAND_GRACE = 10.0  # a command still running when the run ends: SIGTERM, then
 
 
 def run_info(cfg: Config, spec: EventSpec, source: SourceSpec, kallsyms: str | None,
-             vdso: str | None) -> RunInfo:
+             vdso: str | None, host: Host = LIVE) -> RunInfo:
     if spec.unit == "ns":
         label, factor = "seconds", 1e-9
-    elif spec.unit == "cycles" and (freq := procfs.cpu_max_freq_hz()):
+    elif spec.unit == "cycles" and (freq := host.cpu_max_freq_hz()):
         label, factor = "seconds", 1.0 / freq
     else:
         label, factor = spec.unit, 1.0
     unwinder = None if cfg.call_graph == "none" else cfg.call_graph
     return RunInfo(["q-syscollect", *cfg.argv], spec.name, label, factor, unwinder,
-                   procfs.machine(), kallsyms, vdso,
+                   host.machine(), kallsyms, vdso,
                    run_id=os.urandom(6).hex(), run_start=round(time.time(), 3))
 
 
@@ -68,8 +69,9 @@ class Child:
 
 class Supervisor:
     def __init__(self, cfg: Config, out: TextIO | None = None,
-                 notifier: Notifier | None = None) -> None:
+                 notifier: Notifier | None = None, host: Host = LIVE) -> None:
         self.cfg = cfg
+        self.host = host
         self.out = out or sys.stderr
         self.notifier = notifier or Notifier()
         self.children: dict[int, Child] = {}
@@ -97,11 +99,11 @@ class Supervisor:
 
         A failure (a full disk, say) costs kernel or vdso symbols, not the run.
         """
-        copier = ObjectCopier(qdir)
+        copier = ObjectCopier(qdir, host=self.host)
         kallsyms = vdso = None
         try:
             kallsyms = self.kallsyms.current(copier, report=True)
-            image = procfs.own_vdso()
+            image = self.host.own_vdso()
             if image is not None:
                 fd = os.memfd_create("vdso", os.MFD_CLOEXEC)
                 try:
@@ -131,7 +133,7 @@ class Supervisor:
             for child in self.children.values():
                 os.close(child.status_fd)
             code = collector_main(self.cfg, source, run, qdir, status_w, self.out,
-                                  set(self.children), self.kallsyms)
+                                  set(self.children), self.kallsyms, self.host)
         except BaseException as e:  # a child must never return into the parent's code
             try:
                 tell(self.out, f"collector for cpu {source.cpu} failed: {e!r}")
@@ -176,9 +178,9 @@ class Supervisor:
             raise CollectError(str(e)) from None
         qdir.remove_stale_temps()
         self.retention.begin(qdir)
-        source = plan(cfg, self._note)
+        source = plan(cfg, self._note, self.host)
         kallsyms, vdso = self._shared_copies(qdir)
-        run = run_info(cfg, source.event, source, kallsyms, vdso)
+        run = run_info(cfg, source.event, source, kallsyms, vdso, self.host)
         release_fd = err_fd = None
         try:
             if cfg.command:

@@ -1,11 +1,12 @@
 """The task table: which processes exist and what they have mapped.
 
-Modelled as perf models it (machine -> thread -> maps -> map -> dso): the
-table changes only by applying records (COMM, FORK, EXIT, MMAP2) or by
-seeding a process from /proc, so tests build a machine from synthetic
-records. Each exec starts a new ``Process`` object (an incarnation) for the
-same pid: what ran before the exec and what runs after are different
-profiles.
+Modelled as perf models it (machine -> process -> threads, maps -> map ->
+dso): the table changes only by applying records (COMM, FORK, EXIT, MMAP2),
+those from the kernel's rings and those synthesized from the host for the
+processes that existed before (synthesize.py), so tests build a machine
+from records alone. Each exec starts a new ``Process`` object (an
+incarnation) for the same pid: what ran before the exec and what runs after
+are different profiles.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .procfs import MapsLine
 from .records import Comm, Mmap, Task
 from .routes import handlers
 
 _serial = itertools.count(1)
+MAX_THREADS = 4096  # threads remembered per process; the oldest ended ones go first
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,29 +113,87 @@ class AddressMap:
         return [m for m in self._maps if m.obj == obj]
 
 
+@dataclass(slots=True, eq=False)
+class Thread:
+    """One thread of a process, with its own name (a COMM of its tid). An
+    ended thread keeps its name for the reports until the process goes."""
+
+    tid: int
+    name: str
+    ended: bool = False
+
+
 @dataclass(eq=False)
 class Process:
-    """One incarnation of a process: from fork (or exec) to exit (or exec)."""
+    """One incarnation of a process: from fork (or exec) to exit (or exec).
+
+    Its threads are remembered with their names until it is forgotten, at
+    most MAX_THREADS of them: a process that makes threads all the time
+    would otherwise grow without end."""
 
     pid: int
     comm: str
     maps: AddressMap = field(default_factory=AddressMap)
-    threads: set[int] = field(default_factory=set)
+    #: tid -> Thread, the main thread (tid == pid) always included (a set of tids is
+    #: taken too, each named after the process)
+    threads: dict[int, Thread] = field(default_factory=dict)
     since: int = 0  # perf time (CLOCK_MONOTONIC ns) from which records apply
     ended: bool = False  # exited, or replaced by an exec
     exec_seen: bool = False  # began with an exec we saw: cmdline/exe are this program's
     serial: int = field(default_factory=lambda: next(_serial))
     cmdline: list[str] | None = None
     exe: str | None = None
-    maps_loaded_at: float = 0.0  # monotonic seconds of the last /proc maps read
+    maps_loaded_at: float = 0.0  # monotonic seconds of the last read of the host's maps
     maps_version: int = 0  # bumped whenever the maps change
-    stub: bool = False  # made up for a sample before any record or /proc told about it
+    stub: bool = False  # made up for a sample before any record or the host told about it
     ppid: int | None = None
     unwind: object = None  # the user-stack unwinder's per-process state
     uid: int | None = None  # its owner as first seen (seed, fork, exec): kept after it ends
+    #: ended threads other than the main one, the first ended first: the first to forget
+    _ended_threads: dict[int, None] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.threads, dict):
+            self.threads = {tid: Thread(tid, self.comm) for tid in self.threads}
+        if self.pid not in self.threads:
+            self.threads[self.pid] = Thread(self.pid, self.comm)
 
     def __hash__(self) -> int:
         return self.serial
+
+    @property
+    def live_threads(self) -> set[int]:
+        return {tid for tid, t in self.threads.items() if not t.ended}
+
+    def add_thread(self, tid: int, name: str) -> Thread:
+        """A new thread (or a new one with the tid of an ended one)."""
+        self._ended_threads.pop(tid, None)
+        thread = self.threads[tid] = Thread(tid, name)
+        if len(self.threads) > MAX_THREADS:
+            self._forget_a_thread()
+        return thread
+
+    def name_thread(self, tid: int, name: str) -> None:
+        thread = self.threads.get(tid)
+        if thread is None or thread.ended:
+            self.add_thread(tid, name)
+        else:
+            thread.name = name
+
+    def end_thread(self, tid: int) -> None:
+        thread = self.threads.get(tid)
+        if thread is not None and not thread.ended:
+            thread.ended = True
+            if tid != self.pid:  # the main thread is the process's: never forgotten
+                self._ended_threads[tid] = None
+
+    def _forget_a_thread(self) -> None:
+        if self._ended_threads:
+            tid = next(iter(self._ended_threads))
+            del self._ended_threads[tid]
+        else:  # all alive: the oldest other than the main thread
+            tid = next(t for t in self.threads if t != self.pid)
+        del self.threads[tid]
 
 
 def mapping_from_record(m: Mmap) -> Mapping:
@@ -142,41 +201,20 @@ def mapping_from_record(m: Mmap) -> Mapping:
                    ObjectKey(m.filename, (m.maj, m.min), m.ino, m.build_id))
 
 
-def mappings_from_proc(lines: Iterable[MapsLine]) -> list[Mapping]:
-    return [Mapping(line.start, line.end, line.offset,
-                    ObjectKey(line.path or "//anon", (line.maj, line.min), line.inode))
-            for line in lines if line.executable]
-
-
-@dataclass
-class ProcSnapshot:
-    """What /proc says about a process (for seeding)."""
-
-    pid: int
-    comm: str
-    maps: list[MapsLine]
-    threads: list[int]
-    cmdline: list[str] | None = None
-    exe: str | None = None
-    ppid: int | None = None
-    uid: int | None = None
-
-
-def _owner(pid: int) -> int | None:
-    from . import procfs
-    return procfs.owner(pid)
+def _no_owner(pid: int) -> int | None:
+    return None
 
 
 class TaskTable:
     """All known processes of a machine, keyed by pid (current incarnation)."""
 
     def __init__(self, on_end: Callable[[Process], None] | None = None,
-                 owner: Callable[[int], int | None] = _owner) -> None:
+                 owner: Callable[[int], int | None] = _no_owner) -> None:
         self.procs: dict[int, Process] = {}
-        self.tid_to_pid: dict[int, int] = {}
         self.on_end = on_end or (lambda p: None)
-        # Who owns a pid now (from /proc): asked at an exec, the one moment
-        # records cannot tell (a setuid program); a fork inherits its parent's.
+        # Who owns a pid now (the host's Host.owner): asked at an exec, the
+        # one moment records cannot tell (a setuid program); a fork inherits
+        # its parent's.
         self.owner = owner
 
     def __len__(self) -> int:
@@ -185,27 +223,15 @@ class TaskTable:
     def get(self, pid: int) -> Process | None:
         return self.procs.get(pid)
 
-    def seed(self, snap: ProcSnapshot, now: int) -> Process:
-        """Install a process as /proc shows it at perf time ``now``."""
-        old = self.procs.get(snap.pid)
-        if old is not None and old.since > now:
-            return old
-        proc = Process(snap.pid, snap.comm, AddressMap(mappings_from_proc(snap.maps)),
-                       set(snap.threads) | {snap.pid}, since=now, cmdline=snap.cmdline,
-                       exe=snap.exe, exec_seen=True, ppid=snap.ppid, uid=snap.uid)
-        self._install(proc, old)
-        return proc
-
-    def refresh_maps(self, proc: Process, lines: list[MapsLine]) -> None:
-        proc.maps = AddressMap(mappings_from_proc(lines))
+    def refresh_maps(self, proc: Process, mmaps: Iterable[Mmap]) -> None:
+        """Replace a process's maps with what the host shows now (as records)."""
+        proc.maps = AddressMap(mapping_from_record(m) for m in mmaps if m.executable)
         proc.maps_version += 1
 
     def _install(self, proc: Process, old: Process | None) -> None:
         if old is not None and old is not proc:
             self._end(old)
         self.procs[proc.pid] = proc
-        for tid in proc.threads:
-            self.tid_to_pid[tid] = proc.pid
 
     def _end(self, proc: Process) -> None:
         if not proc.ended:
@@ -216,9 +242,6 @@ class TaskTable:
         """Drop an ended process once everything about it has been written."""
         if self.procs.get(proc.pid) is proc:
             del self.procs[proc.pid]
-        for tid in proc.threads:
-            if self.tid_to_pid.get(tid) == proc.pid:
-                del self.tid_to_pid[tid]
 
     # ------------------------------------------------------------ records
 
@@ -249,6 +272,7 @@ class TaskTable:
         """Fill in a stub from the records that describe it, in place: the
         samples already counted for it stay with it."""
         stub.comm = comm
+        stub.threads[stub.pid].name = comm
         stub.stub = False
         if parent is not None:
             stub.ppid = parent.pid
@@ -276,26 +300,30 @@ class TaskTable:
         if proc is not None and proc.stub:
             self._complete(proc, c.comm, None)
             proc.exec_seen = c.exec
+            proc.name_thread(c.tid, c.comm)
         elif c.exec:
             # exec: same pid, new program, empty address space (the new
             # image's MMAP2 records follow).
             uid = self.owner(c.pid)
-            new = Process(c.pid, c.comm, since=c.sid.time, threads={c.pid}, exec_seen=True,
+            new = Process(c.pid, c.comm, since=c.sid.time, exec_seen=True,
                           ppid=proc.ppid if proc else None,
                           uid=uid if uid is not None else proc.uid if proc else None)
             self._install(new, proc)
         elif proc is None:
-            self._install(Process(c.pid, c.comm, since=c.sid.time, threads={c.pid, c.tid},
-                                  uid=self.owner(c.pid)), None)
-        elif c.tid == c.pid:
-            proc.comm = c.comm
+            new = Process(c.pid, c.comm, since=c.sid.time, uid=self.owner(c.pid))
+            new.name_thread(c.tid, c.comm)
+            self._install(new, None)
+        else:
+            if c.tid == c.pid:
+                proc.comm = c.comm
+            proc.name_thread(c.tid, c.comm)  # COMM of another tid names that thread
 
     def _fork(self, t: Task) -> None:
         parent = self.procs.get(t.ppid)
         if t.pid == t.ppid:  # a new thread of an existing process
             if parent is not None and not self._stale(parent, t.time):
-                parent.threads.add(t.tid)
-                self.tid_to_pid[t.tid] = t.pid
+                creator = parent.threads.get(t.ptid)  # a new thread has its creator's name
+                parent.add_thread(t.tid, creator.name if creator else parent.comm)
             return
         existing = self.procs.get(t.pid)
         if existing is not None and existing.stub:
@@ -304,7 +332,7 @@ class TaskTable:
         if self._stale(existing, t.time):
             return
         child = Process(t.pid, parent.comm if parent else "", since=t.time,
-                        threads={t.tid}, cmdline=parent.cmdline if parent else None,
+                        cmdline=parent.cmdline if parent else None,
                         exe=parent.exe if parent else None, ppid=t.ppid,
                         uid=parent.uid if parent else self.owner(t.pid))
         if parent is not None:
@@ -315,19 +343,6 @@ class TaskTable:
         proc = self.procs.get(t.pid)
         if proc is None or self._stale(proc, t.time):
             return
+        proc.end_thread(t.tid)
         if t.tid == t.pid:
             self._end(proc)
-        else:
-            proc.threads.discard(t.tid)
-            self.tid_to_pid.pop(t.tid, None)
-
-
-def snapshot(pid: int) -> ProcSnapshot | None:
-    """Read a process from /proc; None if it is gone."""
-    from . import procfs
-    comm = procfs.comm(pid)
-    maps = procfs.maps(pid)
-    if comm is None or maps is None:
-        return None
-    return ProcSnapshot(pid, comm, maps, procfs.threads(pid), procfs.cmdline(pid),
-                        procfs.exe(pid), procfs.ppid(pid), procfs.owner(pid))

@@ -15,6 +15,7 @@ from qtools.daemon import abi, synth
 from qtools.daemon.checkpoint import RunInfo
 from qtools.daemon.clock import Clock
 from qtools.daemon.collector import CpuCollector, Options
+from qtools.daemon.host import StaticHost
 from qtools.daemon.objects import ObjectCopier
 from qtools.daemon.records import Comm, Mmap, Sample, SampleId, SampleLayout
 from qtools.daemon.sketch import DistinctCount
@@ -60,7 +61,7 @@ def _collector(qdir: QDir, records: list[bytes], clock: Clock | None = None,
                **opts) -> CpuCollector:
     run = RunInfo(["q-syscollect"], "cpu-clock", "seconds", 1e-9, "fp")
     c = CpuCollector(Options(cpu=0, min_samples=1, **opts), run, ReplaySource(LAYOUT, [records]),
-                     qdir, ObjectCopier(qdir), out=io.StringIO(),
+                     qdir, ObjectCopier(qdir, host=StaticHost(files=None)), out=io.StringIO(),
                      **({"clock": clock} if clock else {}))
     while not c.source.exhausted:
         c.step()

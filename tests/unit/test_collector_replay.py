@@ -15,6 +15,7 @@ from qtools.daemon import abi, synth
 from qtools.daemon.checkpoint import RunInfo
 from qtools.daemon.collector import CpuCollector, Options
 from qtools.daemon.messages import parse_line
+from qtools.daemon.host import StaticHost
 from qtools.daemon.objects import KallsymsCopy, ObjectCopier, build_id
 from qtools.daemon.records import (Branch, Comm, Lost, Mmap, Sample, SampleId, SampleLayout,
                                    Switch, Task)
@@ -54,7 +55,7 @@ def _collector(qdir, batches, min_samples=100, kallsyms=None):
     run = RunInfo(["q-syscollect", "-t", "1"], "cycles", "seconds", 1e-9, "fp")
     out = io.StringIO()
     c = CpuCollector(Options(cpu=0, min_samples=min_samples), run,
-                     ReplaySource(LAYOUT, batches), qdir, ObjectCopier(qdir), out=out,
+                     ReplaySource(LAYOUT, batches), qdir, ObjectCopier(qdir, host=StaticHost(files=None)), out=out,
                      kallsyms=kallsyms)
     while not c.source.exhausted:
         c.step()

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from qtools.daemon import synthesize
+from qtools.daemon.host import HostProcess, StaticHost
 from qtools.daemon.objects import CopyBudget
 from qtools.daemon.procfs import MapsLine
 from qtools.daemon.records import Comm, SampleId, Task
-from qtools.daemon.tasks import ProcSnapshot, TaskTable
+from qtools.daemon.tasks import TaskTable
 from qtools.qformat import QDir, Stored, TooLarge
 from qtools.qformat.copies import may_link, root_only
 from qtools.qformat.writers import alive, proc_stat
@@ -251,10 +253,12 @@ def _sid(time_ns: int) -> SampleId:
 
 
 def test_task_owners_are_recorded_at_seed_fork_and_exec_and_kept():
-    owners = {20: 1000}
+    owners = {10: 1000}
     table = TaskTable(owner=owners.get)
-    maps = [MapsLine(0x1000, 0x2000, "r-xp", 0, 8, 1, 5, "/bin/sh", False)]
-    table.seed(ProcSnapshot(10, "sh", maps, [10], uid=1000), 1)
+    maps = (MapsLine(0x1000, 0x2000, "r-xp", 0, 8, 1, 5, "/bin/sh", False),)
+    for rec in synthesize.process(StaticHost({10: HostProcess("sh", maps)}), 10, 1):
+        table.apply(rec)  # seeded from the host: its owner asked then
+    assert table.get(10).uid == 1000
     table.apply(Task(pid=20, ppid=10, tid=20, ptid=10, time=5, fork=True))
     assert table.get(20).uid == 1000  # a fork is its parent's
     owners[20] = 0

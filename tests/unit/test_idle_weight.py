@@ -9,6 +9,7 @@ import io
 from qtools.daemon import abi, synth
 from qtools.daemon.checkpoint import RunInfo
 from qtools.daemon.collector import CpuCollector, Options
+from qtools.daemon.host import StaticHost
 from qtools.daemon.objects import ObjectCopier
 from qtools.daemon.records import Sample, SampleLayout
 from qtools.daemon.source import ReplaySource
@@ -31,7 +32,7 @@ def _collect(qd, kernel_only: bool) -> None:
                   "seconds", 1e-9, None)
     with QDir.open(qd, create=True) as qdir:
         c = CpuCollector(Options(cpu=0, kernel_only=kernel_only, stacks=False), run,
-                         ReplaySource(LAYOUT, [records]), qdir, ObjectCopier(qdir),
+                         ReplaySource(LAYOUT, [records]), qdir, ObjectCopier(qdir, host=StaticHost(files=None)),
                          out=io.StringIO())
         while not c.source.exhausted:
             c.step()

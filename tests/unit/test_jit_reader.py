@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from qtools.daemon.host import StaticHost
 from qtools.daemon.jitread import DumpReader, open_dump
 from qtools.daemon.jitindex import PlacementIndex
 from qtools.daemon.tasks import Mapping, ObjectKey, Process
@@ -81,27 +82,27 @@ def test_only_a_regular_file_of_the_tasks_owner_with_the_mapped_inode(tmp_path):
     path = tmp_path / "jit-1.dump"
     path.write_bytes(encode_header(HEADER))
     m = _mapping(path)
-    fd, why = open_dump(_gone(), m, os.getuid())
+    fd, why = open_dump(_gone(), m, os.getuid(), StaticHost(files=None))
     assert fd is not None and why is None
     os.close(fd)
-    fd, why = open_dump(_gone(), m, os.getuid() + 1)
+    fd, why = open_dump(_gone(), m, os.getuid() + 1, StaticHost(files=None))
     assert fd is None and "not by the task's uid" in why
     # another file put in its place (the old one kept, so the inode differs)
     real = tmp_path / "real.dump"
     path.rename(real)
     path.write_bytes(encode_header(HEADER))
-    assert open_dump(_gone(), m, os.getuid())[0] is None
+    assert open_dump(_gone(), m, os.getuid(), StaticHost(files=None))[0] is None
     # a symlink to the mapped file is not followed
     path.unlink()
     os.symlink(real, path)
-    assert open_dump(_gone(), m, os.getuid())[0] is None
+    assert open_dump(_gone(), m, os.getuid(), StaticHost(files=None))[0] is None
 
 
 def test_a_fifo_is_not_opened(tmp_path):
     path = tmp_path / "jit-1.dump"
     os.mkfifo(path)
     m = Mapping(0x1000, 0x2000, 0, ObjectKey(str(path)))
-    assert open_dump(_gone(), m, os.getuid())[0] is None
+    assert open_dump(_gone(), m, os.getuid(), StaticHost(files=None))[0] is None
 
 
 def test_a_dump_with_tsc_timestamps_is_refused_in_one_line(tmp_path):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from qtools.daemon import synthesize
 from qtools.daemon.aggregate import SYNTHETIC_BASE, SetBook
+from qtools.daemon.host import HostProcess, StaticHost
 from qtools.daemon.procfs import MapsLine, parse_cpu_list, parse_maps
 from qtools.daemon.records import Comm, Mmap, SampleId, Task
-from qtools.daemon.tasks import AddressMap, Mapping, ObjectKey, Process, ProcSnapshot, TaskTable
+from qtools.daemon.tasks import MAX_THREADS, AddressMap, Mapping, ObjectKey, Process, TaskTable
 
 LIBC = ObjectKey("/lib/libc.so.6", (254, 0), 11)
 APP = ObjectKey("/usr/bin/app", (254, 0), 22)
@@ -51,18 +53,21 @@ def test_threads_belong_to_their_process():
     table = TaskTable()
     table.apply(Comm(10, 10, "app", True, at(1)))
     table.apply(Task(True, 10, 10, 12, 10, 2))  # new thread 12
-    assert table.get(10).threads == {10, 12} and table.tid_to_pid[12] == 10
+    assert table.get(10).live_threads == {10, 12}
     table.apply(Task(False, 10, 10, 12, 10, 3))  # thread exits
-    assert not table.get(10).ended and table.get(10).threads == {10}
+    assert not table.get(10).ended and table.get(10).live_threads == {10}
     table.apply(Task(False, 10, 1, 10, 1, 4))  # main thread: the process
     assert table.get(10).ended
 
 
 def test_records_older_than_the_seed_are_ignored():
     table = TaskTable()
-    snap = ProcSnapshot(50, "daemon", [MapsLine(0x400000, 0x401000, "r-xp", 0, 254, 0, 22,
-                                                "/usr/bin/app", False)], [50])
-    proc = table.seed(snap, now=1000)
+    host = StaticHost({50: HostProcess("daemon", (MapsLine(0x400000, 0x401000, "r-xp", 0, 254, 0,
+                                                           22, "/usr/bin/app", False),))})
+    for rec in synthesize.process(host, 50, 1000):
+        table.apply(rec)
+    proc = table.get(50)
+    assert proc.since == 1000 and proc.maps.find(0x400800).obj == APP
     table.apply(Comm(50, 50, "daemon", True, at(900)))  # exec that the seed already shows
     assert table.get(50) is proc and not proc.ended
     table.apply(Comm(50, 50, "other", True, at(1100)))  # a real, later exec
@@ -206,3 +211,37 @@ def test_threads_beyond_the_bound_share_one_count():
     assert len(merged.threads) == MAX_THREADS and merged.threads[-1] == [1, 1]
     assert sum(s for s, _ in merged.threads.values()) + merged.other_threads[0] == \
         merged.samples + 1  # + the count_thread sample, which add() did not count
+
+
+def test_threads_have_names_kept_after_they_end():
+    table = TaskTable()
+    table.apply(Comm(10, 10, "app", True, at(1)))
+    table.apply(Task(True, 10, 10, 12, 10, 2))  # a thread: its creator's name at first
+    assert table.get(10).threads[12].name == "app"
+    table.apply(Comm(10, 12, "worker", False, at(3)))  # names the thread, not the process
+    proc = table.get(10)
+    assert proc.comm == "app" and proc.threads[12].name == "worker"
+    table.apply(Task(True, 10, 10, 13, 12, 4))  # made by the worker
+    assert proc.threads[13].name == "worker"
+    table.apply(Task(False, 10, 10, 12, 10, 5))
+    assert proc.threads[12].ended and proc.threads[12].name == "worker"
+    assert proc.live_threads == {10, 13}
+    table.apply(Comm(10, 10, "app2", False, at(6)))  # the main thread's COMM: the process's
+    assert proc.comm == "app2" and proc.threads[10].name == "app2"
+    table.apply(Task(False, 10, 1, 10, 1, 7))
+    assert proc.ended and proc.threads[10].ended and proc.threads[12].name == "worker"
+
+
+def test_a_process_remembers_a_bounded_number_of_threads_ended_ones_go_first():
+    proc = Process(10, "pool")
+    for tid in range(11, 11 + MAX_THREADS - 1):
+        proc.add_thread(tid, f"t{tid}")
+    assert len(proc.threads) == MAX_THREADS
+    proc.end_thread(20)
+    proc.end_thread(15)
+    proc.add_thread(100_000, "new")  # over the bound: the oldest ended (20) goes
+    assert 20 not in proc.threads and 15 in proc.threads and len(proc.threads) == MAX_THREADS
+    proc.add_thread(100_001, "new")
+    assert 15 not in proc.threads
+    proc.add_thread(100_002, "new")  # none ended: the oldest other than the main thread
+    assert 11 not in proc.threads and 10 in proc.threads and len(proc.threads) == MAX_THREADS
