@@ -33,7 +33,7 @@ from .procfs import counters_delta
 from .sketch import DistinctCount
 from .tasks import Mapping, ObjectKey, Process
 
-KERNEL_START = 0xFFFF_8000_0000_0000  # x86_64 and aarch64 kernel half
+NO_KERNEL = 1 << 64  # Profile.kernel_from of a profile without kernel addresses: above all
 SYNTHETIC_BASE = 0x4000_0000_0000_0000  # never a user or kernel address
 MAX_PIDS = 1024
 MAX_UNWRITTEN = 128  # ended tasks kept apart while .q cannot be written; then folded
@@ -57,6 +57,9 @@ class Profile:
     folded_weight: int = 0  # weight of the stacks beyond max_stacks: the remainder line
     folded_samples: int = 0
     folded_stacks: DistinctCount | None = None  # made when the first stack is folded
+    # Lowest address taken in kernel mode (cpumode, PERF_CONTEXT_KERNEL): at or
+    # above it every address held is the kernel's (q:kernel-from)
+    kernel_from: int = NO_KERNEL
 
     def add(self, ip: int, weight: int, stack: tuple[int, ...] | None,
             arcs: Iterable[tuple[int, int]] = ()) -> None:
@@ -84,8 +87,9 @@ class Profile:
 
     def merge(self, other: Profile, rebase: CanonicalLayout | None = None,
               proc: Process | None = None) -> None:
+        kernel_from = other.kernel_from  # kernel addresses are never rebased
         tr = (lambda a: a) if rebase is None or proc is None else \
-            (lambda a: rebase.translate(a, proc))
+            (lambda a: a if a >= kernel_from else rebase.translate(a, proc))
         for a, w in other.hist.items():
             self.hist[tr(a)] += w
         # How many samples a stack stood for is not kept: a stack folded here
@@ -96,6 +100,7 @@ class Profile:
         for (f, t), n in other.arcs.items():
             self.arcs[(tr(f), tr(t))] += n
         self.samples += other.samples
+        self.kernel_from = min(self.kernel_from, other.kernel_from)
         self.folded_weight += other.folded_weight
         self.folded_samples += other.folded_samples
         if other.folded_stacks is not None:
@@ -120,8 +125,8 @@ class CanonicalLayout:
         self._next = SYNTHETIC_BASE
 
     def translate(self, address: int, proc: Process) -> int:
-        if address >= KERNEL_START:
-            return address
+        """``address`` of ``proc`` in this layout: a user address (the caller
+        knows which are), or one in no mapping, which stays as it is."""
         m = proc.maps.find(address)
         if m is None:
             return address

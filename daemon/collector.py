@@ -16,7 +16,7 @@ from typing import Callable, Protocol, TextIO
 from qtools.qformat import QDir
 
 from . import procfs
-from .aggregate import KERNEL_START, MAX_STACKS, SetBook, TaskSet
+from .aggregate import MAX_STACKS, NO_KERNEL, SetBook, TaskSet
 from .checkpoint import RunInfo, write_sets
 from .clock import SYSTEM, Clock
 from .jitdump import JitTracker
@@ -181,9 +181,15 @@ class CpuCollector:
         self._tick_samples += 1
         weight = s.period or 1
         kernel, user = split_callchain(s.callchain) if s.callchain else ([], [])
+        in_kernel = s.in_kernel  # told by cpumode, frames by PERF_CONTEXT_*: never by address
+        low = min(kernel, default=NO_KERNEL)
+        if in_kernel and s.ip < low:
+            low = s.ip
         if self.opts.kernel_only or s.pid == 0:
             ts = self.book.kernel_set()
             ts.dirty = True
+            if low < ts.profile.kernel_from:
+                ts.profile.kernel_from = low
             if s.pid == 0:  # with -k every pid lands here: keep the idle task's share apart
                 ts.idle_weight += weight
             # a sample without a callchain is a stack of its pc: .stack sums to .hist
@@ -202,7 +208,9 @@ class CpuCollector:
         user = self.user_frames.frames(proc, s, user)
         stack = (tuple(kernel + user) or (s.ip,)) if self.opts.stacks else None
         arcs = [(b.source, b.target) for b in s.branches if b.is_call] if s.branches else []
-        self._note_mappings(proc, ts, user if user else [s.ip], arcs)
+        if low < ts.profile.kernel_from:
+            ts.profile.kernel_from = low
+        self._note_mappings(proc, ts, user if user or in_kernel else [s.ip], arcs)
         if self.jit is not None and user and self.jit.has_dump(proc):
             self.jit.sample(proc, s.time, s.ip, weight, kernel, user, arcs, self.opts.stacks,
                             ts.profile.add)
@@ -235,7 +243,8 @@ class CpuCollector:
     def _note_mappings(self, proc: Process, ts: TaskSet, addresses: list[int],
                        arcs: list[tuple[int, int]]) -> None:
         """Record which mappings the sample touched (their objects get copied
-        and listed); addresses seen before under the same maps are skipped."""
+        and listed); addresses seen before under the same maps are skipped.
+        ``addresses`` are user ones: a kernel address is in no mapping."""
         noted = ts.noted
         if ts.noted_version != proc.maps_version:
             noted.clear()
@@ -248,8 +257,6 @@ class CpuCollector:
         mappings = ts.profile.mappings
         refreshed = False
         for addr in fresh:
-            if addr >= KERNEL_START:
-                continue
             m = proc.maps.find(addr)
             if m is None and not refreshed:
                 refreshed = True

@@ -10,7 +10,7 @@ import platform
 from dataclasses import replace
 from typing import Callable
 
-from . import events, procfs, syscalls
+from . import arch, events, procfs, syscalls
 from .abi import EventSpec
 from .config import Config
 from .source import SourceSpec, ring_pages
@@ -56,6 +56,10 @@ def _try_open(spec: SourceSpec) -> OSError | None:
 def plan(cfg: Config, note: Callable[[str], None]) -> SourceSpec:
     """Choose event and options, checking up front that they can be opened;
     ``note`` tells the user of a fallback."""
+    try:
+        arch.host()
+    except arch.UnsupportedMachine as e:
+        raise CollectError(str(e)) from None
     try:
         spec = events.resolve(cfg.event) if cfg.event else events.default_event()
     except events.EventError as e:
