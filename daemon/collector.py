@@ -15,7 +15,7 @@ from typing import Callable, Protocol, TextIO
 
 from qtools.qformat import QDir
 
-from . import procfs
+from . import abi, procfs
 from .aggregate import MAX_STACKS, NO_KERNEL, SetBook, TaskSet
 from .checkpoint import RunInfo, write_sets
 from .clock import SYSTEM, Clock
@@ -27,6 +27,7 @@ from .source import EventSource
 from .tasks import Process, TaskTable, snapshot
 
 MAPS_REFRESH_SECONDS = 1.0
+KERNEL_MODES = (abi.MISC_KERNEL, abi.MISC_GUEST_KERNEL)  # Sample.in_kernel, inlined
 STATS_SECONDS = 1.0
 
 
@@ -181,10 +182,16 @@ class CpuCollector:
         self._tick_samples += 1
         weight = s.period or 1
         kernel, user = split_callchain(s.callchain) if s.callchain else ([], [])
-        in_kernel = s.in_kernel  # told by cpumode, frames by PERF_CONTEXT_*: never by address
-        low = min(kernel, default=NO_KERNEL)
-        if in_kernel and s.ip < low:
-            low = s.ip
+        # Kernel or user told as perf does, never by an address constant:
+        # frames after PERF_CONTEXT_KERNEL exist only for a sample taken in
+        # kernel mode; without them the sample's cpumode says.
+        if kernel:
+            low = min(kernel)
+            if s.ip < low:
+                low = s.ip
+        else:
+            low = s.ip if s.misc & abi.MISC_CPUMODE_MASK in KERNEL_MODES else NO_KERNEL
+        in_kernel = low != NO_KERNEL
         if self.opts.kernel_only or s.pid == 0:
             ts = self.book.kernel_set()
             ts.dirty = True
