@@ -90,3 +90,16 @@ def test_the_fallback_of_older_files_keeps_every_user_address_a_user_one():
     assert x86 == KERNEL_FALLBACK["x86_64"] and a64 == KERNEL_FALLBACK["aarch64"]
     assert kernel_start(TaskInfo(arch=None)) == DEFAULT_KERNEL_FALLBACK
     assert kernel_start(TaskInfo(arch="riscv64")) == DEFAULT_KERNEL_FALLBACK
+
+
+def test_q_syscollect_refuses_an_unknown_machine_at_start(monkeypatch, capsys):
+    # The one mock: this machine cannot be another one.
+    from qtools.daemon import cli, plan
+    monkeypatch.setattr(arch.platform, "machine", lambda: "sparc64")
+    argv = ["-t", "1"]
+    with pytest.raises(plan.CollectError, match=r"this machine \(sparc64\) is not supported"):
+        plan.plan(cli.config_from(cli.parser().parse_args(argv), argv), print)
+    assert cli.main(["-l"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("q-syscollect: this machine (sparc64) is not supported") \
+        and err.count("\n") == 1
