@@ -35,10 +35,9 @@ from qtools.qformat import SetName, sanitize_prog
 
 from .clock import SYSTEM, Clock, Stamp
 from .procfs import counters_delta
-from .tally import MAX_STACKS, SampleTally
+from .tally import MAX_STACKS, NO_KERNEL, SampleTally  # noqa: F401 (NO_KERNEL: re-exported)
 from .tasks import Mapping, ObjectKey, Process
 
-KERNEL_START = 0xFFFF_8000_0000_0000  # x86_64 and aarch64 kernel half
 SYNTHETIC_BASE = 0x4000_0000_0000_0000  # never a user or kernel address
 MAX_PIDS = 1024
 MAX_UNWRITTEN = 128  # ended tasks kept apart while .q cannot be written; then folded
@@ -58,8 +57,8 @@ class CanonicalLayout:
         self._next = SYNTHETIC_BASE
 
     def translate(self, address: int, proc: Process) -> int:
-        if address >= KERNEL_START:
-            return address
+        """``address`` of ``proc`` in this layout: a user address (the caller
+        knows which are), or one in no mapping, which stays as it is."""
         m = proc.maps.find(address)
         if m is None:
             return address

@@ -21,7 +21,7 @@ from qtools.qformat import (CallCounts, CallStacks, Form, Histogram, Info, MapRa
 from qtools.qformat.info import JitdumpRef
 
 from . import procfs
-from .aggregate import CollectedSet
+from .aggregate import NO_KERNEL, CollectedSet
 from .clock import SYSTEM, Clock
 from .objects import ObjectCopier
 from .stopping import uninterrupted
@@ -103,6 +103,8 @@ def build_info(ts: CollectedSet, run: RunInfo, copier: ObjectCopier, version: in
     )
     if data.pids_dropped:
         task.extra["q:pids-not-listed"] = data.pids_dropped
+    if prof.kernel_from != NO_KERNEL:
+        task.kernel_from = prof.kernel_from  # docs/q-format.md 4.1
     if name.is_kernel and prof.samples:
         task.extra["q:idle-weight"] = stats.idle_weight  # docs/q-format.md 4.1
     task.clock_step = stats.clock_step if ended else clock.step(stats.start)

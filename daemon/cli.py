@@ -9,7 +9,7 @@ import sys
 
 from qtools.qformat.version import package_version
 
-from . import command, events, procfs
+from . import arch, command, events, procfs
 from .aggregate import MAX_STACKS
 from .config import Config, parse_age, parse_size
 from .host import LIVE, Host
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"q-syscollect: {e}", file=sys.stderr)
         return 2
-    except CollectError as e:
+    except (CollectError, arch.UnsupportedMachine) as e:
         print(f"q-syscollect: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # before the signal handlers were in place

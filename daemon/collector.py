@@ -15,8 +15,8 @@ from typing import Callable, Protocol, TextIO
 
 from qtools.qformat import QDir
 
-from . import synthesize
-from .aggregate import KERNEL_START, MAX_STACKS, CollectedSet, SetBook
+from . import abi, synthesize
+from .aggregate import MAX_STACKS, NO_KERNEL, CollectedSet, SetBook
 from .checkpoint import RunInfo, write_sets
 from .clock import SYSTEM, Clock
 from .host import Host
@@ -29,6 +29,7 @@ from .source import EventSource
 from .tasks import Process, TaskTable
 
 MAPS_REFRESH_SECONDS = 1.0
+KERNEL_MODES = (abi.MISC_KERNEL, abi.MISC_GUEST_KERNEL)  # Sample.in_kernel, inlined
 STATS_SECONDS = 1.0
 
 
@@ -208,9 +209,21 @@ class CpuCollector:
         self._tick_samples += 1
         weight = s.period or 1
         kernel, user = split_callchain(s.callchain) if s.callchain else ([], [])
+        # Kernel or user told as perf does, never by an address constant:
+        # frames after PERF_CONTEXT_KERNEL exist only for a sample taken in
+        # kernel mode; without them the sample's cpumode says.
+        if kernel:
+            low = min(kernel)
+            if s.ip < low:
+                low = s.ip
+        else:
+            low = s.ip if s.misc & abi.MISC_CPUMODE_MASK in KERNEL_MODES else NO_KERNEL
+        in_kernel = low != NO_KERNEL
         if self.opts.kernel_only or s.pid == 0:
             ts = self.book.kernel_set()
             ts.writer.dirty = True
+            if low < ts.data.tally.kernel_from:
+                ts.data.tally.kernel_from = low
             if s.pid == 0:  # with -k every pid lands here: keep the idle task's share apart
                 ts.stats.idle_weight += weight
             # a sample without a callchain is a stack of its pc: .stack sums to .hist
@@ -230,7 +243,9 @@ class CpuCollector:
         user = self.user_frames.frames(proc, s, user)
         stack = (tuple(kernel + user) or (s.ip,)) if self.opts.stacks else None
         arcs = [(b.source, b.target) for b in s.branches if b.is_call] if s.branches else []
-        self._note_mappings(proc, ts, user if user else [s.ip], arcs)
+        if low < tally.kernel_from:
+            tally.kernel_from = low
+        self._note_mappings(proc, ts, user if user or in_kernel else [s.ip], arcs)
         if self.jit is not None and user and self.jit.has_dump(proc):
             tally.count_thread(s.tid, weight)  # now: the JIT tracker may hold the sample
             self.jit.sample(proc, s.time, s.ip, weight, kernel, user, arcs, self.opts.stacks,
@@ -266,7 +281,8 @@ class CpuCollector:
     def _note_mappings(self, proc: Process, ts: CollectedSet, addresses: list[int],
                        arcs: list[tuple[int, int]]) -> None:
         """Record which mappings the sample touched (their objects get copied
-        and listed); addresses seen before under the same maps are skipped."""
+        and listed); addresses seen before under the same maps are skipped.
+        ``addresses`` are user ones: a kernel address is in no mapping."""
         cache = ts.noted
         noted = cache.addresses
         if cache.maps_version != proc.maps_version:
@@ -282,8 +298,6 @@ class CpuCollector:
         mappings = ts.data.tally.mappings
         refreshed = False
         for addr in fresh:
-            if addr >= KERNEL_START:
-                continue
             m = proc.maps.find(addr)
             if m is None and not refreshed:
                 refreshed = True

@@ -10,7 +10,7 @@ import platform
 from dataclasses import replace
 from typing import Callable
 
-from . import events, syscalls
+from . import arch, events, syscalls
 from .abi import EventSpec
 from .config import Config
 from .host import LIVE, Host
@@ -57,6 +57,10 @@ def _try_open(spec: SourceSpec) -> OSError | None:
 def plan(cfg: Config, note: Callable[[str], None], host: Host = LIVE) -> SourceSpec:
     """Choose event and options, checking up front that they can be opened;
     ``note`` tells the user of a fallback."""
+    try:
+        arch.host()
+    except arch.UnsupportedMachine as e:
+        raise CollectError(str(e)) from None
     try:
         spec = events.resolve(cfg.event, host) if cfg.event else events.default_event()
     except events.EventError as e:

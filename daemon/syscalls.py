@@ -1,5 +1,6 @@
-"""The only ctypes calls of the collector: perf_event_open, its ioctls, and
-two process knobs (parent-death signal, auxv)."""
+"""The only ctypes calls of the collector: perf_event_open, its ioctls,
+membarrier, and two process knobs (parent-death signal, auxv). Syscall
+numbers come from daemon/arch.py."""
 
 from __future__ import annotations
 
@@ -7,19 +8,18 @@ import ctypes
 import ctypes.util
 import fcntl
 import os
-import platform
 import struct
 
-from . import abi
+from . import abi, arch
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 _libc.getauxval.restype = ctypes.c_ulong
 _libc.getauxval.argtypes = [ctypes.c_ulong]
 
-NR_PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241, "i686": 336, "i386": 336}.get(
-    platform.machine(), 298)
 PR_SET_PDEATHSIG = 1
+MEMBARRIER_CMD_PRIVATE_EXPEDITED = 1 << 3
+MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED = 1 << 4
 AT_SYSINFO_EHDR = 33
 
 
@@ -29,14 +29,30 @@ class PerfError(OSError):
 
 def perf_event_open(attr: abi.Attr, pid: int, cpu: int, group_fd: int = -1,
                     flags: int = abi.FD_CLOEXEC) -> int:
+    """Open an event; ``arch.UnsupportedMachine`` on a machine whose syscall
+    number is not known (never a guess: the number may mean another call)."""
     data = attr.pack()
     buf = ctypes.create_string_buffer(data, len(data))
-    fd = _libc.syscall(ctypes.c_long(NR_PERF_EVENT_OPEN), buf, ctypes.c_int(pid),
+    return perf_event_open_raw(buf, pid, cpu, group_fd, flags)
+
+
+def perf_event_open_raw(attr: ctypes.Array[ctypes.c_char] | None, pid: int, cpu: int,
+                        group_fd: int, flags: int) -> int:
+    """The syscall itself, ``attr`` a packed perf_event_attr (or None: NULL)."""
+    fd = _libc.syscall(ctypes.c_long(arch.host().nr_perf_event_open), attr, ctypes.c_int(pid),
                        ctypes.c_int(cpu), ctypes.c_int(group_fd), ctypes.c_ulong(flags))
     if fd < 0:
         err = ctypes.get_errno()
         raise PerfError(err, os.strerror(err))
     return int(fd)
+
+
+def membarrier(cmd: int) -> None:
+    """membarrier(2) ``cmd`` with no flags; OSError if the kernel refuses."""
+    if _libc.syscall(ctypes.c_long(arch.host().nr_membarrier), ctypes.c_int(cmd),
+                     ctypes.c_uint(0), ctypes.c_int(0)) < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
 
 
 def enable(fd: int) -> None:

@@ -22,6 +22,8 @@ MAX_STACKS = 200_000
 (the tuple, its addresses, the dict slot), so a set at the cap holds about
 100 MB; reaching it takes 200,000 samples of one task in one slice (over
 3 minutes of CPU at 997 Hz), and real programs show tens of thousands."""
+NO_KERNEL = 1 << 64
+"""``SampleTally.kernel_from`` of a tally without kernel addresses: above all."""
 MAX_THREADS = 4096
 """Threads counted apart per set; the samples of any more share one
 "other threads" count. Bounds memory when a program makes threads by the
@@ -45,6 +47,9 @@ class SampleTally:
     threads: dict[int, list[int]] = field(default_factory=dict)  # tid -> [samples, weight]
     other_threads: list[int] = field(default_factory=lambda: [0, 0])  # beyond max_threads
     max_threads: int = MAX_THREADS
+    # Lowest address taken in kernel mode (cpumode, PERF_CONTEXT_KERNEL): at or
+    # above it every address held is the kernel's (q:kernel-from)
+    kernel_from: int = NO_KERNEL
 
     def add(self, ip: int, weight: int, stack: tuple[int, ...] | None,
             arcs: Iterable[tuple[int, int]] = (), tid: int | None = None) -> None:
@@ -88,8 +93,9 @@ class SampleTally:
 
     def merge(self, other: SampleTally, rebase: CanonicalLayout | None = None,
               proc: Process | None = None) -> None:
+        kernel_from = other.kernel_from  # kernel addresses are never rebased
         tr = (lambda a: a) if rebase is None or proc is None else \
-            (lambda a: rebase.translate(a, proc))
+            (lambda a: a if a >= kernel_from else rebase.translate(a, proc))
         for a, w in other.hist.items():
             self.hist[tr(a)] += w
         # How many samples a stack stood for is not kept: a stack folded here
@@ -100,6 +106,7 @@ class SampleTally:
         for (f, t), n in other.arcs.items():
             self.arcs[(tr(f), tr(t))] += n
         self.samples += other.samples
+        self.kernel_from = min(self.kernel_from, other.kernel_from)
         self.folded_weight += other.folded_weight
         self.folded_samples += other.folded_samples
         if other.folded_stacks is not None:

@@ -24,7 +24,7 @@ from .store import open_regular, read_at_most
 
 FORMAT_VERSION = 1
 
-HEX_KEYS = frozenset({"q:addr", "q:offset"})
+HEX_KEYS = frozenset({"q:addr", "q:offset", "q:kernel-from"})
 
 
 def _key(field_name: str) -> str:
@@ -77,6 +77,9 @@ class TaskInfo:
     samples_folded: int | None = None  # samples whose stacks went to the remainder line
     stacks_folded: int | None = None  # distinct stacks among them (an estimate, ~3%)
     purpose: str | None = None  # "cpu-stats": no samples, only q:cpu-stats
+    # Lowest address the set holds that was taken in kernel mode: at or above
+    # it every address is the kernel's, below it user space (qformat.arch).
+    kernel_from: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -327,6 +330,8 @@ def info_from_forms(forms: list[Form]) -> Info:
         seen.add(tag)
         if tag == "q:info":
             info.task = _from_alist(TaskInfo, form.value, tag, line)
+            if info.task.kernel_from is not None and not 0 <= info.task.kernel_from < 1 << 64:
+                raise QFormatError("q:kernel-from: not a 64-bit address", line=line)
         elif tag in _SINGLE:
             attr, cls = _SINGLE[tag]
             setattr(info, attr, _from_alist(cls, form.value, tag, line))

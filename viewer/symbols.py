@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, NamedTuple
 
 from qtools.qformat import Info, MapRange, ObjectRef, QDir, check_plain_name, open_regular
+from qtools.qformat.arch import kernel_start
 from qtools.qformat.errors import QFormatError
 from qtools.qformat.jitdump import is_synthetic
 
@@ -39,11 +40,6 @@ UNKNOWN_OBJECT = "[unknown]"
 JIT_OBJECT = "[jit]"
 SYSTEM_DEBUG_ROOT = "/usr/lib/debug"
 MAX_MEMO = 1 << 20  # addresses remembered per task set; cleared when full
-
-# Lowest kernel address per architecture (x86_64: the canonical upper half).
-_KERNEL_START = {"x86_64": 0xFFFF800000000000, "aarch64": 0xFFFF000000000000,
-                 "i386": 0xC0000000, "i686": 0xC0000000}
-_DEFAULT_KERNEL_START = 0x8000000000000000
 
 Warn = Callable[[str], None]
 
@@ -445,7 +441,8 @@ class AddressSpace:
     def __init__(self, symbols: Symbols, directory: str, info: Info) -> None:
         self.symbols = symbols
         self.directory = directory
-        self.kernel_start = _KERNEL_START.get(info.task.arch or "", _DEFAULT_KERNEL_START)
+        # q:kernel-from, the collector's decision; for older files q:arch's fallback
+        self.kernel_start = kernel_start(info.task)
         maps: list[_Mapping] = []
         for ref in info.objects:
             copy = ref.file or (info.vdso if ref.name == "[vdso]" else None)

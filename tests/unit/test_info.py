@@ -72,6 +72,16 @@ def test_the_run_of_a_set():
     assert old.task.run_id is None and old.task.run_start is None
 
 
+def test_kernel_from_is_an_address_written_in_hex():
+    info = parse_info("(q:info '((q:arch . \"x86_64\") (q:kernel-from . #xff11000000400000)))")
+    assert info.task.kernel_from == 0xFF11_0000_0040_0000 and info.task.extra == {}
+    assert "(q:kernel-from . #xff11000000400000)" in dump_info(info)
+    assert parse_info("(q:info '((q:arch . \"x86_64\")))").task.kernel_from is None
+    for bad in ("#x-10", "#x10000000000000000", '"ffff"'):
+        with pytest.raises(QFormatError, match="q:kernel-from"):
+            parse_info(f"(q:info '((q:kernel-from . {bad})))")
+
+
 def test_one_map_written_loosely_is_one_map():
     info = parse_info("(q:object '((q:name . \"a\") (q:maps . ((q:addr . #x10) (q:size . 32)"
                       " (q:offset . 0)))))")

@@ -6,7 +6,7 @@ import mmap
 import os
 import struct
 
-from qtools.daemon import abi, synth
+from qtools.daemon import abi, arch, synth
 from qtools.daemon.records import Lost, Sample, SampleId, SampleLayout
 from qtools.daemon.ring import RingReader
 
@@ -93,4 +93,30 @@ def test_corrupt_header_skips_to_head_instead_of_looping():
     kernel.write(b"\x09\x00\x00\x00\x00\x00\x03\x00" + b"\0" * 8)  # size 3: impossible
     assert ring.read() == []
     assert ring.corrupt == 1 and ring.pending() == 0
+    ring.close()
+
+
+def test_a_fenced_reader_orders_head_records_and_tail():
+    # What a weakly ordered machine gets: a barrier after data_head is read
+    # and before data_tail is written, once per call, not per record.
+    kernel = FakeKernel()
+    ring = RingReader(kernel.fd, PAGES)
+    seen: list[tuple[int, int]] = []  # (kernel's tail, records read so far) at each fence
+    got: list[bytes] = []
+    ring.fence = lambda: seen.append((kernel.tail(), len(got)))
+    for i in range(3):
+        kernel.write(_sample(i))
+    got += [bytes(r) for r in ring.read()]
+    assert seen == [(0, 0)]  # before any record was read
+    ring.release()
+    assert seen[1] == (0, 3)  # after every record, before the tail moved
+    assert kernel.tail() == kernel.head
+    assert got == [_sample(i) for i in range(3)]
+    ring.close()
+
+
+def test_no_barrier_on_a_machine_that_keeps_load_order():
+    kernel = FakeKernel()
+    ring = RingReader(kernel.fd, PAGES)
+    assert (ring.fence is None) == arch.host().ordered
     ring.close()

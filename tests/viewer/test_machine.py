@@ -125,3 +125,19 @@ def test_no_frame_holds_a_separator(tmp_path, calls_pie, comm):
     assert (code, err) == (0, "")
     assert all(COLLAPSED.fullmatch(line) for line in out.splitlines()), out
     assert len(out.splitlines()) == 1
+
+
+def test_kernel_frames_anywhere_in_the_kernel_half_are_named(tmp_path, calls_pie):
+    # A 5-level x86-64 machine: kernel text at 0xff11..., which the set's
+    # q:kernel-from says is the kernel's; user frames below it as usual.
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    q.add_kallsyms("ff11000000400000 T five_level_read\nff11000000401000 T five_level_end\n")
+    main = [o.ret("main"), o.ret("_start")]
+    kernel = [0xFF11_0000_0040_0040, 0xFF11_0000_0040_0010]
+    q.task("calls", 10, 0, stacks=[(3 * MS, kernel + [o.at("work")] + main),
+                                   (1 * MS, [o.at("leaf1"), o.ret("work")] + main)],
+           extra_info={"kernel_from": min(kernel)})
+    code, out, err = run(str(q.path / "calls.info"), "--format", "json")
+    assert (code, err) == (0, "")
+    assert selfs(out) == {"five_level_read": 3, "leaf1": 1}

@@ -265,3 +265,55 @@ def test_overlong_perf_map_lines_are_malformed_not_fatal(tmp_path, calls_pie):
     space = _space(q, name, warnings)
     assert space.lookup(0x7F0000002004).name == "ok"
     assert len(warnings) == 1 and "malformed" in warnings[0]
+
+
+# Kernels whose addresses no single constant covers: x86-64 with 5-level
+# paging, arm64 before 5.4 (image at 0xffff0000...), arm64 with 52-bit VA.
+KALLSYMS_ELSEWHERE = """\
+ff11000000400000 T five_level_text
+ff11000000401000 T five_level_end
+ffff000008080000 T arm64_old_text
+ffff000008090000 T arm64_old_end
+fff0000000400000 T arm64_52_text
+fff0000000401000 T arm64_52_end
+"""
+
+
+def _space_of(q: QBuilder, name: str, arch: str, kernel_from: int | None):
+    info = read_info(q.info_path(name))
+    info.task.arch, info.task.kernel_from = arch, kernel_from
+    return Symbols(SymbolCache(None), [], [].append).space(str(q.path), info)
+
+
+@pytest.mark.parametrize("arch,address,name", [
+    ("x86_64", 0xFF11_0000_0040_0010, "five_level_text"),
+    ("aarch64", 0xFFFF_0000_0808_0010, "arm64_old_text"),
+    ("aarch64", 0xFFF0_0000_0040_0010, "arm64_52_text"),
+])
+def test_kernel_from_says_where_the_kernel_begins(tmp_path, calls_pie, arch, address, name):
+    q = QBuilder(tmp_path / ".q")
+    q.load(calls_pie)
+    q.add_kallsyms(KALLSYMS_ELSEWHERE)
+    set_name = q.task("calls", 1, 0, hist={address: 1})
+    # written by the collector: exact
+    space = _space_of(q, set_name, arch, address)
+    loc = space.lookup(address)
+    assert (loc.name, loc.object, loc.kernel) == (name, KERNEL_OBJECT, True)
+    assert space.is_kernel(address) and not space.is_kernel(address - 1)
+    # an older file, without q:kernel-from: the architecture's fallback,
+    # low enough for every kernel layout and above every user address
+    loc = _space_of(q, set_name, arch, None).lookup(address)
+    assert (loc.name, loc.object, loc.kernel) == (name, KERNEL_OBJECT, True)
+    assert not _space_of(q, set_name, arch, None).is_kernel((1 << 52) - 1)
+
+
+def test_below_kernel_from_is_user_space(tmp_path, calls_pie):
+    # The collector's decision wins over the architecture's fallback.
+    q = QBuilder(tmp_path / ".q")
+    q.load(calls_pie)
+    q.add_kallsyms(KALLSYMS)
+    name = q.task("calls", 1, 0, hist={})
+    space = _space_of(q, name, "x86_64", 0xFFFF_FFFF_8100_0000)
+    assert space.lookup(0xFFFF_FFFF_8100_1234).name == "do_syscall_64"
+    loc = space.lookup(0xFFFF_8880_0000_0000)
+    assert (loc.object, loc.kernel) == ("[unknown]", False)
