@@ -41,7 +41,6 @@ Nothing here asserts on time; the figures go into bench/README.md by hand.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import hashlib
 import io
@@ -55,7 +54,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,14 +65,12 @@ from qtools.qformat import QDir
 HERE = Path(__file__).resolve().parent
 WORKLOADS = {"shallow": HERE / "workloads" / "cost_shallow.c",
              "deep": HERE / "workloads" / "cost_deep.c"}
-DEFAULT_DATA = Path("/work/wt/bench-data")
+DEFAULT_DATA = Path(tempfile.gettempdir()) / "q-bench-data"  # streams, binaries, .q copies
 FORMAT = 1  # of the .stream files
 RECORD_SAMPLE = 9  # PERF_RECORD_SAMPLE
 _HEADER = struct.Struct("<IHH")
 
-
 # ---------------------------------------------------------------- the stream
-
 
 @dataclass
 class Stream:
@@ -102,14 +98,12 @@ class Stream:
     def sample_layout(self) -> SampleLayout:
         return SampleLayout(**self.layout)
 
-
 def save(stream: Stream, path: Path) -> None:
     tmp = path.with_suffix(".tmp")
     with open(tmp, "wb") as f:
         pickle.dump({"format": FORMAT, "stream": stream.__dict__}, f,
                     protocol=pickle.HIGHEST_PROTOCOL)
     os.replace(tmp, path)
-
 
 def load(path: Path) -> Stream:
     with open(path, "rb") as f:
@@ -118,11 +112,9 @@ def load(path: Path) -> Stream:
         sys.exit(f"{path}: not a stream of format {FORMAT}")
     return Stream(**data["stream"])
 
-
 def _sha256(path: str) -> str:
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
-
 
 def _commit() -> str:
     try:
@@ -131,16 +123,13 @@ def _commit() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
-
 # ---------------------------------------------------------------- capture
-
 
 def build(name: str, bindir: Path) -> str:
     bindir.mkdir(parents=True, exist_ok=True)
     out = bindir / f"cost_{name}"
     subprocess.run(["cc", "-O2", "-o", str(out), str(WORKLOADS[name])], check=True)
     return str(out)
-
 
 def capture_one(name: str, binary: str, seconds: int, cpu: int) -> Stream:
     """Run ``binary`` pinned to ``cpu`` under the source q-syscollect -i opens."""
@@ -187,11 +176,9 @@ def capture_one(name: str, binary: str, seconds: int, cpu: int) -> Stream:
                   vdso[1] if vdso else None, batches, cpu, pid,
                   f"{time.strftime('%Y-%m-%d %H:%M')} {platform.release()} {_commit()}")
 
-
 def _replace(spec: Any, **changes: Any) -> Any:
     from dataclasses import replace
     return replace(spec, **changes)
-
 
 def cmd_capture(args: argparse.Namespace) -> int:
     if os.geteuid() != 0:
@@ -206,38 +193,17 @@ def cmd_capture(args: argparse.Namespace) -> int:
               f"{len(stream.batches)} batches -> {data / f'{name}.stream'}")
     return 0
 
-
 # ---------------------------------------------------------------- replay
 #
 # Everything that knows how the collector is built is in this section, so
 # that it is the one place to adapt when the collector's constructor changes.
 
-
-@contextlib.contextmanager
-def dead_host() -> Iterator[None]:
-    """The live host as a replay must see it: every recorded pid gone.
-
-    Without this the collector reads /proc of whatever process holds a
-    recorded pid now (its cmdline, maps, counters). A stand-in until the
-    collector takes a host to read instead; a dead pid costs a failed open,
-    which the patched functions skip, so the figures are of the records alone.
-    """
-    gone: dict[str, Callable[..., Any]] = {
-        "comm": lambda pid: None, "cmdline": lambda pid: None, "exe": lambda pid: None,
-        "maps": lambda pid: None, "ppid": lambda pid: None, "owner": lambda pid: None,
-        "threads": lambda pid: [], "task_counters": lambda pid: None,
-        "open_mapped_file": lambda pid, start, end: None,
-        "open_in_root": lambda pid, path: None,
-    }
-    saved = {name: getattr(procfs, name) for name in gone}
-    for name, fn in gone.items():
-        setattr(procfs, name, fn)
-    try:
-        yield
-    finally:
-        for name, fn in saved.items():
-            setattr(procfs, name, fn)
-
+def replay_host() -> Any:
+    """The host a replay sees: no process at all (every recorded pid is
+    gone, whatever holds it on this machine now), files by plain path only
+    (the workload binaries and libraries the unwinder reads)."""
+    from qtools.daemon.host import StaticHost
+    return StaticHost(files=None)
 
 def collector_for(stream: Stream, qdir: QDir, out: io.StringIO) -> Any:
     """A CpuCollector on ``stream`` as the collector process (daemon/child.py)
@@ -258,21 +224,21 @@ def collector_for(stream: Stream, qdir: QDir, out: io.StringIO) -> Any:
                    verbose=cfg.verbose, min_samples=cfg.min_samples, max_stacks=cfg.max_stacks,
                    stacks=cfg.call_graph != "none", rotate=cfg.rotate,
                    compress=cfg.compress_closed, cpu_stats=False)  # -i: no CPU statistics
+    host = replay_host()
     copier = ObjectCopier(qdir, cfg.symlink, CopyLimits(object_size=cfg.max_object_size,
-                                                    map_size=cfg.max_map_size), out)
+                                                    map_size=cfg.max_map_size), out, host)
     frames = DwarfFrames(qdir, copier, stream.vdso, set(), -1)  # no collector pids recorded
     run = RunInfo(["q-syscollect", "-i", "--", stream.binary], "cpu-clock", "seconds", 1e-9,
                   "dwarf", {"machine": platform.machine()}, None, None,
                   run_id="replay", run_start=0.0)
-    return CpuCollector(opts, run, source, qdir, copier, user_frames=frames, out=out)
-
+    return CpuCollector(opts, run, source, qdir, copier, user_frames=frames, out=out, host=host)
 
 def replay_full(stream: Stream, qpath: Path) -> float:
     """CPU seconds of the whole collector on the stream, with one final
     checkpoint into a new .q at ``qpath``; the loop of CpuCollector.run
     without its clock: a drain per batch, copies advanced between drains."""
     out = io.StringIO()
-    with dead_host(), QDir.open(qpath, create=True) as qdir:
+    with QDir.open(qpath, create=True) as qdir:
         gc.collect()
         t0 = time.process_time()
         collector = collector_for(stream, qdir, out)
@@ -287,13 +253,11 @@ def replay_full(stream: Stream, qpath: Path) -> float:
         print(f"{stream.workload}: the collector said: {out.getvalue().strip()}", file=sys.stderr)
     return spent
 
-
 def _time(rec: object) -> int:
     if isinstance(rec, Sample):
         return rec.time
     sid = getattr(rec, "sid", None)
     return sid.time if sid is not None else 0
-
 
 def replay_decode(stream: Stream, tasks: bool) -> float:
     """CPU seconds of decoding each batch and sorting it by time, as a drain
@@ -303,33 +267,29 @@ def replay_decode(stream: Stream, tasks: bool) -> float:
 
     layout = stream.sample_layout()
     gc.collect()
-    with dead_host():
-        t0 = time.process_time()
-        decode = layout.decode
-        table = TaskTable()
-        for batch in stream.batches:
-            decoded = []
-            for data in batch:
-                try:
-                    decoded.append(decode(data))
-                except RecordError:
-                    pass
-            decoded.sort(key=_time)
-            if not tasks:
-                continue
-            for rec in decoded:
-                if isinstance(rec, Sample):
-                    table.get(rec.pid)
-                elif isinstance(rec, (Comm, Task, Mmap)):
-                    table.apply(rec)
-        return time.process_time() - t0
-
+    t0 = time.process_time()
+    decode = layout.decode
+    table = TaskTable(owner=replay_host().owner)
+    for batch in stream.batches:
+        decoded = []
+        for data in batch:
+            try:
+                decoded.append(decode(data))
+            except RecordError:
+                pass
+        decoded.sort(key=_time)
+        if not tasks:
+            continue
+        for rec in decoded:
+            if isinstance(rec, Sample):
+                table.get(rec.pid)
+            elif isinstance(rec, (Comm, Task, Mmap)):
+                table.apply(rec)
+    return time.process_time() - t0
 
 # ---------------------------------------------------------------- reporting
 
-
 MODES = ("decode", "decode+tasks", "full")
-
 
 def measure(stream: Stream, mode: str, runs: int, keep: Path | None) -> list[float]:
     """Microseconds per sample of ``runs`` replays, after one untimed warm-up."""
@@ -351,7 +311,6 @@ def measure(stream: Stream, mode: str, runs: int, keep: Path | None) -> list[flo
                 spent.append(seconds / stream.samples * 1e6)
     return spent
 
-
 def check_binary(stream: Stream) -> None:
     try:
         same = _sha256(stream.binary) == stream.binary_sha256
@@ -361,9 +320,7 @@ def check_binary(stream: Stream) -> None:
         sys.exit(f"{stream.binary}: missing or rebuilt since the capture; the replay needs "
                  "the very binary the stream maps (capture again)")
 
-
 TUNABLE = "glibc.malloc.trim_threshold=1073741824"
-
 
 def steady_heap() -> None:
     """Re-run this process with glibc's heap never handed back to the kernel.
@@ -378,7 +335,6 @@ def steady_heap() -> None:
         return
     env = dict(os.environ, GLIBC_TUNABLES=":".join(filter(None, [tunables, TUNABLE])))
     os.execve(sys.executable, [sys.executable, *sys.argv], env)
-
 
 def cmd_replay(args: argparse.Namespace) -> int:
     steady_heap()
@@ -400,12 +356,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
                   flush=True)
     return 0
 
-
 # ---------------------------------------------------------------- compare
 
-
 TIMES = ("q:start-time", "q:end-time", "q:run-start", "q:run-id", "q:clock-step")
-
 
 def _contents(qpath: Path) -> dict[str, str]:
     """Each set's files by the set's name, the .info without times."""
@@ -423,14 +376,12 @@ def _contents(qpath: Path) -> dict[str, str]:
                 out[f"{name} {label}"] = _data_text(qpath / file)
     return out
 
-
 def _info_text(path: Path) -> str:
     import re
     text = path.read_text()
     for key in TIMES:
         text = re.sub(rf"\({re.escape(key)}\s[^()]*\)", f"({key} ...)", text)
     return text
-
 
 def _data_text(path: Path) -> str:
     raw = path.read_bytes()
@@ -439,7 +390,6 @@ def _data_text(path: Path) -> str:
         raw = gzip.decompress(raw)
     # the order of lines is the writer's business, not the set's content
     return "\n".join(sorted(raw.decode(errors="replace").splitlines()))
-
 
 def cmd_compare(args: argparse.Namespace) -> int:
     import difflib
@@ -459,9 +409,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(f"{len(set(a) | set(b)) - differ} files alike, {differ} differ")
     return 1 if differ else 0
 
-
 # ---------------------------------------------------------------- main
-
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -485,7 +433,6 @@ def main() -> int:
     if args.command == "replay" and not args.modes:
         args.modes = list(MODES)
     return {"capture": cmd_capture, "replay": cmd_replay, "compare": cmd_compare}[args.command](args)
-
 
 if __name__ == "__main__":
     sys.exit(main())
