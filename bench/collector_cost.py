@@ -58,8 +58,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from qtools.daemon import procfs
-from qtools.daemon.records import Comm, Mmap, RecordError, Sample, SampleLayout, Task
+from qtools.daemon.machine import procfs
+from qtools.daemon.decode.records import Comm, Mmap, RecordError, Sample, SampleLayout, Task
 from qtools.qformat import QDir
 
 HERE = Path(__file__).resolve().parent
@@ -136,7 +136,7 @@ def capture_one(name: str, binary: str, seconds: int, cpu: int) -> Stream:
     from qtools.daemon import command
     from qtools.daemon.config import Config
     from qtools.daemon.plan import plan
-    from qtools.daemon.source import PerfSource
+    from qtools.daemon.kernel.source import PerfSource
 
     cpus = procfs.online_cpus()
     cfg = Config(directory="/nonexistent", cpus=cpus, command=[binary, str(seconds)],
@@ -202,7 +202,7 @@ def replay_host() -> Any:
     """The host a replay sees: no process at all (every recorded pid is
     gone, whatever holds it on this machine now), files by plain path only
     (the workload binaries and libraries the unwinder reads)."""
-    from qtools.daemon.host import StaticHost
+    from qtools.daemon.machine.host import StaticHost
     return StaticHost(files=None)
 
 def collector_for(stream: Stream, qdir: QDir, out: io.StringIO) -> Any:
@@ -210,12 +210,12 @@ def collector_for(stream: Stream, qdir: QDir, out: io.StringIO) -> Any:
     builds it for ``q-syscollect -i -- CMD`` with its defaults, except: a
     ReplaySource, no kallsyms copy (the host's, not the stream's), and the
     recorded vdso image."""
-    from qtools.daemon.checkpoint import RunInfo
+    from qtools.daemon.sets.checkpoint import RunInfo
     from qtools.daemon.collector import CpuCollector, Options
     from qtools.daemon.config import Config
-    from qtools.daemon.dwarf import DwarfFrames
-    from qtools.daemon.objects import CopyLimits, ObjectCopier
-    from qtools.daemon.source import ReplaySource
+    from qtools.daemon.frames.dwarf import DwarfFrames
+    from qtools.daemon.sets.objects import CopyLimits, ObjectCopier
+    from qtools.daemon.kernel.source import ReplaySource
 
     cfg = Config(directory=str(qdir.path), cpus=[stream.cpu], command=[stream.binary],
                  inherit_only=True)
@@ -263,7 +263,7 @@ def replay_decode(stream: Stream, tasks: bool) -> float:
     """CPU seconds of decoding each batch and sorting it by time, as a drain
     does; with ``tasks``, also of applying the side-band records to a task
     table and looking each sample's process up in it."""
-    from qtools.daemon.tasks import TaskTable
+    from qtools.daemon.machine.tasks import TaskTable
 
     layout = stream.sample_layout()
     gc.collect()

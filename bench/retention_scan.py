@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from qtools.daemon import retention
+from qtools.daemon.sets import retention
 from qtools.qformat import (CallStacks, Histogram, Info, MapRange, ObjectRef, QDir, SetName,
                             TaskInfo, dump_info)
 

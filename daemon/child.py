@@ -21,15 +21,15 @@ from typing import TextIO
 
 from qtools.qformat import QDir
 
-from . import syscalls
-from .checkpoint import RunInfo
 from .collector import CpuCollector, Flags, Options
 from .config import Config
-from .dwarf import DwarfFrames
-from .host import LIVE, Host
+from .frames.dwarf import DwarfFrames
+from .kernel import syscalls
+from .kernel.source import PerfSource, SourceSpec
+from .machine.host import LIVE, Host
 from .messages import Tally
-from .objects import CopyLimits, KallsymsCopy, ObjectCopier
-from .source import PerfSource, SourceSpec
+from .sets.checkpoint import RunInfo
+from .sets.objects import CopyLimits, KallsymsCopy, ObjectCopier
 from .stopping import ParentGone, stop_now
 
 PARENT_DEATH_SIGNAL = signal.SIGUSR2

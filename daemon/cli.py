@@ -9,11 +9,13 @@ import sys
 
 from qtools.qformat.version import package_version
 
-from . import arch, command, events, procfs
-from .aggregate import MAX_STACKS
+from . import command
 from .config import Config, parse_age, parse_size
-from .host import LIVE, Host
+from .kernel import arch, events
+from .machine import procfs
+from .machine.host import LIVE, Host
 from .messages import EXIT_LOST
+from .sets.aggregate import MAX_STACKS
 from .supervisor import CollectError, Supervisor
 
 DESCRIPTION = """\

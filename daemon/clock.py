@@ -10,7 +10,7 @@ clock and the derived time then disagree by more than ``STEP_THRESHOLD``
 seconds, and the set records by how much (``q:clock-step``).
 
 Nothing here decides anything: the collector stamps, retention measures
-ages with ``since`` (see daemon/retention.py).
+ages with ``since`` (see daemon/sets/retention.py).
 """
 
 from __future__ import annotations

@@ -15,18 +15,19 @@ from typing import Callable, Protocol, TextIO
 
 from qtools.qformat import QDir
 
-from . import abi, synthesize
-from .aggregate import MAX_STACKS, NO_KERNEL, CollectedSet, SetBook
-from .checkpoint import RunInfo, write_sets
 from .clock import SYSTEM, Clock
-from .host import Host
-from .jitdump import JitTracker
+from .decode.records import Lost, Record, RecordError, Sample, Switch, split_callchain
+from .decode.routes import handlers
+from .frames.jitdump import JitTracker
+from .kernel import abi
+from .kernel.source import EventSource
+from .machine import synthesize
+from .machine.host import Host
+from .machine.tasks import Process, TaskTable
 from .messages import Tally, tell
-from .objects import KallsymsCopy, ObjectCopier
-from .records import Lost, Record, RecordError, Sample, Switch, split_callchain
-from .routes import handlers
-from .source import EventSource
-from .tasks import Process, TaskTable
+from .sets.aggregate import MAX_STACKS, NO_KERNEL, CollectedSet, SetBook
+from .sets.checkpoint import RunInfo, write_sets
+from .sets.objects import KallsymsCopy, ObjectCopier
 
 MAPS_REFRESH_SECONDS = 1.0
 KERNEL_MODES = (abi.MISC_KERNEL, abi.MISC_GUEST_KERNEL)  # Sample.in_kernel, inlined

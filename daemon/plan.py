@@ -10,11 +10,11 @@ import platform
 from dataclasses import replace
 from typing import Callable
 
-from . import arch, events, syscalls
-from .abi import EventSpec
 from .config import Config
-from .host import LIVE, Host
-from .source import SourceSpec, ring_pages
+from .kernel import arch, events, syscalls
+from .kernel.abi import EventSpec
+from .kernel.source import SourceSpec, ring_pages
+from .machine.host import LIVE, Host
 from .unwind import Unwinder
 
 

@@ -21,19 +21,20 @@ from typing import TextIO
 
 from qtools.qformat import QDir, QFormatError
 
-from . import command, retention
-from .abi import EventSpec
-from .checkpoint import RunInfo
+from . import command
 from .child import collector_main
 from .command import Ending
 from .config import Config
-from .host import LIVE, Host
+from .kernel.abi import EventSpec
+from .machine.host import LIVE, Host
+from .sets import retention
+from .sets.checkpoint import RunInfo
 from .messages import (EXIT_LOST, Tally, loss_line, parse_line, split_lines, start_line,
                        summary_line, tell)
+from .kernel.source import SourceSpec
 from .notify import Notifier
-from .objects import KallsymsCopy, ObjectCopier
 from .plan import CollectError, plan
-from .source import SourceSpec
+from .sets.objects import KallsymsCopy, ObjectCopier
 
 RESTARTS_PER_MINUTE = 5
 STOP_TIMEOUT = 120.0

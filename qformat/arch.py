@@ -14,7 +14,7 @@ kernel half at the largest user space it allows, so no user address is
 ever taken for the kernel's.
 
 The collector's own machine facts (syscall numbers, register layouts, the
-ring's memory ordering) are in ``qtools.daemon.arch``.
+ring's memory ordering) are in ``qtools.daemon.kernel.arch``.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ OWN_SETS = ("--min-samples", "1")
 def perf_problem() -> str | None:
     """Why system-wide sampling cannot be used here, or None."""
     try:
-        from qtools.daemon import abi, syscalls
+        from qtools.daemon.kernel import abi, syscalls
         attr = abi.Attr(abi.TYPE_SOFTWARE, 0, 997, abi.SAMPLE_IP,
                         abi.FLAG_DISABLED | abi.FLAG_FREQ)
         fd = syscalls.perf_event_open(attr, -1, 0)

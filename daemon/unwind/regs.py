@@ -6,7 +6,7 @@ are SP / frame pointer / instruction pointer / return-address column, the
 sample_regs_user mask to request, the defaults of the usual CIE and the
 layout of a frame-pointer frame record. Adding an architecture means adding
 one `ArchRegs` value, not touching the unwinder, and naming it in the
-machine's entry of daemon/arch.py, which holds every other fact the
+machine's entry of daemon/kernel/arch.py, which holds every other fact the
 collector needs about a machine (syscall numbers, memory ordering).
 
 Sources: perf-event-abi.md section 6 (perf indices checked against the uapi

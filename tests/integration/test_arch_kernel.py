@@ -1,4 +1,4 @@
-"""The machine facts of daemon/arch.py checked against the running kernel:
+"""The machine facts of daemon/kernel/arch.py checked against the running kernel:
 the perf_event_open number (through the collector's own syscall path), the
 register layout (a real sample's SP and IP), and the kernel/user split of a
 real system-wide collection (q:kernel-from)."""
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from qtools.daemon import arch, events, syscalls
-from qtools.daemon.records import RecordError, Sample
-from qtools.daemon.source import PerfSource, SourceSpec
+from qtools.daemon.kernel import arch, events, syscalls
+from qtools.daemon.decode.records import RecordError, Sample
+from qtools.daemon.kernel.source import PerfSource, SourceSpec
 from qtools.daemon.unwind.regs import sample_positions
 from qtools.qformat import read_hist, read_info, read_stacks
 from qtools.viewer.symbols import KERNEL_OBJECT, KERNEL_UNKNOWN, Symbols

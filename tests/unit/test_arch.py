@@ -1,4 +1,4 @@
-"""The machine facts in one place (daemon/arch.py, qformat/arch.py): the
+"""The machine facts in one place (daemon/kernel/arch.py, qformat/arch.py): the
 syscall numbers agree with the kernel headers of this machine, every machine
 names its register table, an unknown machine is refused by name, and the
 reader's fallback is the same one value per architecture."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from qtools.daemon import arch, ring
+from qtools.daemon.kernel import arch, ring
 from qtools.daemon.unwind.regs import ARCHES
 from qtools.qformat import TaskInfo
 from qtools.qformat.arch import DEFAULT_KERNEL_FALLBACK, KERNEL_FALLBACK, kernel_start

@@ -11,15 +11,17 @@ import shutil
 
 import pytest
 
-from qtools.daemon import abi, synth
-from qtools.daemon.checkpoint import RunInfo
+from qtools.daemon.kernel import abi
+
+from qtools.daemon.decode import synth
+from qtools.daemon.sets.checkpoint import RunInfo
 from qtools.daemon.clock import Clock
 from qtools.daemon.collector import CpuCollector, Options
-from qtools.daemon.host import StaticHost
-from qtools.daemon.objects import ObjectCopier
-from qtools.daemon.records import Comm, Mmap, Sample, SampleId, SampleLayout
-from qtools.daemon.sketch import DistinctCount
-from qtools.daemon.source import ReplaySource
+from qtools.daemon.machine.host import StaticHost
+from qtools.daemon.sets.objects import ObjectCopier
+from qtools.daemon.decode.records import Comm, Mmap, Sample, SampleId, SampleLayout
+from qtools.daemon.sets.sketch import DistinctCount
+from qtools.daemon.kernel.source import ReplaySource
 from qtools.qformat import QDir, Stack, read_hist, read_info, read_stacks, stack_lines
 from qtools.qformat.errors import QFormatError
 

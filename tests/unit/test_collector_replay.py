@@ -11,15 +11,17 @@ import struct
 
 import pytest
 
-from qtools.daemon import abi, synth
-from qtools.daemon.checkpoint import RunInfo
+from qtools.daemon.kernel import abi
+
+from qtools.daemon.decode import synth
+from qtools.daemon.sets.checkpoint import RunInfo
 from qtools.daemon.collector import CpuCollector, Options
 from qtools.daemon.messages import parse_line
-from qtools.daemon.host import StaticHost
-from qtools.daemon.objects import KallsymsCopy, ObjectCopier, build_id
-from qtools.daemon.records import (Branch, Comm, Lost, Mmap, Sample, SampleId, SampleLayout,
+from qtools.daemon.machine.host import StaticHost
+from qtools.daemon.sets.objects import KallsymsCopy, ObjectCopier, build_id
+from qtools.daemon.decode.records import (Branch, Comm, Lost, Mmap, Sample, SampleId, SampleLayout,
                                    Switch, Task)
-from qtools.daemon.source import ReplaySource
+from qtools.daemon.kernel.source import ReplaySource
 from qtools.qformat import QDir, read_edges, read_hist, read_info, read_stacks
 
 LAYOUT = SampleLayout(abi.SAMPLE_IDENTIFIER | abi.SAMPLE_IP | abi.SAMPLE_TID | abi.SAMPLE_TIME

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from qtools.daemon import synthesize
-from qtools.daemon.host import HostProcess, StaticHost
-from qtools.daemon.objects import CopyBudget
-from qtools.daemon.procfs import MapsLine
-from qtools.daemon.records import Comm, SampleId, Task
-from qtools.daemon.tasks import TaskTable
+from qtools.daemon.machine import synthesize
+from qtools.daemon.machine.host import HostProcess, StaticHost
+from qtools.daemon.sets.objects import CopyBudget
+from qtools.daemon.machine.procfs import MapsLine
+from qtools.daemon.decode.records import Comm, SampleId, Task
+from qtools.daemon.machine.tasks import TaskTable
 from qtools.qformat import QDir, Stored, TooLarge
 from qtools.qformat.copies import may_link, root_only
 from qtools.qformat.writers import alive, proc_stat
@@ -273,8 +273,8 @@ def test_task_owners_are_recorded_at_seed_fork_and_exec_and_kept():
 
 
 def test_a_perf_map_is_taken_only_from_the_recorded_owner(tmp_path, capsys):
-    from qtools.daemon.objects import ObjectCopier
-    from qtools.daemon.tasks import Process
+    from qtools.daemon.sets.objects import ObjectCopier
+    from qtools.daemon.machine.tasks import Process
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a pid nobody runs now (until it is reused)
     path = Path(f"/tmp/perf-{gone.pid}.map")

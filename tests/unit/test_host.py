@@ -10,15 +10,19 @@ import shutil
 
 import pytest
 
-from qtools.daemon import abi, synth, synthesize
-from qtools.daemon.checkpoint import RunInfo
+from qtools.daemon.kernel import abi
+
+from qtools.daemon.decode import synth
+
+from qtools.daemon.machine import synthesize
+from qtools.daemon.sets.checkpoint import RunInfo
 from qtools.daemon.collector import CpuCollector, Options
-from qtools.daemon.host import LIVE, HostProcess, StaticHost
-from qtools.daemon.objects import ObjectCopier
-from qtools.daemon.procfs import MapsLine
-from qtools.daemon.records import Comm, Mmap, Sample, SampleId, SampleLayout, Task
-from qtools.daemon.source import ReplaySource
-from qtools.daemon.tasks import TaskTable
+from qtools.daemon.machine.host import LIVE, HostProcess, StaticHost
+from qtools.daemon.sets.objects import ObjectCopier
+from qtools.daemon.machine.procfs import MapsLine
+from qtools.daemon.decode.records import Comm, Mmap, Sample, SampleId, SampleLayout, Task
+from qtools.daemon.kernel.source import ReplaySource
+from qtools.daemon.machine.tasks import TaskTable
 from qtools.qformat import QDir, read_info
 
 LAYOUT = SampleLayout(abi.SAMPLE_IDENTIFIER | abi.SAMPLE_IP | abi.SAMPLE_TID | abi.SAMPLE_TIME
@@ -133,7 +137,7 @@ def test_the_live_host_reads_this_process():
 
 
 def test_events_are_listed_and_resolved_from_the_host():
-    from qtools.daemon import events
+    from qtools.daemon.kernel import events
 
     class Traced(StaticHost):
         def tracefs_root(self) -> str | None:

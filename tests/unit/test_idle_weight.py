@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import io
 
-from qtools.daemon import abi, synth
-from qtools.daemon.checkpoint import RunInfo
+from qtools.daemon.kernel import abi
+
+from qtools.daemon.decode import synth
+from qtools.daemon.sets.checkpoint import RunInfo
 from qtools.daemon.collector import CpuCollector, Options
-from qtools.daemon.host import StaticHost
-from qtools.daemon.objects import ObjectCopier
-from qtools.daemon.records import Sample, SampleLayout
-from qtools.daemon.source import ReplaySource
+from qtools.daemon.machine.host import StaticHost
+from qtools.daemon.sets.objects import ObjectCopier
+from qtools.daemon.decode.records import Sample, SampleLayout
+from qtools.daemon.kernel.source import ReplaySource
 from qtools.qformat import QDir, read_hist, read_info
 
 LAYOUT = SampleLayout(abi.SAMPLE_IDENTIFIER | abi.SAMPLE_IP | abi.SAMPLE_TID | abi.SAMPLE_TIME

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 
-from qtools.daemon.host import StaticHost
-from qtools.daemon.jitread import DumpReader, open_dump
-from qtools.daemon.jitindex import PlacementIndex
-from qtools.daemon.tasks import Mapping, ObjectKey, Process
+from qtools.daemon.machine.host import StaticHost
+from qtools.daemon.frames.jitread import DumpReader, open_dump
+from qtools.daemon.frames.jitindex import PlacementIndex
+from qtools.daemon.machine.tasks import Mapping, ObjectKey, Process
 from qtools.qformat.jitdump import CodeLoad, Header, encode, encode_header, parse
 
 HEADER = Header(version=1, elf_mach=62, pid=1, timestamp=0)

@@ -8,8 +8,8 @@ import io
 import os
 import time
 
-from qtools.daemon.jitdump import JitTracker
-from qtools.daemon.tasks import AddressMap, Mapping, ObjectKey, Process
+from qtools.daemon.frames.jitdump import JitTracker
+from qtools.daemon.machine.tasks import AddressMap, Mapping, ObjectKey, Process
 from qtools.daemon.unwind.regs import X86_64
 from qtools.qformat import QDir
 from qtools.qformat.jitdump import (CodeLoad, Header, encode, encode_header, parse,

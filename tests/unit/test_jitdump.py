@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from qtools.daemon.jitindex import PlacementIndex
+from qtools.daemon.frames.jitindex import PlacementIndex
 from qtools.qformat.jitdump import (
     JIT_BASE, JIT_STRIDE, Close, CodeLoad, CodeMove, DebugEntry, DebugInfo, Header,
     JitdumpError, JitdumpParser, Placements, UnwindingInfo, Unknown, decode_record, encode,

@@ -16,12 +16,14 @@ import shutil
 
 import pytest
 
-from qtools.daemon import abi, synth
-from qtools.daemon.checkpoint import RunInfo
+from qtools.daemon.kernel import abi
+
+from qtools.daemon.decode import synth
+from qtools.daemon.sets.checkpoint import RunInfo
 from qtools.daemon.collector import CpuCollector, Options
-from qtools.daemon.objects import ObjectCopier
-from qtools.daemon.records import Comm, Mmap, Sample, SampleId, SampleLayout
-from qtools.daemon.source import ReplaySource
+from qtools.daemon.sets.objects import ObjectCopier
+from qtools.daemon.decode.records import Comm, Mmap, Sample, SampleId, SampleLayout
+from qtools.daemon.kernel.source import ReplaySource
 from qtools.qformat import QDir, read_hist, read_info, read_stacks
 
 LAYOUT = SampleLayout(abi.SAMPLE_IDENTIFIER | abi.SAMPLE_IP | abi.SAMPLE_TID | abi.SAMPLE_TIME

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from qtools.daemon import procfs
+from qtools.daemon.machine import procfs
 
 
 def test_open_plain_takes_only_regular_files(tmp_path):

@@ -9,11 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qtools.daemon import abi, synth
-from qtools.daemon.records import (Branch, Comm, Lost, Mmap, Other, RecordError, Sample,
+from qtools.daemon.kernel import abi
+
+from qtools.daemon.decode import synth
+from qtools.daemon.decode.records import (Branch, Comm, Lost, Mmap, Other, RecordError, Sample,
                                    SampleId, SampleLayout, Switch, Task, Throttle,
                                    split_callchain)
-from qtools.daemon.routes import ROUTES
+from qtools.daemon.decode.routes import ROUTES
 
 ALL_DECODED = (abi.SAMPLE_IDENTIFIER | abi.SAMPLE_IP | abi.SAMPLE_TID | abi.SAMPLE_TIME
                | abi.SAMPLE_ADDR | abi.SAMPLE_ID | abi.SAMPLE_STREAM_ID | abi.SAMPLE_CPU

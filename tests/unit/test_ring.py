@@ -6,9 +6,11 @@ import mmap
 import os
 import struct
 
-from qtools.daemon import abi, arch, synth
-from qtools.daemon.records import Lost, Sample, SampleId, SampleLayout
-from qtools.daemon.ring import RingReader
+from qtools.daemon.kernel import abi, arch
+
+from qtools.daemon.decode import synth
+from qtools.daemon.decode.records import Lost, Sample, SampleId, SampleLayout
+from qtools.daemon.kernel.ring import RingReader
 
 PAGES = 2
 LAYOUT = SampleLayout(abi.SAMPLE_IP | abi.SAMPLE_TID | abi.SAMPLE_TIME | abi.SAMPLE_CALLCHAIN)

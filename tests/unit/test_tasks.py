@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from qtools.daemon import synthesize
-from qtools.daemon.aggregate import SYNTHETIC_BASE, SetBook
-from qtools.daemon.host import HostProcess, StaticHost
-from qtools.daemon.procfs import MapsLine, parse_cpu_list, parse_maps
-from qtools.daemon.records import Comm, Mmap, SampleId, Task
-from qtools.daemon.tasks import MAX_THREADS, AddressMap, Mapping, ObjectKey, Process, TaskTable
+from qtools.daemon.machine import synthesize
+from qtools.daemon.sets.aggregate import SYNTHETIC_BASE, SetBook
+from qtools.daemon.machine.host import HostProcess, StaticHost
+from qtools.daemon.machine.procfs import MapsLine, parse_cpu_list, parse_maps
+from qtools.daemon.decode.records import Comm, Mmap, SampleId, Task
+from qtools.daemon.machine.tasks import MAX_THREADS, AddressMap, Mapping, ObjectKey, Process, TaskTable
 
 LIBC = ObjectKey("/lib/libc.so.6", (254, 0), 11)
 APP = ObjectKey("/usr/bin/app", (254, 0), 22)
@@ -178,7 +178,7 @@ def test_a_stub_is_completed_in_place_by_late_records():
 
 
 def test_unwritable_q_keeps_memory_bounded_by_folding_ended_tasks():
-    from qtools.daemon.aggregate import MAX_UNWRITTEN
+    from qtools.daemon.sets.aggregate import MAX_UNWRITTEN
     table = TaskTable()
     book = SetBook(cpu=0, min_samples=1)
     for pid in range(1000, 1000 + 3 * MAX_UNWRITTEN):
@@ -199,7 +199,7 @@ def test_anonymous_and_bracketed_mappings_have_no_file():
 
 
 def test_threads_beyond_the_bound_share_one_count():
-    from qtools.daemon.tally import MAX_THREADS, SampleTally
+    from qtools.daemon.sets.tally import MAX_THREADS, SampleTally
     tally, merged = SampleTally(), SampleTally()
     for tid in range(MAX_THREADS + 10):
         tally.add(0x1000, 7, None, (), tid)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from qtools.daemon import retention
+from qtools.daemon.sets import retention
 from qtools.daemon.clock import Clock
 from qtools.daemon.config import parse_age, parse_size
 from qtools.daemon.notify import Notifier

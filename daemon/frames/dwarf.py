@@ -15,13 +15,13 @@ from dataclasses import dataclass
 
 from qtools.qformat import QDir
 
+from ..decode.records import Sample
+from ..machine.tasks import Mapping, ObjectKey, Process
+from ..sets.objects import ObjectCopier, open_object
+from ..unwind import ObjectCFI, Unwinder
+from ..unwind.regs import sample_positions
+from ..unwind.rules import Rule
 from .jitdump import JitTracker
-from .objects import ObjectCopier, open_object
-from .records import Sample
-from .tasks import Mapping, ObjectKey, Process
-from .unwind import ObjectCFI, Unwinder
-from .unwind.regs import sample_positions
-from .unwind.rules import Rule
 
 DEFAULT_STACK_BYTES = 16384  # 8 KiB cut ~4% of deep stacks short (unwinding-measurements.md)
 

@@ -16,7 +16,7 @@ import psutil
 
 from qtools.qformat.store import open_regular, read_at_most
 
-from . import syscalls
+from ..kernel import syscalls
 
 
 @dataclass(frozen=True, slots=True)

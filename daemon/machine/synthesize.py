@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from ..decode.records import Comm, Mmap, SampleId, Task
 from .host import Host
 from .procfs import MapsLine
-from .records import Comm, Mmap, SampleId, Task
 
 _PROT_READ, _PROT_WRITE, _PROT_EXEC = 1, 2, 4
 _MAP_SHARED, _MAP_PRIVATE = 1, 2

@@ -36,7 +36,7 @@ from qtools.qformat import QDir, QFormatError, read_info
 from qtools.qformat.data import GZIP_MAGIC
 from qtools.qformat.store import TEMP_PREFIX
 
-from .clock import SYSTEM, Clock, Stamp
+from ..clock import SYSTEM, Clock, Stamp
 
 CHUNK = 1 << 20
 DATA_TYPES = ("hist", "stack", "edge")

@@ -6,7 +6,7 @@ been used store ``data_tail``, which hands the space back to the kernel.
 Records that wrap the end of the buffer are stitched into a copy; the others
 are handed out as zero-copy views that stay valid until ``release``.
 
-Memory ordering (per machine in daemon/arch.py): the kernel writes the
+Memory ordering (per machine in daemon/kernel/arch.py): the kernel writes the
 records, then (after a write barrier) ``data_head``. The loads of the records
 must not be performed before the load of ``data_head``, and must be done
 before the store of ``data_tail``; include/uapi/linux/perf_event.h asks for

@@ -3,12 +3,12 @@
 Each ``Machine`` says, for one ``uname -m``:
 
 - the numbers of the syscalls called through libc's ``syscall()``
-  (daemon/syscalls.py), perf_event_open and membarrier: x86_64 298 and 324
+  (daemon/kernel/syscalls.py), perf_event_open and membarrier: x86_64 298 and 324
   (the kernel's arch/x86/entry/syscalls/syscall_64.tbl), aarch64 241 and
   283 (the generic table, include/uapi/asm-generic/unistd.h);
 - its user register layout, the ``ArchRegs`` table of daemon/unwind/regs.py
   (perf register numbering, DWARF numbering, the sample_regs_user mask);
-- the memory ordering the perf ring's reader relies on (daemon/ring.py).
+- the memory ordering the perf ring's reader relies on (daemon/kernel/ring.py).
   The kernel publishes records by writing them and then ``data_head`` (with
   a write barrier between); the reader must load ``data_head`` before it
   loads the records, and finish loading them before it stores
@@ -34,7 +34,7 @@ from __future__ import annotations
 import platform
 from dataclasses import dataclass
 
-from .unwind.regs import AARCH64, X86_64, ArchRegs
+from ..unwind.regs import AARCH64, X86_64, ArchRegs
 
 
 class UnsupportedMachine(ValueError):

@@ -20,12 +20,12 @@ from qtools.qformat import (CallCounts, CallStacks, Form, Histogram, Info, MapRa
                             stack_lines)
 from qtools.qformat.info import JitdumpRef
 
-from . import procfs
+from ..clock import SYSTEM, Clock
+from ..machine import procfs
+from ..machine.tasks import Mapping
+from ..stopping import uninterrupted
 from .aggregate import NO_KERNEL, CollectedSet
-from .clock import SYSTEM, Clock
 from .objects import ObjectCopier
-from .stopping import uninterrupted
-from .tasks import Mapping
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ import select
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
+from ..decode.records import SampleLayout
 from . import abi, syscalls
 from .abi import EventSpec
-from .records import SampleLayout
 from .ring import RingReader
 
 SIDEBAND_FLAGS = (abi.FLAG_MMAP | abi.FLAG_MMAP2 | abi.FLAG_COMM | abi.FLAG_COMM_EXEC

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 
-from . import abi
+from ..kernel import abi
 from .records import Comm, Lost, Mmap, Sample, SampleId, SampleLayout, Switch, Task, Throttle
 
 NO_ID = SampleId()

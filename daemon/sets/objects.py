@@ -20,8 +20,8 @@ from typing import Callable, TextIO
 
 from qtools.qformat import CopyJob, QDir, QFormatError, Stored, TooLarge
 
-from .host import LIVE, Host
-from .tasks import Mapping, ObjectKey, Process
+from ..machine.host import LIVE, Host
+from ..machine.tasks import Mapping, ObjectKey, Process
 
 RETRY_SECONDS = 30.0
 

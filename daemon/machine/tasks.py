@@ -16,8 +16,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .records import Comm, Mmap, Task
-from .routes import handlers
+from ..decode.records import Comm, Mmap, Task
+from ..decode.routes import handlers
 
 _serial = itertools.count(1)
 MAX_THREADS = 4096  # threads remembered per process; the oldest ended ones go first

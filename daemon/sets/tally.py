@@ -11,8 +11,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
+from ..machine.tasks import Mapping, Process
 from .sketch import DistinctCount
-from .tasks import Mapping, Process
 
 if TYPE_CHECKING:
     from .aggregate import CanonicalLayout

@@ -5,9 +5,9 @@ from __future__ import annotations
 import errno
 import os
 
+from ..machine.host import LIVE, Host
 from . import abi, syscalls
 from .abi import EventSpec
-from .host import LIVE, Host
 
 
 class EventError(Exception):

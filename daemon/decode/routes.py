@@ -16,7 +16,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import abi
+from ..kernel import abi
 from .records import (Comm, Lost, Mmap, Record, RecordError, Sample, SampleLayout, Switch,
                       Task, Throttle, cstring)
 

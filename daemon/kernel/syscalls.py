@@ -1,6 +1,6 @@
 """The only ctypes calls of the collector: perf_event_open, its ioctls,
 membarrier, and two process knobs (parent-death signal, auxv). Syscall
-numbers come from daemon/arch.py."""
+numbers come from daemon/kernel/arch.py."""
 
 from __future__ import annotations
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 from qtools.qformat.jitdump import JitdumpParser, Placements, Unknown
 
-from .host import Host
+from ..machine.host import Host
+from ..machine.tasks import Mapping, Process
 from .jitindex import PlacementIndex
-from .tasks import Mapping, Process
 
 DEFAULT_LIMIT = 64 << 20  # bytes of one dump kept (whole records)
 READ_BUDGET = 8 << 20  # bytes read from one dump per call: one process cannot stall a CPU

@@ -44,13 +44,13 @@ from qtools.qformat import QDir
 from qtools.qformat.info import JitdumpRef
 from qtools.qformat.jitdump import Placement, UnwindingInfo, synthetic_address
 
-from .host import LIVE, Host
+from ..machine.host import LIVE, Host
 from .jitread import (DEFAULT_LIMIT, DumpReader, is_dump_path, loads, open_dump, said_once,
                       task_owner)
-from .tasks import Process
-from .unwind.jitcfi import MAX_STUB, TEXT_OFFSET, code_cfi, match_stub
-from .unwind.objcfi import ObjectCFI
-from .unwind.regs import ArchRegs
+from ..machine.tasks import Process
+from ..unwind.jitcfi import MAX_STUB, TEXT_OFFSET, code_cfi, match_stub
+from ..unwind.objcfi import ObjectCFI
+from ..unwind.regs import ArchRegs
 
 REFRESH_SECONDS = 0.25
 MAX_PENDING = 20000  # samples held for their JIT records, per collector

@@ -16,7 +16,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Union
 
-from . import abi
+from ..kernel import abi
 
 _HEADER = struct.Struct("<IHH")
 _U64 = struct.Struct("<Q")
