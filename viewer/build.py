@@ -16,8 +16,8 @@ from qtools.qformat import DEFAULT_LIMITS, Arc, LimitExceeded, MissingFile, QFor
 from qtools.qformat.limits import exceeded
 
 from .errors import ViewError
-from .load import TaskSet
-from .model import Frame, InterpreterQuality, Samples, StackQuality, Task, printable
+from .load import StoredSet
+from .model import Frame, InterpreterQuality, Samples, StackQuality, SetSummary, printable
 from .pyview import is_python
 from .symbols import MAX_MEMO, AddressSpace, Location, Symbols, Warn
 
@@ -78,9 +78,9 @@ class SampleBuilder:
         self.stacks: dict[tuple[int, ...], float] = {}
         self.calls: dict[tuple[int, int], float] | None = None
         self.quality = StackQuality()
-        self.sets: list[TaskSet] = []
+        self.sets: list[StoredSet] = []
         self.with_stacks = 0
-        self.without_stacks: list[TaskSet] = []  # sets whose .info names no .stack
+        self.without_stacks: list[StoredSet] = []  # sets whose .info names no .stack
 
     def _id(self, loc: Location) -> int:
         frame = self.make_frame(loc)
@@ -92,7 +92,7 @@ class SampleBuilder:
                 self.unnamed.add(fid)
         return fid
 
-    def add(self, ts: TaskSet) -> None:
+    def add(self, ts: StoredSet) -> None:
         """Add a set: its stacks (checked against its histogram) or, without
         call-stack data, its histogram; then its call counts."""
         self.sets.append(ts)
@@ -115,7 +115,7 @@ class SampleBuilder:
         if edges is not None:
             self._add_edges(space, edges, ts)
 
-    def _stacks_of(self, ts: TaskSet) -> Iterable[Stack] | None:
+    def _stacks_of(self, ts: StoredSet) -> Iterable[Stack] | None:
         if ts.info.call_stacks is None:
             if ts.data_expected:  # not a set that has no samples by its own account
                 self.without_stacks.append(ts)
@@ -131,7 +131,7 @@ class SampleBuilder:
         loc = space.lookup(address, is_return)
         return (self._id(loc), loc.kernel, loc.object, is_python(loc.name))
 
-    def _interpreter(self, ts: TaskSet) -> InterpreterQuality:
+    def _interpreter(self, ts: StoredSet) -> InterpreterQuality:
         """The per-process stack-quality entry of a set (sets of one pid share it)."""
         key = f"{printable(ts.comm or ts.name)} pid {ts.pid}" if ts.pid is not None \
             else printable(ts.name)
@@ -226,7 +226,7 @@ class SampleBuilder:
                             interp.python_rooted += w
         return per_leaf, remainder, total
 
-    def _check_hist(self, space: AddressSpace, ts: TaskSet, per_leaf: dict[int, int],
+    def _check_hist(self, space: AddressSpace, ts: StoredSet, per_leaf: dict[int, int],
                     remainder: int, total: int) -> None:
         """Hold the `.stack` just added to the set's `.hist`: the same total,
         and per leaf address the same weight. A remainder (stacks not kept)
@@ -292,14 +292,14 @@ class SampleBuilder:
                 self.frames.append(frame)
             self.stacks[(fid,)] = self.stacks.get((fid,), 0.0) + weight
 
-    def _add_hist(self, space: AddressSpace, ts: TaskSet, factor: float) -> None:
+    def _add_hist(self, space: AddressSpace, ts: StoredSet, factor: float) -> None:
         acc = self.stacks
         for address, count in ts.hist():
             if count:
                 stack = (self._id(space.lookup(address)),)
                 acc[stack] = acc.get(stack, 0.0) + count * factor
 
-    def _add_edges(self, space: AddressSpace, edges: Iterable[Arc], ts: TaskSet) -> None:
+    def _add_edges(self, space: AddressSpace, edges: Iterable[Arc], ts: StoredSet) -> None:
         cc = ts.info.call_counts
         factor = cc.conversion_factor if cc and cc.conversion_factor else 1.0
         calls = self.calls if self.calls is not None else {}
@@ -325,7 +325,7 @@ class SampleBuilder:
         granularities = sorted({ts.info.histogram.y_granularity for ts in self.sets
                                 if ts.info.histogram and ts.info.histogram.y_granularity})
         escape = self.escape
-        tasks = [Task(escape(ts.name), ts.directory, ts.comm and escape(ts.comm), ts.pid,
+        tasks = [SetSummary(escape(ts.name), ts.directory, ts.comm and escape(ts.comm), ts.pid,
                       tuple(ts.info.task.pids) if ts.info.task.pids else None, ts.cpu,
                       escape(ts.command()),
                       escape(ts.info.histogram.file) if ts.info.histogram else None)
@@ -339,7 +339,7 @@ class SampleBuilder:
         return samples
 
 
-def build_samples(sets: list[TaskSet], symbols: Symbols, by: str, warn: Warn,
+def build_samples(sets: list[StoredSet], symbols: Symbols, by: str, warn: Warn,
                   escape: Escape | None = printable) -> Samples:
     """``escape`` None keeps names as they are (for JSON, which escapes them)."""
     limits = sets[0].limits if sets else DEFAULT_LIMITS

@@ -2,7 +2,7 @@
 
 Pipeline: load (inputs, selection, versions) -> symbolize and merge
 (``build_samples``) -> Samples processors (kernel) -> ``analyze`` ->
-Profile processors (threshold) -> renderer. Errors become one line on
+CallGraph processors (threshold) -> renderer. Errors become one line on
 stderr, ``q-view: FILE[:LINE]: message``, and exit status 1 (2 for usage).
 """
 
@@ -23,8 +23,8 @@ from . import filters, hints, overview_rows, processes, processors, runs
 from .build import BY_CHOICES, build_samples
 from .callgraph import analyze
 from .errors import UsageError, ViewError
-from .model import Profile, printable
-from .load import Selection, SetRemoved, TaskSet, default_directory, pick_run, sets_in
+from .model import CallGraph, InconsistentGraph, printable
+from .load import Selection, SetRemoved, StoredSet, default_directory, pick_run, sets_in
 from .programs import select_inputs
 from .pyview import python_only
 from .render import collapsed, dot, flat, graph, jsonfmt, overview, quality
@@ -249,7 +249,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, rows: int | None = 
     profile = analyze(samples)
     try:
         profile.self_check()
-    except AssertionError as e:  # a bug in q-view, not in the input
+    except InconsistentGraph as e:  # a bug in q-view, not in the input
         err.write(f"{PROG}: internal error: the profile does not add up: {e}\n")
         return 3
     if args.format != "dot":
@@ -280,7 +280,7 @@ def _locate(item: str, directory: str) -> str:
     return candidate if os.path.isdir(directory) else item
 
 
-def _report(profile: Profile, args: argparse.Namespace, out: TextIO) -> None:
+def _report(profile: CallGraph, args: argparse.Namespace, out: TextIO) -> None:
     if args.format == "json":
         jsonfmt.render(profile, out, args.stacks)
     elif args.format == "collapsed":
@@ -303,7 +303,7 @@ def _report(profile: Profile, args: argparse.Namespace, out: TextIO) -> None:
             quality.render_interpreters(profile, out)
 
 
-def _note_runs(sets: list[TaskSet], hint: bool, err: TextIO) -> bool:
+def _note_runs(sets: list[StoredSet], hint: bool, err: TextIO) -> bool:
     """The one-line note of a selection that spans several runs; was there one?"""
     line = runs.notice(runs.runs_of(sets), hint)
     if line:
@@ -323,7 +323,7 @@ def _overview(directory: str, selection: Selection, run: str | None,
                          limits=args.limits)
     elif _note_runs(found, True, err) and height is not None:
         height -= 1  # in --watch the note is on the screen
-    groups: dict[object, list[TaskSet]] = {}
+    groups: dict[object, list[StoredSet]] = {}
     for ts in found:  # a set's slices in the window make one row
         groups.setdefault(ts.set_name or ts.name, []).append(ts)
     escape = _same if args.format == "json" else printable
@@ -359,7 +359,7 @@ def _same(text: str) -> str:
     return text
 
 
-def _row(group: list[TaskSet], escape: Callable[[str], str]) -> overview.Row:
+def _row(group: list[StoredSet], escape: Callable[[str], str]) -> overview.Row:
     ts = group[-1]  # the latest slice names the row
     pids = {p for t in group for p in (t.info.task.pids or [])}
     pid = str(ts.pid) if ts.pid is not None else (f"{len(pids)} pids" if pids else "-")
@@ -376,7 +376,7 @@ def _row(group: list[TaskSet], escape: Callable[[str], str]) -> overview.Row:
                         [escape(r) if r else None for r in run_ids])
 
 
-def _cpu_row(group: list[TaskSet], idle: dict[int, float]) -> overview.CpuRow | None:
+def _cpu_row(group: list[StoredSet], idle: dict[int, float]) -> overview.CpuRow | None:
     """Busy share (weighted by each slice's length), sampled idle share and
     latest clock of a CPU."""
     seconds = busy = 0.0

@@ -22,7 +22,7 @@ import dataclasses
 from typing import Callable, Iterable
 
 from . import runs
-from .load import SetRemoved, TaskSet
+from .load import SetRemoved, StoredSet
 from .model import printable
 from .render.overview import Row
 
@@ -31,7 +31,7 @@ KERNEL = "kernel"
 MAX_CPUS_LISTED = 4
 
 
-def kernel_only_run(ts: TaskSet) -> bool:
+def kernel_only_run(ts: StoredSet) -> bool:
     """Whether the set was collected with ``q-syscollect -k``."""
     args = ts.info.task.syscollect_cmdline or []
     for arg in args[1:]:
@@ -43,7 +43,7 @@ def kernel_only_run(ts: TaskSet) -> bool:
     return False
 
 
-def process_key(ts: TaskSet) -> tuple[object, ...]:
+def process_key(ts: StoredSet) -> tuple[object, ...]:
     """Sets with the same key make one row."""
     if ts.is_kernel:
         return (KERNEL,)
@@ -51,7 +51,7 @@ def process_key(ts: TaskSet) -> tuple[object, ...]:
     return (prog, ts.pid)  # pid None: the program's aggregates, all CPUs
 
 
-def idle_weight(ts: TaskSet) -> float | None:
+def idle_weight(ts: StoredSet) -> float | None:
     """The idle task's part of a kernel set, in output units; None where the
     set does not say (written before q:idle-weight existed)."""
     if not ts.is_kernel:
@@ -62,8 +62,8 @@ def idle_weight(ts: TaskSet) -> float | None:
     return value * ts.factor if isinstance(value, int) and value >= 0 else None
 
 
-def process_rows(found: Iterable[TaskSet], escape: Callable[[str], str] = printable) -> list[Row]:
-    groups: dict[tuple[object, ...], list[TaskSet]] = {}
+def process_rows(found: Iterable[StoredSet], escape: Callable[[str], str] = printable) -> list[Row]:
+    groups: dict[tuple[object, ...], list[StoredSet]] = {}
     for ts in found:
         groups.setdefault(process_key(ts), []).append(ts)
     # A set without a histogram (just claimed, no samples yet) has no unit
@@ -79,7 +79,7 @@ def process_rows(found: Iterable[TaskSet], escape: Callable[[str], str] = printa
     return [r for row in rows for r in _split_idle(row, groups.get((KERNEL,), []))]
 
 
-def _split_idle(row: Row, kernel_sets: list[TaskSet]) -> list[Row]:
+def _split_idle(row: Row, kernel_sets: list[StoredSet]) -> list[Row]:
     """A -k run's kernel row, split into the idle task's part and the rest."""
     if row.command != KERNEL or not kernel_sets:
         return [row]
@@ -91,12 +91,12 @@ def _split_idle(row: Row, kernel_sets: list[TaskSet]) -> list[Row]:
             dataclasses.replace(row, command=IDLE, pid="0", amount=idle)]
 
 
-def _row(group: list[TaskSet], default_unit: str | None = None,
+def _row(group: list[StoredSet], default_unit: str | None = None,
          escape: Callable[[str], str] = printable) -> Row:
     latest = max(group, key=lambda t: t.info.task.end_time or 0.0)
     cpus = sorted({t.cpu for t in group if t.cpu is not None})
     cpu = ",".join(map(str, cpus)) if len(cpus) <= MAX_CPUS_LISTED else f"{len(cpus)} cpus"
-    by_set: dict[object, list[TaskSet]] = {}
+    by_set: dict[object, list[StoredSet]] = {}
     for t in group:
         by_set.setdefault(t.set_name or t.name, []).append(t)
     files = sorted(by_set, key=str)
@@ -116,7 +116,7 @@ def _row(group: list[TaskSet], default_unit: str | None = None,
                unit, file, slices, process_stats(list(by_set.values())), run_ids)
 
 
-def label_kernel(row: Row, group: list[TaskSet]) -> Row:
+def label_kernel(row: Row, group: list[StoredSet]) -> Row:
     """A kernel set's row is the idle task's, unless the run took every
     pid's kernel samples there (-k)."""
     if not group[-1].is_kernel or any(kernel_only_run(t) for t in group):
@@ -124,7 +124,7 @@ def label_kernel(row: Row, group: list[TaskSet]) -> Row:
     return dataclasses.replace(row, command=IDLE, pid="0")
 
 
-def process_stats(per_set: list[list[TaskSet]]) -> dict[str, float]:
+def process_stats(per_set: list[list[StoredSet]]) -> dict[str, float]:
     """The counters of one process (or of one program's aggregates) once.
 
     ``per_set``: the slices of each of its sets (one set per CPU)."""
@@ -142,7 +142,7 @@ def process_stats(per_set: list[list[TaskSet]]) -> dict[str, float]:
     return out
 
 
-def _summed(slices: list[TaskSet]) -> dict[str, float]:
+def _summed(slices: list[StoredSet]) -> dict[str, float]:
     stats: dict[str, float] = {}
     for t in slices:
         for key, value in (t.info.task.task_stats or {}).items():
@@ -152,7 +152,7 @@ def _summed(slices: list[TaskSet]) -> dict[str, float]:
     return stats
 
 
-def idle_seconds(found: Iterable[TaskSet]) -> dict[int, float]:
+def idle_seconds(found: Iterable[StoredSet]) -> dict[int, float]:
     """Idle time sampled on each CPU, where the kernel sets tell it."""
     out: dict[int, float] = {}
     for ts in found:

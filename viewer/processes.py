@@ -19,7 +19,7 @@ from typing import Iterable
 
 from .build import build_samples
 from .errors import ViewError
-from .load import TaskSet
+from .load import StoredSet
 from .model import Frame, Samples, StackQuality, printable
 from .overview_rows import IDLE, KERNEL, kernel_only_run
 from .processors import PROCESS_OBJECT
@@ -27,7 +27,7 @@ from .symbols import Symbols, Warn
 WEIGHTS = ("event", "samples")
 
 
-def process_label(ts: TaskSet, per_pid: bool) -> str:
+def process_label(ts: StoredSet, per_pid: bool) -> str:
     """The root frame of a set's stacks: the command, or ``idle`` for the
     idle task's kernel sets (``kernel`` where a -k run put every pid there)."""
     if ts.is_kernel:
@@ -44,7 +44,7 @@ def process_frame(label: str) -> Frame:
     return Frame(label, PROCESS_OBJECT, False)
 
 
-def by_process(sets: Iterable[TaskSet], symbols: Symbols, by: str, warn: Warn,
+def by_process(sets: Iterable[StoredSet], symbols: Symbols, by: str, warn: Warn,
                per_pid: bool = False, weight: str = "event") -> Samples:
     """The stacks of ``sets``, each under its process frame, merged."""
     frames: list[Frame] = []
@@ -89,7 +89,7 @@ def by_process(sets: Iterable[TaskSet], symbols: Symbols, by: str, warn: Warn,
     return merged
 
 
-def _per_sample(ts: TaskSet, part: Samples) -> float:
+def _per_sample(ts: StoredSet, part: Samples) -> float:
     """1 / the weight of one sample of ``ts``, in output units."""
     h = ts.info.histogram
     g = h.y_granularity if h else None

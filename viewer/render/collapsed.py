@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from ..model import Frame, Profile, printable
+from ..model import Frame, CallGraph, printable
 
 
 def _clean(frame: Frame) -> str:
@@ -23,7 +23,7 @@ def _clean(frame: Frame) -> str:
     return name + "_[k]" if frame.kernel else name
 
 
-def render(profile: Profile, out: TextIO) -> None:
+def render(profile: CallGraph, out: TextIO) -> None:
     s = profile.samples
     per_count = s.count_unit or 1.0
     names = [_clean(f) for f in s.frames]
