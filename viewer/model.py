@@ -39,6 +39,37 @@ class Frame(NamedTuple):
     kernel: bool = False
 
 
+class FrameTable:
+    """Frames interned: one id per distinct frame, ids in order of first use."""
+
+    def __init__(self) -> None:
+        self.frames: list[Frame] = []
+        self.ids: dict[Frame, int] = {}
+
+    def id(self, frame: Frame) -> int:
+        fid = self.ids.get(frame)
+        if fid is None:
+            fid = self.ids[frame] = len(self.frames)
+            self.frames.append(frame)
+        return fid
+
+
+class Location(NamedTuple):
+    """An address of one set's samples with what the set's maps say about
+    it, before any name: what pprof's locations and mappings, annotation
+    (object and offset) and a diff need. Names come later, from the
+    symbolizer (``symbols.AddressSpace.lookup``)."""
+
+    set: int  # which of the loaded sets (its address space) it comes from
+    address: int  # as the stack holds it
+    is_return: bool  # a return address: its call instruction is at address-1
+    kernel: bool
+    object: str | None  # the mapped object (None: not in a mapping: kernel, JIT, unknown)
+    copy: str | None  # the object's copy in the `.q` (crc-named; kallsyms for the kernel)
+    build_id: str | None
+    file_offset: int | None  # of the instruction (address-1 for a return address)
+
+
 @dataclass(frozen=True)
 class SetSummary:
     """One task set that went into a profile."""
