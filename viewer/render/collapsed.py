@@ -5,7 +5,10 @@ first (see processes.py), then the outermost function down to the sampled
 one, kernel frames marked ``_[k]`` as flamegraph.pl's scripts mark them.
 N is a positive integer: the event count (nanoseconds of CPU time for
 cpu-clock and task-clock, events for count events), or with ``--weight
-samples`` the number of samples. No frame holds ``;`` (written ``:``) or a
+samples`` the number of samples. Each set's counts are converted with its
+own factor (processes.py): merged sets whose counts differ in size (cycles
+at different clock rates) show nanoseconds; sets in different units keep
+their own counts, with a warning. No frame holds ``;`` (written ``:``) or a
 line break (control characters are escaped as ``\\xNN``).
 """
 
