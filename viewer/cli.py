@@ -1,9 +1,11 @@
 """Command line of q-view: ``main(argv) -> int``.
 
-Pipeline: load (inputs, selection, versions) -> symbolize and merge
-(``build_samples``) -> Samples processors (kernel) -> ``analyze`` ->
-CallGraph processors (threshold) -> renderer. Errors become one line on
-stderr, ``q-view: FILE[:LINE]: message``, and exit status 1 (2 for usage).
+Parses the options and dispatches: the overview of directories
+(overview.py), or the selected sets (load.py, programs.py) made into a
+call graph (report.py) and shown by the renderer ``--format`` names
+(render.FORMATS). Errors become one line on stderr, ``q-view:
+FILE[:LINE]: message``, and exit status 1 (2 for usage, 3 for a call
+graph whose sums do not hold).
 """
 
 from __future__ import annotations
@@ -19,17 +21,14 @@ from qtools.qformat.limits import DEFAULT_LIMITS, LimitExceeded, describe_defaul
 from qtools.qformat import QFormatError
 from qtools.qformat.version import package_version
 
-from . import filters, hints, overview, processes, processors, runs
-from .build import BY_CHOICES, build_samples
-from .callgraph import analyze
+from . import filters, hints, overview, processes, runs
+from .build import BY_CHOICES
 from .errors import UsageError, ViewError
 from .model import CallGraph, InconsistentGraph, printable
 from .load import Selection, StoredSet, default_directory
 from .programs import select_inputs
-from .pyview import python_only
 from .render import DEFAULT_FORMAT, FORMATS, ReportOptions, formats_help
-from .symbols import Symbols, debug_roots_from_env
-from .symcache import SymbolCache, cache_dir
+from .report import call_graph
 from .timewin import parse_time
 
 PROG = "q-view"
@@ -227,36 +226,11 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, rows: int | None = 
         return 0
     sets = select_inputs(inputs, selection, args.all_versions, run, args.limits)
     _note_runs(sets, run is None and any(os.path.isdir(i) for i in inputs), err)
-    warn = _Warnings(err)
-    cache = SymbolCache(None if args.no_cache else cache_dir())
-    symbols = Symbols(cache, list(args.debug_root) + debug_roots_from_env(), warn,
-                      args.limits.copy_size)
-    report = FORMATS[args.format]
-    # JSON escapes control characters itself: names go to it as they are
-    escape = None if report.raw_names else printable
     try:
-        if report.process_roots:
-            samples = processes.by_process(sets, symbols, args.by, warn, args.per_pid,
-                                           args.weight)
-        else:
-            samples = build_samples(sets, symbols, args.by, warn, escape)
-    finally:
-        symbols.close()
-    if args.no_kernel:
-        samples = processors.hide_kernel(samples)
-    elif args.kernel_only:
-        samples = processors.kernel_only(samples)
-    if args.python:
-        samples = python_only(samples)
-    samples = filters.apply(samples, args)
-    profile = analyze(samples)
-    try:
-        profile.self_check()
+        profile = call_graph(sets, args, _Warnings(err))
     except InconsistentGraph as e:  # a bug in q-view, not in the input
         err.write(f"{PROG}: internal error: the profile does not add up: {e}\n")
         return 3
-    if not report.own_threshold:
-        profile = processors.threshold(profile, args.min_percent or 0.0)
     _report(profile, args, out)
     return 0
 
