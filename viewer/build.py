@@ -29,10 +29,6 @@ from .symbols import Symbolized, Symbols, Warn
 
 BY_CHOICES = ("function", "object", "address")
 
-# A resolved address: frame id, in the kernel, object name, is Python.
-_Resolved = tuple[int, bool, str, bool]
-
-
 # Where a `.stack` file's remainder line (``WEIGHT -``: stacks the collector
 # did not keep) goes when its `.hist` cannot say which functions it hit.
 UNKEPT = ("[stacks not kept]", "[q-syscollect]")
@@ -111,7 +107,7 @@ class SampleBuilder:
             self.with_stacks += 1
             self._add_stacks(sl, names, factor)
             for lid, count in sl.spread.items():  # summed per function first
-                leaf_only = (names.resolved(lid)[0],)
+                leaf_only = (names.frame(lid),)
                 names.spread[leaf_only] = names.spread.get(leaf_only, 0) + count
             for leaf_only, count in names.spread.items():
                 acc[leaf_only] = acc.get(leaf_only, 0.0) + count * factor
@@ -120,7 +116,7 @@ class SampleBuilder:
             if sl.no_stack_file:
                 self.without_stacks.append(ts)
             for (lid,), count in sl.stacks.items():
-                stack = (names.resolved(lid)[0],)
+                stack = (names.frame(lid),)
                 acc[stack] = acc.get(stack, 0.0) + count * factor
         if sl.calls is not None:
             self._add_calls(sl, names)
@@ -150,14 +146,17 @@ class SampleBuilder:
         interp = self._interpreter(sl.stored)
         space = sl.space
         locations = sl.locations
-        resolved = names.resolved
+        # Hot loop: the stacks' locations are named first, in the order the
+        # data met them; then each stack is list lookups.
+        names.name_all(sl.stack_locations)
+        fids, kernel, objects, python = names.fids, names.kernel, names.objects, names.python
+        any_python = any(python)
         acc = self.stacks
         quality = self.quality
         cap = self.max_stacks
         rooted: dict[int, bool] = {}  # outermost location -> the stack is complete
         for lstack, weight in sl.stacks.items():
-            entries = [resolved(lid) for lid in lstack]
-            ids = [e[0] for e in entries]
+            ids = [fids[lid] for lid in lstack]
             if self.collapse_runs:
                 ids = [f for i, f in enumerate(ids) if i == 0 or ids[i - 1] != f]
             stack = tuple(ids)
@@ -170,17 +169,16 @@ class SampleBuilder:
                 acc[stack] = w
             else:
                 acc[stack] = before + w
-            outermost = entries[-1]
-            if not outermost[1]:  # kernel frames come first: a user frame is last
-                innermost_user = next(e for e in entries if not e[1])
-                last = lstack[-1]
+            last = lstack[-1]
+            if not kernel[last]:  # kernel frames come first: a user frame is last
+                innermost_user = next(lid for lid in lstack if not kernel[lid])
                 root = rooted.get(last)
                 if root is None:
                     loc = locations[last]
                     root = rooted[last] = space.is_root(loc.address, loc.is_return)
-                quality.add(innermost_user[2], w, root)
+                quality.add(objects[innermost_user], w, root)
                 interp.stacks += w
-                if any(e[3] for e in entries):
+                if any_python and any(python[lid] for lid in lstack):
                     interp.python += w
                     if root:
                         interp.python_rooted += w
@@ -194,9 +192,9 @@ class SampleBuilder:
         cc = sl.stored.info.call_counts
         factor = cc.conversion_factor if cc and cc.conversion_factor else 1.0
         calls = self.calls if self.calls is not None else {}
-        resolved = names.resolved
+        frame = names.frame
         for (site, callee), count in (sl.calls or {}).items():
-            pair = (resolved(site)[0], resolved(callee)[0])
+            pair = (frame(site), frame(callee))
             calls[pair] = calls.get(pair, 0.0) + count * factor
         self.calls = calls
 
@@ -232,22 +230,33 @@ class SampleBuilder:
 class _Names:
     """The frames of one set's locations, each location named once, when
     first needed (so symbols load, and warn, in the order the data meets
-    them)."""
+    them): its frame id, kernel or not, object, Python or not."""
 
     def __init__(self, builder: SampleBuilder, sl: SetLocations) -> None:
         self.builder = builder
         self.sl = sl
-        self.memo: list[_Resolved | None] = [None] * len(sl.locations)
+        n = len(sl.locations)
+        self.fids: list[int] = [-1] * n  # -1: not named yet
+        self.kernel: list[bool] = [False] * n
+        self.objects: list[str] = [""] * n
+        self.python: list[bool] = [False] * n
         self.spread: dict[tuple[int], int] = {}
 
-    def resolved(self, lid: int) -> _Resolved:
-        r = self.memo[lid]
-        if r is None:
+    def name_all(self, count: int) -> None:
+        """Name the first ``count`` locations."""
+        for lid in range(count):
+            self.frame(lid)
+
+    def frame(self, lid: int) -> int:
+        fid = self.fids[lid]
+        if fid < 0:
             loc = self.sl.locations[lid]
             sym = self.sl.space.lookup(loc.address, loc.is_return)
-            r = self.memo[lid] = (self.builder._id(sym), sym.kernel, sym.object,
-                                  is_python(sym.name))
-        return r
+            fid = self.fids[lid] = self.builder._id(sym)
+            self.kernel[lid] = sym.kernel
+            self.objects[lid] = sym.object
+            self.python[lid] = is_python(sym.name)
+        return fid
 
 
 def build_samples(sets: list[StoredSet], symbols: Symbols, by: str, warn: Warn,

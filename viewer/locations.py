@@ -37,6 +37,7 @@ class SetLocations:
     # the `.hist` (stacks of one location); event counts.
     stacks: dict[tuple[int, ...], int] = field(default_factory=dict)
     from_stacks: bool = False  # ``stacks`` came from a `.stack`
+    stack_locations: int = 0  # locations [0, this) are those of ``stacks``
     stack_file: str | None = None  # its path (where the distinct-stacks limit is told)
     # Stacks not kept by the collector, placed on the leaves the `.hist`
     # has beyond the stacks' (added after ``stacks``), and what is left
@@ -87,6 +88,7 @@ def locate_set(ts: StoredSet, index: int, space: AddressSpace, warn: Warn) -> Se
         sl.from_stacks = True
         sl.stack_file = ts.data_path(ts.info.call_stacks.file)  # type: ignore[union-attr]
         per_leaf, remainder, total = _add_stacks(sl, table, stacks)
+        sl.stack_locations = len(sl.locations)
         _check_hist(sl, table, per_leaf, remainder, total, warn)
     else:
         acc = sl.stacks
