@@ -22,7 +22,7 @@ from .build import build_samples
 from .errors import ViewError
 from .load import StoredSet
 from .model import Frame, FrameTable, Samples, StackQuality, printable
-from .overview_rows import IDLE, KERNEL, kernel_only_run
+from .overview import IDLE, KERNEL, kernel_only_run
 from .processors import PROCESS_OBJECT
 from .render.units import SECONDS
 from .symbols import Symbols, Warn
