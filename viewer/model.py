@@ -65,7 +65,8 @@ class Location(NamedTuple):
     is_return: bool  # a return address: its call instruction is at address-1
     kernel: bool
     object: str | None  # the mapped object (None: not in a mapping: kernel, JIT, unknown)
-    copy: str | None  # the object's copy in the `.q` (crc-named; kallsyms for the kernel)
+    copy: str | None  # the object's copy in the `.q` (kallsyms for the kernel)
+    crc: int | None  # the copy's crc32 (from its name)
     build_id: str | None
     file_offset: int | None  # of the instruction (address-1 for a return address)
 

@@ -23,7 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, NamedTuple
 
-from qtools.qformat import Info, MapRange, ObjectRef, QDir, check_plain_name, open_regular
+from qtools.qformat import Info, MapRange, ObjectRef, QDir, check_plain_name, open_regular, \
+    parse_copy_name
 from qtools.qformat.errors import QFormatError
 from qtools.qformat.jitdump import is_synthetic
 
@@ -439,6 +440,14 @@ class _Mapping(NamedTuple):
     map: MapRange
     ref: ObjectRef
     copy: str | None
+    crc: int | None  # the copy's crc32, as its name says
+
+
+def _crc_of(copy: str | None) -> int | None:
+    try:
+        return parse_copy_name(copy)[1] if copy else None
+    except QFormatError:
+        return None  # a hand-made .info may name its copies otherwise
 
 
 class AddressSpace:
@@ -451,9 +460,10 @@ class AddressSpace:
         maps: list[_Mapping] = []
         for ref in info.objects:
             copy = ref.file or (info.vdso if ref.name == "[vdso]" else None)
+            crc = _crc_of(copy)
             for m in ref.maps:
                 if m.size > 0:
-                    maps.append(_Mapping(m.addr, m.addr + m.size, m, ref, copy))
+                    maps.append(_Mapping(m.addr, m.addr + m.size, m, ref, copy, crc))
         maps.sort(key=lambda m: m.start)
         self._maps = maps
         self._starts = [m.start for m in maps]
@@ -474,11 +484,11 @@ class AddressSpace:
             if i >= 0 and target < self._maps[i].end:
                 m = self._maps[i]
                 return Location(set_index, address, is_return, False, m.ref.name, m.copy,
-                                m.ref.build_id, m.map.file_offset(target))
+                                m.crc, m.ref.build_id, m.map.file_offset(target))
             if self.is_kernel(target):
                 return Location(set_index, address, is_return, True, KERNEL_OBJECT,
-                                self._kallsyms, None, None)
-        return Location(set_index, address, is_return, False, None, None, None, None)
+                                self._kallsyms, _crc_of(self._kallsyms), None, None)
+        return Location(set_index, address, is_return, False, None, None, None, None, None)
 
     def is_kernel(self, address: int) -> bool:
         return address >= self.kernel_start

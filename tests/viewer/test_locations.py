@@ -3,6 +3,8 @@ set, no names until a report asks for them."""
 
 from __future__ import annotations
 
+import zlib
+
 from qsynth import MS, Loaded, QBuilder
 from scenarios import KALLSYMS, run
 from qtools.viewer.build import SampleBuilder
@@ -41,10 +43,11 @@ def test_stacks_are_locations_with_their_mappings(tmp_path, calls_pie):
     assert len(by_key) == len(locs) == 5  # each distinct address located once
     kernel = locs[by_key[KERNEL_PC, False]]
     assert (kernel.kernel, kernel.copy, kernel.file_offset) == (True, q.kallsyms, None)
+    assert kernel.crc == zlib.crc32(KALLSYMS.encode())
     # under a kernel frame, the interrupted user pc is exact: no address-1
     leaf = locs[by_key[o.at("leaf1"), False]]
-    assert (leaf.set, leaf.kernel, leaf.object, leaf.build_id) == \
-        (0, False, "calls", calls_pie.build_id)
+    assert (leaf.set, leaf.kernel, leaf.object, leaf.copy, leaf.crc, leaf.build_id) == \
+        (0, False, "calls", None, None, calls_pie.build_id)
     assert leaf.file_offset == file_offset(o, o.at("leaf1"))
     ret = locs[by_key[o.ret("work"), True]]
     assert ret.file_offset == file_offset(o, o.ret("work") - 1)  # the call instruction
@@ -63,6 +66,16 @@ def test_stacks_are_locations_with_their_mappings(tmp_path, calls_pie):
     assert len(warnings) == 1 and "no copy of" in warnings[0]
     samples = builder.result()
     assert {f.name for f in samples.frames} >= {"vfs_read", "0x10000<[unknown]>"}
+
+
+def test_a_location_names_the_copy_of_its_object(tmp_path, calls_pie):
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    q.task("calls", 7, 0, stacks=[(1 * MS, [o.at("leaf1")])])
+    symbols = Symbols(SymbolCache(None), [], print)
+    [sl] = locate(sets_in(str(q.path)), symbols, print)
+    [leaf] = sl.locations
+    assert (leaf.copy, leaf.crc) == (o.ref.file, zlib.crc32(calls_pie.path.read_bytes()))
 
 
 def test_python_view_of_unnamed_addresses(tmp_path, calls_pie):
