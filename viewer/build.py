@@ -106,10 +106,11 @@ class SampleBuilder:
         if sl.from_stacks:
             self.with_stacks += 1
             self._add_stacks(sl, names, factor)
-            for lid, count in sl.spread.items():  # summed per function first
+            spread: dict[tuple[int], int] = {}
+            for lid, count in sl.spread.items():  # counts summed per frame first
                 leaf_only = (names.frame(lid),)
-                names.spread[leaf_only] = names.spread.get(leaf_only, 0) + count
-            for leaf_only, count in names.spread.items():
+                spread[leaf_only] = spread.get(leaf_only, 0) + count
+            for leaf_only, count in spread.items():
                 acc[leaf_only] = acc.get(leaf_only, 0.0) + count * factor
             self._add_unkept(sl.unkept * factor)
         else:
@@ -240,7 +241,6 @@ class _Names:
         self.kernel: list[bool] = [False] * n
         self.objects: list[str] = [""] * n
         self.python: list[bool] = [False] * n
-        self.spread: dict[tuple[int], int] = {}
 
     def name_all(self, count: int) -> None:
         """Name the first ``count`` locations."""
