@@ -25,13 +25,13 @@ import math
 from collections import defaultdict
 from typing import Iterable
 
-from .model import Arc, Cycle, Frame, Function, Profile, Samples
+from .model import Arc, Cycle, Frame, Function, CallGraph, Samples
 
 CYCLE_OBJECT = ""
 
 
-def analyze(samples: Samples) -> Profile:
-    """The Profile of ``samples``: every function, arc and cycle with its times."""
+def analyze(samples: Samples) -> CallGraph:
+    """The CallGraph of ``samples``: every function, arc and cycle with its times."""
     frames = samples.frames
     self_w: dict[int, float] = defaultdict(float)
     incl: dict[int, float] = defaultdict(float)
@@ -72,7 +72,7 @@ def analyze(samples: Samples) -> Profile:
     if samples.calls is not None:
         _add_calls(samples, functions, arcs)
 
-    profile = Profile(samples, samples.total, functions, arcs, [])
+    profile = CallGraph(samples, samples.total, functions, arcs, [])
     # Objects call each other both ways all the time (a library calls back
     # into the program): by object, that is no cycle worth a mark.
     profile.cycles = _cycles(samples, profile) if samples.by != "object" else []
@@ -154,7 +154,7 @@ def strongly_connected(nodes: Iterable[Frame],
     return out
 
 
-def _cycles(samples: Samples, profile: Profile) -> list[Cycle]:
+def _cycles(samples: Samples, profile: CallGraph) -> list[Cycle]:
     edges: dict[Frame, list[Frame]] = defaultdict(list)
     for caller, callee in profile.arcs:
         if caller != callee:  # direct recursion is no cycle (gprof neither)
@@ -221,7 +221,7 @@ def _cycles(samples: Samples, profile: Profile) -> list[Cycle]:
     return cycles
 
 
-def _cycle_calls(profile: Profile, cycle: Cycle) -> None:
+def _cycle_calls(profile: CallGraph, cycle: Cycle) -> None:
     if not profile.has_calls:
         return
     members = set(cycle.members)

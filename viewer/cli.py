@@ -1,9 +1,11 @@
 """Command line of q-view: ``main(argv) -> int``.
 
-Pipeline: load (inputs, selection, versions) -> symbolize and merge
-(``build_samples``) -> Samples processors (kernel) -> ``analyze`` ->
-Profile processors (threshold) -> renderer. Errors become one line on
-stderr, ``q-view: FILE[:LINE]: message``, and exit status 1 (2 for usage).
+Parses the options and dispatches: the overview of directories
+(overview.py), or the selected sets (load.py, programs.py) made into a
+call graph (report.py) and shown by the renderer ``--format`` names
+(render.FORMATS). Errors become one line on stderr, ``q-view:
+FILE[:LINE]: message``, and exit status 1 (2 for usage, 3 for a call
+graph whose sums do not hold).
 """
 
 from __future__ import annotations
@@ -12,27 +14,23 @@ import argparse
 import os
 import sys
 import time
-from typing import Callable, Sequence, TextIO
+from typing import Sequence, TextIO
 
 from qtools.qformat.limits import DEFAULT_LIMITS, LimitExceeded, describe_defaults, \
     parse_limits
 from qtools.qformat import QFormatError
 from qtools.qformat.version import package_version
 
-from . import filters, hints, overview_rows, processes, processors, runs
-from .build import BY_CHOICES, build_samples
-from .callgraph import analyze
+from . import filters, hints, overview, processes, runs
+from .build import BY_CHOICES
 from .errors import UsageError, ViewError
-from .model import Profile, printable
-from .load import Selection, SetRemoved, TaskSet, default_directory, pick_run, sets_in
+from .model import CallGraph, InconsistentGraph, printable
+from .load import Selection, StoredSet, default_directory
 from .programs import select_inputs
-from .pyview import python_only
-from .render import collapsed, dot, flat, graph, jsonfmt, overview, quality
-from .symbols import Symbols, debug_roots_from_env
-from .symcache import SymbolCache, cache_dir
+from .render import DEFAULT_FORMAT, FORMATS, ReportOptions, formats_help
+from .report import call_graph
 from .timewin import parse_time
 
-FORMATS = ("text", "json", "collapsed", "dot")
 PROG = "q-view"
 
 
@@ -88,7 +86,8 @@ def parser() -> argparse.ArgumentParser:
                           "and kernel frames fold into the Python function that called them")
     rep.add_argument("--by", choices=BY_CHOICES, default="function",
                      help="what a node is: a function (default), an object, an address")
-    rep.add_argument("--format", choices=FORMATS, default="text", help="output format")
+    rep.add_argument("--format", choices=list(FORMATS), default=DEFAULT_FORMAT,
+                     help=formats_help())
     rep.add_argument("--stacks", action="store_true",
                      help="with --format json: add the weighted stacks (docs/json.md)")
     rep.add_argument("--per-pid", action="store_true",
@@ -221,39 +220,17 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, rows: int | None = 
         return watch(inputs, lambda o, rows: _run(args, o, o, rows), out)
     if args.overview and all(os.path.isdir(i) for i in inputs):
         for directory in inputs:
-            _overview(directory, selection, run, args, out, err, rows)
+            overview.show(directory, selection, run, args.limits, args.per_cpu,
+                          args.format == "json", out,
+                          lambda sets, hint: _note_runs(sets, hint, err), rows)
         return 0
     sets = select_inputs(inputs, selection, args.all_versions, run, args.limits)
     _note_runs(sets, run is None and any(os.path.isdir(i) for i in inputs), err)
-    warn = _Warnings(err)
-    cache = SymbolCache(None if args.no_cache else cache_dir())
-    symbols = Symbols(cache, list(args.debug_root) + debug_roots_from_env(), warn,
-                      args.limits.copy_size)
-    # JSON escapes control characters itself: names go to it as they are
-    escape = None if args.format == "json" else printable
     try:
-        if args.format == "collapsed":  # a root frame for each process
-            samples = processes.by_process(sets, symbols, args.by, warn, args.per_pid,
-                                           args.weight)
-        else:
-            samples = build_samples(sets, symbols, args.by, warn, escape)
-    finally:
-        symbols.close()
-    if args.no_kernel:
-        samples = processors.hide_kernel(samples)
-    elif args.kernel_only:
-        samples = processors.kernel_only(samples)
-    if args.python:
-        samples = python_only(samples)
-    samples = filters.apply(samples, args)
-    profile = analyze(samples)
-    try:
-        profile.self_check()
-    except AssertionError as e:  # a bug in q-view, not in the input
+        profile = call_graph(sets, args, _Warnings(err))
+    except InconsistentGraph as e:  # a bug in q-view, not in the input
         err.write(f"{PROG}: internal error: the profile does not add up: {e}\n")
         return 3
-    if args.format != "dot":
-        profile = processors.threshold(profile, args.min_percent or 0.0)
     _report(profile, args, out)
     return 0
 
@@ -267,7 +244,7 @@ def _time(option: str, text: str | None, now: float) -> float | None:
 
 def _report_asked(args: argparse.Namespace) -> bool:
     """A directory with one of these is a whole-machine report, not the overview."""
-    return bool(args.flat or args.graph or args.stack_quality or args.format != "text"
+    return bool(args.flat or args.graph or args.stack_quality or args.format != DEFAULT_FORMAT
                 or args.focus or args.ignore or args.hide or args.min_percent is not None)
 
 
@@ -280,119 +257,17 @@ def _locate(item: str, directory: str) -> str:
     return candidate if os.path.isdir(directory) else item
 
 
-def _report(profile: Profile, args: argparse.Namespace, out: TextIO) -> None:
-    if args.format == "json":
-        jsonfmt.render(profile, out, args.stacks)
-    elif args.format == "collapsed":
-        collapsed.render(profile, out)
-    elif args.format == "dot":
-        dot.render(profile, out, args.min_percent)
-    else:
-        chosen = args.flat or args.graph or args.stack_quality
-        show_flat = args.flat or not chosen
-        show_graph = args.graph or not chosen
-        if show_flat:
-            flat.render(profile, out)
-        else:
-            flat.header(profile, out)
-        if show_graph:
-            out.write("\n")
-            graph.render(profile, out)
-        if show_graph or args.stack_quality:
-            quality.render(profile, out)
-            quality.render_interpreters(profile, out)
+def _report(profile: CallGraph, args: argparse.Namespace, out: TextIO) -> None:
+    FORMATS[args.format].render(profile, out, ReportOptions(
+        args.flat, args.graph, args.stack_quality, args.stacks, args.min_percent))
 
 
-def _note_runs(sets: list[TaskSet], hint: bool, err: TextIO) -> bool:
+def _note_runs(sets: list[StoredSet], hint: bool, err: TextIO) -> bool:
     """The one-line note of a selection that spans several runs; was there one?"""
     line = runs.notice(runs.runs_of(sets), hint)
     if line:
         err.write(f"{PROG}: note: {printable(line)}\n")
     return line is not None
-
-
-def _overview(directory: str, selection: Selection, run: str | None,
-              args: argparse.Namespace, out: TextIO, err: TextIO,
-              height: int | None = None) -> None:
-    found = sets_in(directory, all_versions=selection.windowed,
-                    written_since=selection.written_since, objects=False, limits=args.limits)
-    if selection.windowed:
-        found = [ts for ts in found if selection.in_window(ts)]
-    if run is not None and found:
-        found = pick_run(found, run, [directory], selection, selection.windowed, objects=False,
-                         limits=args.limits)
-    elif _note_runs(found, True, err) and height is not None:
-        height -= 1  # in --watch the note is on the screen
-    groups: dict[object, list[TaskSet]] = {}
-    for ts in found:  # a set's slices in the window make one row
-        groups.setdefault(ts.set_name or ts.name, []).append(ts)
-    escape = _same if args.format == "json" else printable
-    if args.per_cpu:
-        rows = []
-        for group in groups.values():
-            try:
-                rows.append(overview_rows.label_kernel(_row(group, escape), group))
-            except SetRemoved:
-                continue  # retention removed it while the overview was being read
-    else:
-        rows = overview_rows.process_rows(found, escape)
-    idle = overview_rows.idle_seconds(found)
-    cpus = [c for group in groups.values() if group[-1].is_kernel
-            if (c := _cpu_row(group, idle)) is not None]
-    if args.format == "json":
-        import json
-        json.dump({"directory": directory, "sets": [r.__dict__ for r in rows],
-                   "cpus": [c.__dict__ for c in cpus]}, out, indent=1)
-        out.write("\n")
-        return
-    if not rows:
-        if not selection.windowed and hints.sets_below(directory):
-            raise hints.no_sets(directory)  # the user meant the directory below
-        what = f" in {selection.describe()}" if selection.windowed else ""
-        out.write(f"No task sets (*.info#N) in {directory}{what}.\n")
-        return
-    window = selection.describe() if selection.windowed else None
-    overview.render(rows, directory, out, cpus, window, height)
-
-
-def _same(text: str) -> str:
-    return text
-
-
-def _row(group: list[TaskSet], escape: Callable[[str], str]) -> overview.Row:
-    ts = group[-1]  # the latest slice names the row
-    pids = {p for t in group for p in (t.info.task.pids or [])}
-    pid = str(ts.pid) if ts.pid is not None else (f"{len(pids)} pids" if pids else "-")
-    cpu = str(ts.cpu) if ts.cpu is not None else "-"
-    stats: dict[str, float] = {}
-    for t in group:
-        for key, value in (t.info.task.task_stats or {}).items():
-            if isinstance(value, (int, float)):
-                name = key.removeprefix("q:")
-                stats[name] = stats.get(name, 0) + value
-    run_ids = list(dict.fromkeys(runs.run_of(t).id for t in group))
-    return overview.Row(escape(ts.comm or ts.name), pid, cpu, sum(t.total() for t in group),
-                        ts.unit, escape(ts.name), len(group), stats,
-                        [escape(r) if r else None for r in run_ids])
-
-
-def _cpu_row(group: list[TaskSet], idle: dict[int, float]) -> overview.CpuRow | None:
-    """Busy share (weighted by each slice's length), sampled idle share and
-    latest clock of a CPU."""
-    seconds = busy = 0.0
-    mhz = None
-    for ts in group:
-        cs = ts.info.task.cpu_stats or {}
-        if isinstance(cs.get("q:busy"), (int, float)) and isinstance(cs.get("q:seconds"), (int, float)):
-            seconds += cs["q:seconds"]
-            busy += cs["q:busy"] * cs["q:seconds"]
-        if isinstance(cs.get("q:frequency-mhz"), (int, float)):
-            mhz = float(cs["q:frequency-mhz"])
-    if not seconds and mhz is None or group[-1].cpu is None:
-        return None
-    cpu = group[-1].cpu
-    idle_share = idle[cpu] / seconds if seconds and cpu in idle else None
-    return overview.CpuRow(cpu, busy / seconds if seconds else None, mhz, idle_share)
 
 
 if __name__ == "__main__":

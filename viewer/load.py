@@ -32,7 +32,7 @@ class SetRemoved(MissingFile):
 
 
 @dataclass
-class TaskSet:
+class StoredSet:
     directory: str
     name: str  # the `.info` file name, with its version
     info: Info
@@ -172,21 +172,21 @@ def _closing(f: IO[bytes], records: Iterator[_T]) -> Iterator[_T]:
 
 
 def read_set(directory: str, name: str, set_name: SetName | None, limits: Limits,
-             objects: bool = True) -> TaskSet:
+             objects: bool = True) -> StoredSet:
     """The task set of the `.info` ``name`` in ``directory``: no symlink, within
     ``limits``, whole (an empty or cut `.info` is an error, not an empty set)."""
     fd, dir_id = open_in_directory(directory, name)
     path = os.path.join(directory, name)
     info = read_info(path, objects, limits, fd=fd)
     require_complete(info, path)
-    return TaskSet(directory, name, info, set_name, limits, dir_id)
+    return StoredSet(directory, name, info, set_name, limits, dir_id)
 
 
 def default_directory(explicit: str | None) -> str:
     return explicit or os.environ.get("Q_DIR") or DEFAULT_DIR
 
 
-def open_info(path: str, limits: Limits = DEFAULT_LIMITS) -> TaskSet:
+def open_info(path: str, limits: Limits = DEFAULT_LIMITS) -> StoredSet:
     """The task set of an `.info` name; without ``#N``, its latest version.
 
     A file whose name is no q name at all is read as it is (a hand-made or
@@ -245,7 +245,7 @@ def _listdir(directory: str) -> list[str]:
 def sets_in(directory: str, all_versions: bool = False,
             named: Callable[[SetName], bool] | None = None,
             written_since: float | None = None, objects: bool = True,
-            limits: Limits = DEFAULT_LIMITS) -> list[TaskSet]:
+            limits: Limits = DEFAULT_LIMITS) -> list[StoredSet]:
     """Task sets of a directory: the latest version of each, or every version.
 
     A directory of a long run holds thousands, so what can be told without
@@ -287,7 +287,7 @@ class Selection:
     def windowed(self) -> bool:
         return self.since is not None or self.until is not None
 
-    def in_window(self, ts: TaskSet) -> bool:
+    def in_window(self, ts: StoredSet) -> bool:
         return overlaps(ts.info.task.start_time, ts.info.task.end_time, self.since, self.until)
 
     @property
@@ -304,10 +304,10 @@ class Selection:
             return False
         return self.cpu is None or set_name.cpu == self.cpu
 
-    def wants(self, ts: TaskSet) -> bool:
+    def wants(self, ts: StoredSet) -> bool:
         return self.matches(ts) and self.in_window(ts)
 
-    def matches(self, ts: TaskSet) -> bool:
+    def matches(self, ts: StoredSet) -> bool:
         if self.comm is not None:
             names = {ts.comm, ts.set_name.prog if ts.set_name else None}
             if self.comm not in names and sanitize_prog(self.comm) not in names:
@@ -332,7 +332,7 @@ def _when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
-def versions_of(path: str, limits: Limits = DEFAULT_LIMITS) -> list[TaskSet]:
+def versions_of(path: str, limits: Limits = DEFAULT_LIMITS) -> list[StoredSet]:
     """Every version of the set an `.info` name (without ``#N``) names."""
     directory, name = os.path.split(path)
     set_name = _set_name(name)
@@ -343,7 +343,7 @@ def versions_of(path: str, limits: Limits = DEFAULT_LIMITS) -> list[TaskSet]:
 
 
 def select(inputs: list[str], selection: Selection, all_versions: bool,
-           run: str | None = None, limits: Limits = DEFAULT_LIMITS) -> list[TaskSet]:
+           run: str | None = None, limits: Limits = DEFAULT_LIMITS) -> list[StoredSet]:
     """Task sets named by ``inputs`` (files or directories) that match ``selection``.
 
     With a time window every version (time slice) is a candidate, and those
@@ -353,8 +353,8 @@ def select(inputs: list[str], selection: Selection, all_versions: bool,
     """
     every = all_versions or selection.windowed
     directories = [item for item in inputs if os.path.isdir(item)]
-    found: list[TaskSet] = []
-    named: list[TaskSet] = []
+    found: list[StoredSet] = []
+    named: list[StoredSet] = []
     for item in inputs:
         if item in directories:
             sets = sets_in(item, every, selection.may_match, selection.written_since,
@@ -383,9 +383,9 @@ def select(inputs: list[str], selection: Selection, all_versions: bool,
     return unique
 
 
-def pick_run(chosen: list[TaskSet], spec: str, directories: list[str], selection: Selection,
+def pick_run(chosen: list[StoredSet], spec: str, directories: list[str], selection: Selection,
              every: bool, objects: bool = True,
-             limits: Limits = DEFAULT_LIMITS) -> list[TaskSet]:
+             limits: Limits = DEFAULT_LIMITS) -> list[StoredSet]:
     """The sets of the run ``spec`` names among ``chosen`` (sets of
     ``directories`` that ``selection`` wants); without ``every`` (each
     set's latest version) older versions are read where they may hold it.
@@ -393,7 +393,7 @@ def pick_run(chosen: list[TaskSet], spec: str, directories: list[str], selection
     ``latest`` is the latest run of the chosen sets; an id is looked for
     among every set there, so that a run the selection excludes is a
     selection that matches nothing, not a run that does not exist."""
-    def reread(run_start: float | None, names: set[SetName] | None) -> list[TaskSet]:
+    def reread(run_start: float | None, names: set[SetName] | None) -> list[StoredSet]:
         """Every version since ``run_start`` of the sets ``names`` (None: all
         those the selection may want by name, read only for their runs)."""
         since = run_start - MTIME_SLACK if run_start is not None else None
@@ -416,7 +416,7 @@ def pick_run(chosen: list[TaskSet], spec: str, directories: list[str], selection
 
 
 def _nothing_matches(selection: Selection, run: str | None, inputs: list[str],
-                     candidates: list[TaskSet]) -> ViewError:
+                     candidates: list[StoredSet]) -> ViewError:
     what = selection.describe() if selection.active or selection.windowed else ""
     if run is not None:
         what = f"{what} --run {run}".strip()

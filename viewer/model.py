@@ -7,9 +7,9 @@ Two stages, as in gprof2dot and pyinstrument:
   weight in output units, plus call counts where `.edge` data exists.
   Processors that work on stacks (hide the kernel, ...) map Samples to
   Samples.
-- ``Profile``: the call graph computed from Samples (``callgraph.analyze``):
+- ``CallGraph``: the call graph computed from Samples (``callgraph.analyze``):
   ``Function``, ``Arc`` and ``Cycle`` with exclusive, inclusive and
-  attributed times. ``Profile.self_check`` asserts the sums hold.
+  attributed times. ``CallGraph.self_check`` checks the sums hold.
 """
 
 from __future__ import annotations
@@ -39,8 +39,40 @@ class Frame(NamedTuple):
     kernel: bool = False
 
 
+class FrameTable:
+    """Frames interned: one id per distinct frame, ids in order of first use."""
+
+    def __init__(self) -> None:
+        self.frames: list[Frame] = []
+        self.ids: dict[Frame, int] = {}
+
+    def id(self, frame: Frame) -> int:
+        fid = self.ids.get(frame)
+        if fid is None:
+            fid = self.ids[frame] = len(self.frames)
+            self.frames.append(frame)
+        return fid
+
+
+class Location(NamedTuple):
+    """An address of one set's samples with what the set's maps say about
+    it, before any name: what pprof's locations and mappings, annotation
+    (object and offset) and a diff need. Names come later, from the
+    symbolizer (``symbols.AddressSpace.lookup``)."""
+
+    set: int  # which of the loaded sets (its address space) it comes from
+    address: int  # as the stack holds it
+    is_return: bool  # a return address: its call instruction is at address-1
+    kernel: bool
+    object: str | None  # the mapped object (None: not in a mapping: kernel, JIT, unknown)
+    copy: str | None  # the object's copy in the `.q` (kallsyms for the kernel)
+    crc: int | None  # the copy's crc32 (from its name)
+    build_id: str | None
+    file_offset: int | None  # of the instruction (address-1 for a return address)
+
+
 @dataclass(frozen=True)
-class Task:
+class SetSummary:
     """One task set that went into a profile."""
 
     file: str  # the `.info` name
@@ -113,7 +145,7 @@ class Samples:
     granularities: list[float]
     count_unit: float  # output units per event count (of the first set), for raw counts
     lost_samples: int
-    tasks: list[Task]
+    tasks: list[SetSummary]
     frames: list[Frame]  # frame id -> Frame
     stacks: dict[tuple[int, ...], float]  # frame ids, innermost first -> weight
     has_stacks: bool  # False: only `.hist` data, every stack is its leaf alone
@@ -198,7 +230,7 @@ class Cycle:
 
 
 @dataclass
-class Profile:
+class CallGraph:
     """Functions, arcs and cycles of some Samples."""
 
     samples: Samples
@@ -266,27 +298,43 @@ class Profile:
         return next((c for c in self.cycles if c.number == fn.cycle), None)
 
     def self_check(self) -> None:
-        """Assert the sums a correct profile satisfies (pyinstrument's habit)."""
+        """Check the sums a correct call graph satisfies (pyinstrument's
+        habit); ``InconsistentGraph`` names the first that fails. Explicit
+        checks, not ``assert``: ``python -O`` must not turn them off."""
         def close(a: float, b: float) -> bool:
             return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9 * max(1.0, abs(self.total)))
+
+        def at_most(a: float, b: float) -> bool:
+            return a <= b or close(a, b)
+
+        def require(holds: bool, what: str) -> None:
+            if not holds:
+                raise InconsistentGraph(what)
+
         self_sum = math.fsum(f.self for f in self.functions.values())
-        assert close(self_sum, self.total), f"sum of self {self_sum} != total {self.total}"
+        require(close(self_sum, self.total), f"sum of self {self_sum} != total {self.total}")
         for f in self.functions.values():
-            assert f.self >= 0, f"{f.frame.name}: negative self"
-            assert f.inclusive >= f.self or close(f.inclusive, f.self), \
-                f"{f.frame.name}: inclusive {f.inclusive} < self {f.self}"
-            assert f.inclusive <= self.total or close(f.inclusive, self.total), \
-                f"{f.frame.name}: inclusive {f.inclusive} > total {self.total}"
+            require(f.self >= 0, f"{f.frame.name}: negative self")
+            require(at_most(f.self, f.inclusive),
+                    f"{f.frame.name}: inclusive {f.inclusive} < self {f.self}")
+            require(at_most(f.inclusive, self.total),
+                    f"{f.frame.name}: inclusive {f.inclusive} > total {self.total}")
         for a in self.arcs.values():
-            callee = self.functions[a.callee]
-            assert a.self >= 0 and a.children >= 0, "negative arc time"
-            assert a.total <= callee.inclusive or close(a.total, callee.inclusive), \
-                f"arc {a.caller.name}->{a.callee.name} exceeds the callee's inclusive time"
-            assert a.self <= callee.self or close(a.self, callee.self), \
-                f"arc {a.caller.name}->{a.callee.name} self exceeds the callee's self time"
+            callee = self.functions.get(a.callee)
+            if callee is None:
+                raise InconsistentGraph(f"arc {a.caller.name}->{a.callee.name}: no such callee")
+            require(a.self >= 0 and a.children >= 0, "negative arc time")
+            require(at_most(a.total, callee.inclusive),
+                    f"arc {a.caller.name}->{a.callee.name} exceeds the callee's inclusive time")
+            require(at_most(a.self, callee.self),
+                    f"arc {a.caller.name}->{a.callee.name} self exceeds the callee's self time")
         for c in self.cycles:
             members = [self.functions[m] for m in c.members]
-            assert close(c.self, math.fsum(m.self for m in members)), "cycle self != sum"
-            assert c.inclusive >= max(m.inclusive for m in members) or \
-                close(c.inclusive, max(m.inclusive for m in members)), "cycle inclusive too small"
-            assert c.inclusive <= self.total or close(c.inclusive, self.total)
+            require(close(c.self, math.fsum(m.self for m in members)), "cycle self != sum")
+            require(at_most(max(m.inclusive for m in members), c.inclusive),
+                    "cycle inclusive too small")
+            require(at_most(c.inclusive, self.total), "cycle inclusive > total")
+
+
+class InconsistentGraph(Exception):
+    """A call graph whose sums do not hold: a bug in q-view, not in the input."""

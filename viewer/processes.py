@@ -15,19 +15,23 @@ for clocks.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Iterable
 
 from .build import build_samples
 from .errors import ViewError
-from .load import TaskSet
-from .model import Frame, Samples, StackQuality, printable
-from .overview_rows import IDLE, KERNEL, kernel_only_run
+from .load import StoredSet
+from .model import Frame, FrameTable, Samples, StackQuality, printable
+from .overview import IDLE, KERNEL, kernel_only_run
 from .processors import PROCESS_OBJECT
+from .render.units import SECONDS
 from .symbols import Symbols, Warn
+
 WEIGHTS = ("event", "samples")
+NANOSECOND = 1e-9  # in seconds: the count of a clock event
 
 
-def process_label(ts: TaskSet, per_pid: bool) -> str:
+def process_label(ts: StoredSet, per_pid: bool) -> str:
     """The root frame of a set's stacks: the command, or ``idle`` for the
     idle task's kernel sets (``kernel`` where a -k run put every pid there)."""
     if ts.is_kernel:
@@ -44,52 +48,57 @@ def process_frame(label: str) -> Frame:
     return Frame(label, PROCESS_OBJECT, False)
 
 
-def by_process(sets: Iterable[TaskSet], symbols: Symbols, by: str, warn: Warn,
+def by_process(sets: Iterable[StoredSet], symbols: Symbols, by: str, warn: Warn,
                per_pid: bool = False, weight: str = "event") -> Samples:
     """The stacks of ``sets``, each under its process frame, merged."""
-    frames: list[Frame] = []
-    ids: dict[Frame, int] = {}
+    parts = [(ts, build_samples([ts], symbols, by, warn)) for ts in sets]
+    if not parts:
+        raise ViewError("no task sets to show")
+    if weight == "samples":
+        scales = [_per_sample(ts, part) for ts, part in parts]
+        unit, count_unit = "samples", 1.0
+    else:
+        scales, unit, count_unit = _event_counts([part for _ts, part in parts], warn)
+    table = FrameTable()
     stacks: dict[tuple[int, ...], float] = {}
-    parts: list[Samples] = []
-
-    def fid(frame: Frame) -> int:
-        i = ids.get(frame)
-        if i is None:
-            i = ids[frame] = len(frames)
-            frames.append(frame)
-        return i
-
-    for ts in sets:
-        part = build_samples([ts], symbols, by, warn)
-        parts.append(part)
-        scale = 1.0
-        if weight == "samples":
-            scale = _per_sample(ts, part)
-        root = fid(process_frame(process_label(ts, per_pid)))
-        local = [fid(f) for f in part.frames]
+    for (ts, part), scale in zip(parts, scales):
+        root = table.id(process_frame(process_label(ts, per_pid)))
+        local = [table.id(f) for f in part.frames]
         for stack, w in part.stacks.items():
             if w > 0:
                 key = tuple(local[f] for f in stack) + (root,)
                 stacks[key] = stacks.get(key, 0.0) + w * scale
-    if not parts:
-        raise ViewError("no task sets to show")
-    units = sorted({p.unit for p in parts})
+    samples = [part for _ts, part in parts]
+    return dataclasses.replace(
+        samples[0], event=",".join(dict.fromkeys(p.event for p in samples)), unit=unit,
+        granularities=sorted({g for p in samples for g in p.granularities}),
+        count_unit=count_unit, lost_samples=sum(p.lost_samples for p in samples),
+        tasks=[t for p in samples for t in p.tasks], frames=table.frames, stacks=stacks,
+        has_stacks=any(p.has_stacks for p in samples), calls=None, quality=StackQuality())
+
+
+def _event_counts(parts: list[Samples], warn: Warn) -> tuple[list[float], str, float]:
+    """How each set's weights (output units) become the event counts folded
+    stacks show: (scale of each set, unit, output units per count).
+
+    Sets whose counts are the same size keep them (nanoseconds for clocks,
+    events for count events). Where they differ, one unit is made for all:
+    nanoseconds for time (cycles at different clock rates), the output
+    unit otherwise. Sets in different units cannot be made the same: each
+    keeps its own counts, and a warning says so."""
+    weighed = [p for p in parts if p.stacks] or parts  # a set without samples has no say
+    first = weighed[0]
+    units = sorted({p.unit for p in weighed})
     if len(units) > 1:
-        raise ViewError("cannot merge task sets measured in different units ("
-                        + ", ".join(units) + "); select sets of one event")
-    first = parts[0]
-    merged = dataclasses.replace(
-        first, event=",".join(dict.fromkeys(p.event for p in parts)),
-        granularities=sorted({g for p in parts for g in p.granularities}),
-        lost_samples=sum(p.lost_samples for p in parts),
-        tasks=[t for p in parts for t in p.tasks], frames=frames, stacks=stacks,
-        has_stacks=any(p.has_stacks for p in parts), calls=None, quality=StackQuality())
-    if weight == "samples":
-        merged = dataclasses.replace(merged, unit="samples", count_unit=1.0)
-    return merged
+        warn("the merged sets are measured in different units (" + ", ".join(units)
+             + "); each set's stacks weigh its own event counts")
+        return [1.0 / (p.count_unit or 1.0) for p in parts], "events", 1.0
+    if all(math.isclose(p.count_unit, first.count_unit, rel_tol=1e-12) for p in weighed):
+        return [1.0] * len(parts), first.unit, first.count_unit
+    return [1.0] * len(parts), first.unit, NANOSECOND if first.unit == SECONDS else 1.0
 
 
-def _per_sample(ts: TaskSet, part: Samples) -> float:
+def _per_sample(ts: StoredSet, part: Samples) -> float:
     """1 / the weight of one sample of ``ts``, in output units."""
     h = ts.info.histogram
     g = h.y_granularity if h else None

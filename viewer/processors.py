@@ -1,4 +1,4 @@
-"""Processors: Samples -> Samples and Profile -> Profile (pyinstrument's shape).
+"""Processors: Samples -> Samples and CallGraph -> CallGraph (pyinstrument's shape).
 
 - ``hide_kernel`` keeps what ran in user mode: samples whose leaf is in the
   kernel are left out, as if only user time had been sampled;
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .model import Profile, Samples
+from .model import CallGraph, Samples
 
 PROCESS_OBJECT = "[process]"  # processes.py: the root frame of whole-machine stacks
 
@@ -43,7 +43,7 @@ def kernel_only(samples: Samples) -> Samples:
     return _keep_frames(samples, kernel=True)
 
 
-def threshold(profile: Profile, min_percent: float) -> Profile:
+def threshold(profile: CallGraph, min_percent: float) -> CallGraph:
     if min_percent <= 0 or not profile.total:
         return profile
     return dataclasses.replace(profile, min_percent=min_percent, _adj=None)

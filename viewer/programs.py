@@ -16,7 +16,7 @@ from qtools.qformat import QFormatError, info_versions, parse_name
 from qtools.qformat.limits import DEFAULT_LIMITS, Limits
 
 from .errors import ViewError
-from .load import Selection, TaskSet, select
+from .load import Selection, StoredSet, select
 
 MAX_LISTED = 40  # programs named in the error message
 
@@ -49,7 +49,7 @@ def programs_in(directory: str) -> list[str]:
 
 
 def select_inputs(inputs: list[str], selection: Selection, all_versions: bool,
-                  run: str | None = None, limits: Limits = DEFAULT_LIMITS) -> list[TaskSet]:
+                  run: str | None = None, limits: Limits = DEFAULT_LIMITS) -> list[StoredSet]:
     """``load.select`` where some inputs may be program names (which, like
     directories, ``run`` narrows to one run of q-syscollect)."""
     programs = [(item, program_of(item)) for item in inputs]
@@ -77,7 +77,7 @@ def select_inputs(inputs: list[str], selection: Selection, all_versions: bool,
 
 def _program_sets(item: str, directory: str, prog: str, selection: Selection,
                   all_versions: bool, run: str | None,
-                  limits: Limits) -> list[TaskSet]:
+                  limits: Limits) -> list[StoredSet]:
     narrowed = dataclasses.replace(selection, comm=prog) if selection.comm is None \
         else selection
     try:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .model import Frame, Samples
+from .model import Frame, FrameTable, Samples
 
 PY_PREFIX = "py::"
 PYTHON_OBJECT = "[python]"
@@ -33,16 +33,8 @@ def display_name(name: str) -> str:
 
 def python_only(samples: Samples) -> Samples:
     frames = samples.frames
-    new_frames: list[Frame] = []
-    ids: dict[Frame, int] = {}
-
-    def new_id(frame: Frame) -> int:
-        fid = ids.get(frame)
-        if fid is None:
-            fid = ids[frame] = len(new_frames)
-            new_frames.append(frame)
-        return fid
-
+    table = FrameTable()
+    new_id = table.id
     mapped: dict[int, int | None] = {}
     for fid, frame in enumerate(frames):
         mapped[fid] = (new_id(Frame(display_name(frame.name), PYTHON_OBJECT, False))
@@ -53,7 +45,7 @@ def python_only(samples: Samples) -> Samples:
         if not kept:
             kept = (new_id(NOT_PYTHON),)
         stacks[kept] = stacks.get(kept, 0.0) + w
-    # Frame ids are new: the mixed view's unnamed ids would name other frames
-    # (Python functions and the not-Python row all have names).
-    return dataclasses.replace(samples, frames=new_frames, stacks=stacks, calls=None,
+    # No frame here is a single unnamed address: the ids of ``unnamed`` were
+    # those of the mixed view's frames.
+    return dataclasses.replace(samples, frames=table.frames, stacks=stacks, calls=None,
                                unnamed=frozenset())

@@ -18,10 +18,10 @@ from .errors import UsageError, ViewError
 if TYPE_CHECKING:  # load imports this module
     from qtools.qformat import SetName
 
-    from .load import TaskSet
+    from .load import StoredSet
 
     # (run start, set names) -> every version of those sets written since the start
-    Reread = Callable[[float | None, set[SetName]], list[TaskSet]]
+    Reread = Callable[[float | None, set[SetName]], list[StoredSet]]
 
 LATEST = "latest"
 UNKNOWN = "unknown"
@@ -42,14 +42,14 @@ class Run:
         return f"{name} ({', '.join(facts)})" if facts else name
 
 
-def run_of(ts: TaskSet) -> Run:
+def run_of(ts: StoredSet) -> Run:
     task = ts.info.task
     if not task.run_id:
         return Run(None, None, task.hostname)
     return Run(task.run_id, task.run_start, task.hostname)
 
 
-def runs_of(sets: Iterable[TaskSet]) -> list[Run]:
+def runs_of(sets: Iterable[StoredSet]) -> list[Run]:
     """The distinct runs of ``sets``, oldest first (the unknown run first of all)."""
     runs: dict[str | None, Run] = {}
     for ts in sets:
@@ -114,8 +114,8 @@ def _when(t: float) -> str:
     return "started " + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
-def of_run(chosen: list[TaskSet], run: Run, reread: Reread,
-           every_version: bool) -> list[TaskSet]:
+def of_run(chosen: list[StoredSet], run: Run, reread: Reread,
+           every_version: bool) -> list[StoredSet]:
     """The sets of ``run``, from ``chosen`` (the selection's sets of directories).
 
     Without ``every_version`` each set shows its latest version, but a
@@ -131,7 +131,7 @@ def of_run(chosen: list[TaskSet], run: Run, reread: Reread,
              and not _before(run_of(ts), run)}
     if not later:
         return kept
-    older: dict[SetName, TaskSet] = {}
+    older: dict[SetName, StoredSet] = {}
     for ts in reread(run.start, later):  # each set's versions come oldest first
         if run_of(ts).id == run.id and ts.set_name is not None:
             older[ts.set_name] = ts

@@ -4,7 +4,8 @@
 across runs, through ``SymbolCache``), checks its crc, finds separate debug
 info for stripped copies, and reads kallsyms and JIT perf maps.
 ``Symbols.space(qdir, info)`` gives the ``AddressSpace`` of one task set,
-which turns runtime addresses into ``Location``s:
+which turns runtime addresses into ``Location``s (mapping and offset, no
+name) and names them (``Symbolized``):
 
     runtime address -> mapping (q:maps) -> file offset -> PT_LOAD -> ELF vaddr
     -> symbol (bisect) -> demangled name
@@ -22,13 +23,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, NamedTuple
 
-from qtools.qformat import Info, MapRange, ObjectRef, QDir, check_plain_name, open_regular
+from qtools.qformat import Info, MapRange, ObjectRef, QDir, check_plain_name, open_regular, \
+    parse_copy_name
 from qtools.qformat.arch import kernel_start
 from qtools.qformat.errors import QFormatError
 from qtools.qformat.jitdump import is_synthetic
 
 from .demangle import demangle
 from .jitnames import JitNames, load_jitdump
+from .model import Location
 from .elf import ElfObject, ElfProblem, Segment, read_elf
 from .fde import read_fde_ranges, read_root_ranges
 from .symcache import SymbolCache
@@ -44,8 +47,8 @@ MAX_MEMO = 1 << 20  # addresses remembered per task set; cleared when full
 Warn = Callable[[str], None]
 
 
-class Location(NamedTuple):
-    """Where an address is: function name, object, and the address in the object."""
+class Symbolized(NamedTuple):
+    """What an address is: function name, object, and the address in the object."""
 
     name: str
     object: str
@@ -433,6 +436,14 @@ class _Mapping(NamedTuple):
     map: MapRange
     ref: ObjectRef
     copy: str | None
+    crc: int | None  # the copy's crc32, as its name says
+
+
+def _crc_of(copy: str | None) -> int | None:
+    try:
+        return parse_copy_name(copy)[1] if copy else None
+    except QFormatError:
+        return None  # a hand-made .info may name its copies otherwise
 
 
 class AddressSpace:
@@ -446,9 +457,10 @@ class AddressSpace:
         maps: list[_Mapping] = []
         for ref in info.objects:
             copy = ref.file or (info.vdso if ref.name == "[vdso]" else None)
+            crc = _crc_of(copy)
             for m in ref.maps:
                 if m.size > 0:
-                    maps.append(_Mapping(m.addr, m.addr + m.size, m, ref, copy))
+                    maps.append(_Mapping(m.addr, m.addr + m.size, m, ref, copy, crc))
         maps.sort(key=lambda m: m.start)
         self._maps = maps
         self._starts = [m.start for m in maps]
@@ -456,12 +468,29 @@ class AddressSpace:
         self._perf_maps = list(info.perf_maps)
         self._jitdumps = [j.file for j in info.jitdumps]
         self._info_pid = info.task.pid
-        self._memo: dict[int, Location] = {}
+        self._memo: dict[int, Symbolized] = {}
+
+    def locate(self, address: int, is_return: bool = False, set_index: int = 0) -> Location:
+        """Where ``address`` is without naming it: its mapping and file offset
+        (of address-1 for a return address, as ``lookup`` takes it). Kernel
+        or not is decided as ``lookup`` decides it: mappings first, JIT
+        placements are user code."""
+        target = address - 1 if is_return and address > 0 else address
+        if not is_synthetic(target):
+            i = bisect_right(self._starts, target) - 1
+            if i >= 0 and target < self._maps[i].end:
+                m = self._maps[i]
+                return Location(set_index, address, is_return, False, m.ref.name, m.copy,
+                                m.crc, m.ref.build_id, m.map.file_offset(target))
+            if self.is_kernel(target):
+                return Location(set_index, address, is_return, True, KERNEL_OBJECT,
+                                self._kallsyms, _crc_of(self._kallsyms), None, None)
+        return Location(set_index, address, is_return, False, None, None, None, None, None)
 
     def is_kernel(self, address: int) -> bool:
         return address >= self.kernel_start
 
-    def lookup(self, address: int, is_return: bool = False) -> Location:
+    def lookup(self, address: int, is_return: bool = False) -> Symbolized:
         """The location of ``address``; a return address is looked up at address-1,
         inside the call instruction, so a call at a function's end is not
         mistaken for the next function."""
@@ -496,7 +525,7 @@ class AddressSpace:
         roots = self.symbols.roots(self.directory, mapping.copy) if vaddr is not None else None
         return bool(roots and roots.lookup(vaddr))  # type: ignore[arg-type]
 
-    def _resolve(self, address: int) -> Location:
+    def _resolve(self, address: int) -> Symbolized:
         if is_synthetic(address):
             return self._jit(address)
         # Mappings first: a recorded [vsyscall] page lies above kernel_start.
@@ -509,15 +538,15 @@ class AddressSpace:
             table = self.symbols.perf_map(self.directory, copy)
             hit = table.lookup(address) if table else None
             if hit:
-                return Location(demangle(hit[0]), JIT_OBJECT, False, address, hit[1])
+                return Symbolized(demangle(hit[0]), JIT_OBJECT, False, address, hit[1])
         if len(self._jitdumps) == 1:
             names = self.symbols.jitdump(self.directory, self._jitdumps[0])
             hit = names.lookup_raw(address) if names is not None else None
             if hit:
-                return Location(hit[0], JIT_OBJECT, False, address, hit[1])
-        return Location(f"0x{address:x}<{UNKNOWN_OBJECT}>", UNKNOWN_OBJECT, False, address, None)
+                return Symbolized(hit[0], JIT_OBJECT, False, address, hit[1])
+        return Symbolized(f"0x{address:x}<{UNKNOWN_OBJECT}>", UNKNOWN_OBJECT, False, address, None)
 
-    def _jit(self, address: int) -> Location:
+    def _jit(self, address: int) -> Symbolized:
         """A placement of JIT code, as the collector named it (qformat.jitdump)."""
         names = None
         if len(self._jitdumps) == 1:
@@ -527,10 +556,10 @@ class AddressSpace:
                               "one set; its names are unknown")
         hit = names.lookup(address) if names is not None else None
         if hit is None:
-            return Location(f"0x{address:x}<{JIT_OBJECT}>", JIT_OBJECT, False, address, None)
-        return Location(hit[0], JIT_OBJECT, False, address, hit[1])
+            return Symbolized(f"0x{address:x}<{JIT_OBJECT}>", JIT_OBJECT, False, address, None)
+        return Symbolized(hit[0], JIT_OBJECT, False, address, hit[1])
 
-    def _user(self, address: int, mapping: _Mapping) -> Location:
+    def _user(self, address: int, mapping: _Mapping) -> Symbolized:
         ref = mapping.ref
         file_offset = mapping.map.file_offset(address)
         obj = self.symbols.object(self.directory, ref, mapping.copy)
@@ -540,17 +569,17 @@ class AddressSpace:
         if hit is None:
             fde = obj.fdes.lookup(vaddr) if obj and obj.fdes and vaddr is not None else None
             if fde is not None:  # unnamed, but known to be one function
-                return Location(f"0x{fde[1]:x}<{ref.name}>", ref.name, False, where, fde[1],
+                return Symbolized(f"0x{fde[1]:x}<{ref.name}>", ref.name, False, where, fde[1],
                                 True)
-            return Location(f"0x{where:x}<{ref.name}>", ref.name, False, where, None)
-        return Location(demangle(hit[0]), ref.name, False, where, hit[1])
+            return Symbolized(f"0x{where:x}<{ref.name}>", ref.name, False, where, None)
+        return Symbolized(demangle(hit[0]), ref.name, False, where, hit[1])
 
-    def _kernel(self, address: int) -> Location:
+    def _kernel(self, address: int) -> Symbolized:
         ks = self.symbols.kallsyms(self.directory, self._kallsyms) if self._kallsyms else None
         if ks is None or ks.restricted:
-            return Location(KERNEL_UNKNOWN, KERNEL_OBJECT, True, address, None)
+            return Symbolized(KERNEL_UNKNOWN, KERNEL_OBJECT, True, address, None)
         hit = ks.table.lookup(address)
         if hit is None:
-            return Location(f"0x{address:x}<{KERNEL_OBJECT}>", KERNEL_OBJECT, True, address, None)
+            return Symbolized(f"0x{address:x}<{KERNEL_OBJECT}>", KERNEL_OBJECT, True, address, None)
         module = ks.modules.get(hit[1])
-        return Location(hit[0], f"[{module}]" if module else KERNEL_OBJECT, True, address, hit[1])
+        return Symbolized(hit[0], f"[{module}]" if module else KERNEL_OBJECT, True, address, hit[1])

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from qtools.viewer import processors
 from qtools.viewer.callgraph import analyze, strongly_connected
-from qtools.viewer.model import Frame, Samples
+from qtools.viewer.model import Frame, InconsistentGraph, Samples
 
 
 def samples_of(stacks, calls=None, kernel=()):
@@ -132,8 +135,28 @@ def test_no_edges_means_no_calls():
 def test_self_check_notices_a_broken_profile():
     p = analyze(samples_of([(3, ["f", "main"])]))
     p.functions[F("f")].self = 5
-    with pytest.raises(AssertionError):
+    with pytest.raises(InconsistentGraph, match="sum of self"):
         p.self_check()
+
+
+def test_self_check_still_checks_under_python_O():
+    """``python -O`` drops asserts; the check must not be one."""
+    script = (
+        "from qtools.viewer.callgraph import analyze\n"
+        "from qtools.viewer.model import Frame, InconsistentGraph, Samples\n"
+        "assert False, 'asserts are on'\n"
+        "s = Samples('cpu-clock', 'seconds', [1.0], 1.0, 0, [], [Frame('f', 'p'), Frame('main', 'p')],\n"
+        "            {(0, 1): 3.0}, True, None)\n"
+        "g = analyze(s)\n"
+        "g.functions[Frame('f', 'p')].self = 5\n"
+        "try:\n"
+        "    g.self_check()\n"
+        "except InconsistentGraph as e:\n"
+        "    print('caught:', e)\n")
+    done = subprocess.run([sys.executable, "-O", "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("caught: sum of self")
 
 
 def test_tarjan_handles_long_chains_and_nested_cycles():

@@ -235,3 +235,22 @@ def test_first_user_frame_under_kernel_frames_is_an_exact_pc(tmp_path, calls_pie
     assert inclusive["leaf2"] == 2 and inclusive["asm_exc_page_fault"] == 1
     arcs = {(a["caller"], a["callee"]) for a in doc["arcs"]}
     assert ("leaf2", "asm_exc_page_fault") in arcs and ("work", "leaf2") in arcs
+
+
+def test_a_format_is_one_entry_in_the_renderer_table(tmp_path, calls_pie, monkeypatch, capsys):
+    """--format offers, lists and dispatches to what render.FORMATS holds."""
+    from qtools.viewer import render
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    name = q.task("calls", 1, 0, stacks=[(2 * MS, [o.at("leaf1"), o.ret("main")])])
+
+    def count(graph, out, options):
+        out.write(f"{len(graph.functions)} functions, min {options.min_percent}\n")
+    monkeypatch.setitem(render.FORMATS, "count",
+                        render.Format("count", "how many functions", count))
+    assert run(q.info_path(name), "--format", "count", "--min-percent", "5") == \
+        (0, "2 functions, min 5.0\n", "")
+    assert run("--help")[0] == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "{text,json,collapsed,dot,count}" in help_text
+    assert "count: how many functions" in help_text

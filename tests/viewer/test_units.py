@@ -37,3 +37,37 @@ def test_by_object_marks_no_cycles(tmp_path, calls_pie):
     assert (code, err) == (0, "")
     assert "<cycle" not in out
     assert "[1]    100.0    6.00m      0.00            -  calls [1]" in out
+
+
+def test_folded_stacks_of_sets_counted_at_different_rates(tmp_path, calls_pie):
+    """2 ms on each of two sets, one counted in cycles at 2 GHz (the
+    collector's conversion to seconds), one by cpu-clock in nanoseconds:
+    each set's counts are converted with its own factor, so both show their
+    2 ms in nanoseconds, though the set counted in cycles comes first."""
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    stack = [o.at("leaf1"), o.ret("main")]
+    q.task("busy", 2, 1, stacks=[(4_000_000, stack)], event="cycles", factor=1 / 2e9,
+           granularity=1e6 / 2e9)
+    q.task("clock", 1, 0, stacks=[(2 * MS, stack)])
+    code, out, err = run(str(q.path), "--format", "collapsed")
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [f"busy;main;leaf1 {2 * MS}", f"clock;main;leaf1 {2 * MS}"]
+
+
+def test_folded_stacks_of_sets_in_different_units_say_so(tmp_path, calls_pie):
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    stack = [o.at("leaf1"), o.ret("main")]
+    q.task("clock", 1, 0, stacks=[(2 * MS, stack)])
+    q.task("faults", 2, 1, stacks=[(7, stack)], event="page-faults", unit="events",
+           factor=1.0, granularity=1.0)
+    code, out, err = run(str(q.path), "--format", "collapsed")
+    assert code == 0
+    assert err.splitlines() == ["q-view: warning: the merged sets are measured in different "
+                                "units (events, seconds); each set's stacks weigh its own "
+                                "event counts"]
+    assert out.splitlines() == [f"clock;main;leaf1 {2 * MS}", "faults;main;leaf1 7"]
+    # a profile cannot add them up: still an error
+    code, _out, err = run(str(q.path), "--flat")
+    assert code == 1 and "different units" in err

@@ -5,7 +5,10 @@ first (see processes.py), then the outermost function down to the sampled
 one, kernel frames marked ``_[k]`` as flamegraph.pl's scripts mark them.
 N is a positive integer: the event count (nanoseconds of CPU time for
 cpu-clock and task-clock, events for count events), or with ``--weight
-samples`` the number of samples. No frame holds ``;`` (written ``:``) or a
+samples`` the number of samples. Each set's counts are converted with its
+own factor (processes.py): merged sets whose counts differ in size (cycles
+at different clock rates) show nanoseconds; sets in different units keep
+their own counts, with a warning. No frame holds ``;`` (written ``:``) or a
 line break (control characters are escaped as ``\\xNN``).
 """
 
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from ..model import Frame, Profile, printable
+from ..model import Frame, CallGraph, printable
 
 
 def _clean(frame: Frame) -> str:
@@ -23,7 +26,7 @@ def _clean(frame: Frame) -> str:
     return name + "_[k]" if frame.kernel else name
 
 
-def render(profile: Profile, out: TextIO) -> None:
+def render(profile: CallGraph, out: TextIO) -> None:
     s = profile.samples
     per_count = s.count_unit or 1.0
     names = [_clean(f) for f in s.frames]

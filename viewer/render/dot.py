@@ -10,7 +10,7 @@ from __future__ import annotations
 import colorsys
 from typing import TextIO
 
-from ..model import Profile
+from ..model import CallGraph
 from ..numfmt import calls, percent
 
 DEFAULT_NODE_PERCENT = 0.5
@@ -29,7 +29,7 @@ def color(fraction: float) -> str:
     return "#%02x%02x%02x" % (round(r * 255), round(g * 255), round(b * 255))
 
 
-def render(profile: Profile, out: TextIO, min_percent: float | None = None) -> None:
+def render(profile: CallGraph, out: TextIO, min_percent: float | None = None) -> None:
     total = profile.base or 1.0
     node_limit = (DEFAULT_NODE_PERCENT if min_percent is None else min_percent) / 100 * total
     shown = {f.frame: f for f in profile.functions.values()

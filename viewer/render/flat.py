@@ -5,20 +5,20 @@ from __future__ import annotations
 import math
 from typing import TextIO
 
-from ..model import Function, Profile
+from ..model import Function, CallGraph
 from ..numfmt import DASH, calls, percent, si
 from .names import Namer
 from .units import base_note, below, legend, share_heading
 
 
-def header(profile: Profile, out: TextIO) -> None:
+def header(profile: CallGraph, out: TextIO) -> None:
     """`Command:` lines, one per distinct command of the merged sets, then
     what the numbers are (for a call graph shown without the flat profile)."""
     _commands(profile, out)
     _notes(profile, out)
 
 
-def _commands(profile: Profile, out: TextIO) -> None:
+def _commands(profile: CallGraph, out: TextIO) -> None:
     commands = list(dict.fromkeys(t.command for t in profile.samples.tasks))
     for command in commands[:MAX_COMMANDS]:
         out.write(f"Command: {command}\n")
@@ -29,19 +29,19 @@ def _commands(profile: Profile, out: TextIO) -> None:
 MAX_COMMANDS = 8  # a whole-machine report names hundreds of programs
 
 
-def _notes(profile: Profile, out: TextIO) -> None:
+def _notes(profile: CallGraph, out: TextIO) -> None:
     out.write(legend(profile) + "\n")
     note = base_note(profile)
     if note:
         out.write(note + "\n")
 
 
-def _files(profile: Profile) -> str:
+def _files(profile: CallGraph) -> str:
     files = [t.hist_file or t.file for t in profile.samples.tasks]
     return ", ".join(files) if len(files) <= 4 else f"{len(files)} histogram files"
 
 
-def _granularity(profile: Profile) -> str | None:
+def _granularity(profile: CallGraph) -> str | None:
     g = profile.samples.granularities
     if not g:
         return None
@@ -49,14 +49,14 @@ def _granularity(profile: Profile) -> str | None:
     return f"Each histogram sample counts as {text} {profile.samples.unit}"
 
 
-def rows(profile: Profile) -> list[Function]:
+def rows(profile: CallGraph) -> list[Function]:
     """Functions in flat-profile order: most self time first (all of them;
     ``render`` sums those under --min-percent)."""
     fns = [f for f in profile.functions.values() if f.self > 0 or (f.calls or 0) > 0]
     return sorted(fns, key=lambda f: (-f.self, -f.inclusive, f.frame.name, f.frame.object))
 
 
-def render(profile: Profile, out: TextIO) -> None:
+def render(profile: CallGraph, out: TextIO) -> None:
     s = profile.samples
     _commands(profile, out)
     out.write(f"Flat profile of {s.event} in {_files(profile)}:\n")
@@ -99,7 +99,7 @@ def render(profile: Profile, out: TextIO) -> None:
         out.write("(no samples)\n")
 
 
-def _unnamed(profile: Profile) -> str | None:
+def _unnamed(profile: CallGraph) -> str | None:
     """How much time sits in single addresses (code with no symbol and no
     unwind entry to group it by), so a reader knows those rows are pieces."""
     s = profile.samples

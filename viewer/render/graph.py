@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, TextIO, Union
 
-from ..model import Arc, Cycle, Frame, Function, Profile
+from ..model import Arc, Cycle, Frame, Function, CallGraph
 from ..numfmt import DASH, calls, percent, si
 from .names import Namer
 from .units import below, is_time
@@ -36,7 +36,7 @@ def _line(index: str, pct: str, self_: str, children: str, called: str, name: st
     return f"{index:<6}{pct:>6} {self_:>8} {children:>9} {called:>12}  {name}".rstrip() + "\n"
 
 
-def entries(profile: Profile, everything: bool = False) -> list[Entry]:
+def entries(profile: CallGraph, everything: bool = False) -> list[Entry]:
     """Entries in table order; under --min-percent only those whose inclusive
     time reaches the limit, unless ``everything``."""
     fns: list[Entry] = [f for f in profile.functions.values()
@@ -52,7 +52,7 @@ def entries(profile: Profile, everything: bool = False) -> list[Entry]:
     return sorted(fns + cycles, key=key)
 
 
-def render(profile: Profile, out: TextIO) -> None:
+def render(profile: CallGraph, out: TextIO) -> None:
     out.write("call-graph table:\n\n")
     if not profile.has_stacks:
         out.write("(no call-stack data: the task sets have only histograms)\n")
@@ -98,7 +98,7 @@ def _arc_line(arc: Arc, frame: Frame, of: float | None, ref: object, out: TextIO
                     "    " + ref(frame)))  # type: ignore[operator]
 
 
-def _function_entry(profile: Profile, fn: Function, i: int, ref: object,
+def _function_entry(profile: CallGraph, fn: Function, i: int, ref: object,
                     out: TextIO) -> None:
     callers = [a for a in profile.callers(fn.frame) if profile.shown(a.caller)]
     callees = [a for a in profile.callees(fn.frame) if profile.shown(a.callee)]
@@ -118,7 +118,7 @@ def _function_entry(profile: Profile, fn: Function, i: int, ref: object,
            out, profile.min_percent)
 
 
-def _cycle_entry(profile: Profile, cycle: Cycle, index: dict[object, int], ref: object,
+def _cycle_entry(profile: CallGraph, cycle: Cycle, index: dict[object, int], ref: object,
                  out: TextIO) -> None:
     i = index[("cycle", cycle.number)]
     _other((a for a in cycle.callers.values() if not profile.shown(a.caller)), "callers",

@@ -12,7 +12,7 @@ import json
 from typing import Any, TextIO
 
 from .quality import RULE
-from ..model import Function, Profile
+from ..model import Function, CallGraph
 
 FORMAT = 1  # docs/json.md: raised only when a field changes meaning or goes away
 
@@ -21,14 +21,14 @@ def _num(x: float | None) -> float | None:
     return None if x is None else float(f"{x:.9g}")
 
 
-def _functions(profile: Profile, every: bool) -> list[Function]:
+def _functions(profile: CallGraph, every: bool) -> list[Function]:
     """Most self time first; under --min-percent (and without ``every``) only
     those whose self time reaches the limit, as in the flat profile."""
     return sorted((f for f in profile.functions.values() if every or profile.shown_flat(f)),
                   key=lambda f: (-f.self, -f.inclusive, f.frame.name, f.frame.object))
 
 
-def document(profile: Profile, with_stacks: bool = False) -> dict[str, Any]:
+def document(profile: CallGraph, with_stacks: bool = False) -> dict[str, Any]:
     s = profile.samples
     stacks = profile.has_stacks
     fns = _functions(profile, with_stacks)
@@ -91,7 +91,7 @@ def document(profile: Profile, with_stacks: bool = False) -> dict[str, Any]:
     return doc
 
 
-def _stacks(profile: Profile, fns: list[Function]) -> list[dict[str, Any]]:
+def _stacks(profile: CallGraph, fns: list[Function]) -> list[dict[str, Any]]:
     """Every distinct stack with its weight, outermost frame first, frames as
     indexes into ``functions``: enough to rebuild a flame graph or a diff."""
     s = profile.samples
@@ -101,6 +101,6 @@ def _stacks(profile: Profile, fns: list[Function]) -> list[dict[str, Any]]:
     return [{"frames": frames, "weight": _num(-neg)} for neg, frames in rows]
 
 
-def render(profile: Profile, out: TextIO, stacks: bool = False) -> None:
+def render(profile: CallGraph, out: TextIO, stacks: bool = False) -> None:
     json.dump(document(profile, stacks), out, indent=1)
     out.write("\n")

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from ..model import Frame, Profile
+from ..model import Frame, CallGraph
 
 
 class Namer:
     """Display names: a name shared by functions of different objects gets its
     object (``init<libfoo.so>``), and cycle members their ``<cycle N>`` tag."""
 
-    def __init__(self, profile: Profile, cycles: bool = True) -> None:
+    def __init__(self, profile: CallGraph, cycles: bool = True) -> None:
         self.profile = profile
         self.cycles = cycles
         owners: dict[str, set[str]] = {}

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from ..model import Profile
+from ..model import CallGraph
 from ..numfmt import si
 
 RULE = ("the outermost frame is code whose unwind information marks the return address "
         "undefined (_start, clone3), or the function of an entry point")
 
 
-def render(profile: Profile, out: TextIO) -> None:
+def render(profile: CallGraph, out: TextIO) -> None:
     q = profile.samples.quality
     out.write("\nStack quality: ")
     share = q.overall.share
@@ -36,7 +36,7 @@ def render(profile: Profile, out: TextIO) -> None:
         out.write(f"{100 * (c.share or 0):9.1f} {si(c.stacks):>8}  {obj}\n")
 
 
-def render_interpreters(profile: Profile, out: TextIO) -> None:
+def render_interpreters(profile: CallGraph, out: TextIO) -> None:
     """Per process with Python frames or JIT information: the share of its user
     stacks that went through Python frames to a root, and what was found."""
     rows = [(key, q) for key, q in profile.samples.quality.by_process.items()

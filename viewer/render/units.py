@@ -3,17 +3,17 @@ the share column, and what percentages are of."""
 
 from __future__ import annotations
 
-from ..model import Profile
+from ..model import CallGraph
 from ..numfmt import percent, si
 
 SECONDS = "seconds"
 
 
-def is_time(profile: Profile) -> bool:
+def is_time(profile: CallGraph) -> bool:
     return profile.samples.unit == SECONDS
 
 
-def legend(profile: Profile) -> str:
+def legend(profile: CallGraph) -> str:
     """One line that makes the prefixes unmistakable: ``2.01m`` in a seconds
     column is two milliseconds, not two minutes."""
     if is_time(profile):
@@ -22,12 +22,12 @@ def legend(profile: Profile) -> str:
             "m = 1e-3")
 
 
-def share_heading(profile: Profile) -> str:
+def share_heading(profile: CallGraph) -> str:
     """``% time`` for clocks, ``% events`` (``% cycles``) for counts."""
     return "% time" if is_time(profile) else f"% {profile.samples.unit}"
 
 
-def base_note(profile: Profile) -> str | None:
+def base_note(profile: CallGraph) -> str | None:
     """Where filters took stacks away, say that shares are still of the whole."""
     s = profile.samples
     if s.whole is None:

@@ -1,4 +1,8 @@
-"""The overview's rows: one per process, CPUs merged; idle apart.
+"""``q-view DIR``: the overview of a directory's task sets, then its CPUs.
+
+One row per process, CPUs merged, idle apart (or with ``--per-cpu`` one
+row per set); the CPU table from the kernel sets' CPU counters.
+``render.overview`` lays them out, or they go out as JSON.
 
 A process that ran on two CPUs has a set on each; both carry the same
 process-wide counters (``q:task-stats``) over their own spans. One row per
@@ -19,19 +23,23 @@ row, and the rest is the ``kernel`` row.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Iterable
+import json
+from typing import Callable, Iterable, TextIO
 
-from . import runs
-from .load import SetRemoved, TaskSet
+from qtools.qformat import Limits
+
+from . import hints, runs
+from .load import Selection, SetRemoved, StoredSet, pick_run, sets_in
 from .model import printable
-from .render.overview import Row
+from .render import overview as table
+from .render.overview import CpuRow, Row
 
 IDLE = "idle"
 KERNEL = "kernel"
 MAX_CPUS_LISTED = 4
 
 
-def kernel_only_run(ts: TaskSet) -> bool:
+def kernel_only_run(ts: StoredSet) -> bool:
     """Whether the set was collected with ``q-syscollect -k``."""
     args = ts.info.task.syscollect_cmdline or []
     for arg in args[1:]:
@@ -43,7 +51,7 @@ def kernel_only_run(ts: TaskSet) -> bool:
     return False
 
 
-def process_key(ts: TaskSet) -> tuple[object, ...]:
+def process_key(ts: StoredSet) -> tuple[object, ...]:
     """Sets with the same key make one row."""
     if ts.is_kernel:
         return (KERNEL,)
@@ -51,7 +59,7 @@ def process_key(ts: TaskSet) -> tuple[object, ...]:
     return (prog, ts.pid)  # pid None: the program's aggregates, all CPUs
 
 
-def idle_weight(ts: TaskSet) -> float | None:
+def idle_weight(ts: StoredSet) -> float | None:
     """The idle task's part of a kernel set, in output units; None where the
     set does not say (written before q:idle-weight existed)."""
     if not ts.is_kernel:
@@ -62,8 +70,8 @@ def idle_weight(ts: TaskSet) -> float | None:
     return value * ts.factor if isinstance(value, int) and value >= 0 else None
 
 
-def process_rows(found: Iterable[TaskSet], escape: Callable[[str], str] = printable) -> list[Row]:
-    groups: dict[tuple[object, ...], list[TaskSet]] = {}
+def process_rows(found: Iterable[StoredSet], escape: Callable[[str], str] = printable) -> list[Row]:
+    groups: dict[tuple[object, ...], list[StoredSet]] = {}
     for ts in found:
         groups.setdefault(process_key(ts), []).append(ts)
     # A set without a histogram (just claimed, no samples yet) has no unit
@@ -73,13 +81,13 @@ def process_rows(found: Iterable[TaskSet], escape: Callable[[str], str] = printa
     rows = []
     for group in groups.values():
         try:
-            rows.append(_row(group, default, escape))
+            rows.append(_process_row(group, default, escape))
         except SetRemoved:
             continue  # retention removed a set while the overview was being read
     return [r for row in rows for r in _split_idle(row, groups.get((KERNEL,), []))]
 
 
-def _split_idle(row: Row, kernel_sets: list[TaskSet]) -> list[Row]:
+def _split_idle(row: Row, kernel_sets: list[StoredSet]) -> list[Row]:
     """A -k run's kernel row, split into the idle task's part and the rest."""
     if row.command != KERNEL or not kernel_sets:
         return [row]
@@ -91,12 +99,12 @@ def _split_idle(row: Row, kernel_sets: list[TaskSet]) -> list[Row]:
             dataclasses.replace(row, command=IDLE, pid="0", amount=idle)]
 
 
-def _row(group: list[TaskSet], default_unit: str | None = None,
+def _process_row(group: list[StoredSet], default_unit: str | None = None,
          escape: Callable[[str], str] = printable) -> Row:
     latest = max(group, key=lambda t: t.info.task.end_time or 0.0)
     cpus = sorted({t.cpu for t in group if t.cpu is not None})
     cpu = ",".join(map(str, cpus)) if len(cpus) <= MAX_CPUS_LISTED else f"{len(cpus)} cpus"
-    by_set: dict[object, list[TaskSet]] = {}
+    by_set: dict[object, list[StoredSet]] = {}
     for t in group:
         by_set.setdefault(t.set_name or t.name, []).append(t)
     files = sorted(by_set, key=str)
@@ -116,7 +124,7 @@ def _row(group: list[TaskSet], default_unit: str | None = None,
                unit, file, slices, process_stats(list(by_set.values())), run_ids)
 
 
-def label_kernel(row: Row, group: list[TaskSet]) -> Row:
+def label_kernel(row: Row, group: list[StoredSet]) -> Row:
     """A kernel set's row is the idle task's, unless the run took every
     pid's kernel samples there (-k)."""
     if not group[-1].is_kernel or any(kernel_only_run(t) for t in group):
@@ -124,7 +132,7 @@ def label_kernel(row: Row, group: list[TaskSet]) -> Row:
     return dataclasses.replace(row, command=IDLE, pid="0")
 
 
-def process_stats(per_set: list[list[TaskSet]]) -> dict[str, float]:
+def process_stats(per_set: list[list[StoredSet]]) -> dict[str, float]:
     """The counters of one process (or of one program's aggregates) once.
 
     ``per_set``: the slices of each of its sets (one set per CPU)."""
@@ -142,7 +150,7 @@ def process_stats(per_set: list[list[TaskSet]]) -> dict[str, float]:
     return out
 
 
-def _summed(slices: list[TaskSet]) -> dict[str, float]:
+def _summed(slices: list[StoredSet]) -> dict[str, float]:
     stats: dict[str, float] = {}
     for t in slices:
         for key, value in (t.info.task.task_stats or {}).items():
@@ -152,7 +160,7 @@ def _summed(slices: list[TaskSet]) -> dict[str, float]:
     return stats
 
 
-def idle_seconds(found: Iterable[TaskSet]) -> dict[int, float]:
+def idle_seconds(found: Iterable[StoredSet]) -> dict[int, float]:
     """Idle time sampled on each CPU, where the kernel sets tell it."""
     out: dict[int, float] = {}
     for ts in found:
@@ -160,3 +168,92 @@ def idle_seconds(found: Iterable[TaskSet]) -> dict[int, float]:
         if idle is not None and ts.cpu is not None:
             out[ts.cpu] = out.get(ts.cpu, 0.0) + idle
     return out
+
+
+#: says a selection spans several runs, where it does; True if it did
+NoteRuns = Callable[[list[StoredSet], bool], bool]
+
+
+def show(directory: str, selection: Selection, run: str | None, limits: Limits,
+         per_cpu: bool, as_json: bool, out: TextIO, note_runs: NoteRuns,
+         height: int | None = None) -> None:
+    """The overview of ``directory``; with ``height``, what fits that many lines."""
+    found = sets_in(directory, all_versions=selection.windowed,
+                    written_since=selection.written_since, objects=False, limits=limits)
+    if selection.windowed:
+        found = [ts for ts in found if selection.in_window(ts)]
+    if run is not None and found:
+        found = pick_run(found, run, [directory], selection, selection.windowed, objects=False,
+                         limits=limits)
+    elif note_runs(found, True) and height is not None:
+        height -= 1  # in --watch the note is on the screen
+    groups: dict[object, list[StoredSet]] = {}
+    for ts in found:  # a set's slices in the window make one row
+        groups.setdefault(ts.set_name or ts.name, []).append(ts)
+    escape = _same if as_json else printable
+    if per_cpu:
+        rows = []
+        for group in groups.values():
+            try:
+                rows.append(label_kernel(set_row(group, escape), group))
+            except SetRemoved:
+                continue  # retention removed it while the overview was being read
+    else:
+        rows = process_rows(found, escape)
+    idle = idle_seconds(found)
+    cpus = [c for group in groups.values() if group[-1].is_kernel
+            if (c := cpu_row(group, idle)) is not None]
+    if as_json:
+        json.dump({"directory": directory, "sets": [r.__dict__ for r in rows],
+                   "cpus": [c.__dict__ for c in cpus]}, out, indent=1)
+        out.write("\n")
+        return
+    if not rows:
+        if not selection.windowed and hints.sets_below(directory):
+            raise hints.no_sets(directory)  # the user meant the directory below
+        what = f" in {selection.describe()}" if selection.windowed else ""
+        out.write(f"No task sets (*.info#N) in {directory}{what}.\n")
+        return
+    window = selection.describe() if selection.windowed else None
+    table.render(rows, directory, out, cpus, window, height)
+
+
+def _same(text: str) -> str:
+    return text
+
+
+def set_row(group: list[StoredSet], escape: Callable[[str], str]) -> Row:
+    """The ``--per-cpu`` row of one set: its slices in the window."""
+    ts = group[-1]  # the latest slice names the row
+    pids = {p for t in group for p in (t.info.task.pids or [])}
+    pid = str(ts.pid) if ts.pid is not None else (f"{len(pids)} pids" if pids else "-")
+    cpu = str(ts.cpu) if ts.cpu is not None else "-"
+    stats: dict[str, float] = {}
+    for t in group:
+        for key, value in (t.info.task.task_stats or {}).items():
+            if isinstance(value, (int, float)):
+                name = key.removeprefix("q:")
+                stats[name] = stats.get(name, 0) + value
+    run_ids = list(dict.fromkeys(runs.run_of(t).id for t in group))
+    return Row(escape(ts.comm or ts.name), pid, cpu, sum(t.total() for t in group),
+                        ts.unit, escape(ts.name), len(group), stats,
+                        [escape(r) if r else None for r in run_ids])
+
+
+def cpu_row(group: list[StoredSet], idle: dict[int, float]) -> CpuRow | None:
+    """Busy share (weighted by each slice's length), sampled idle share and
+    latest clock of a CPU."""
+    seconds = busy = 0.0
+    mhz = None
+    for ts in group:
+        cs = ts.info.task.cpu_stats or {}
+        if isinstance(cs.get("q:busy"), (int, float)) and isinstance(cs.get("q:seconds"), (int, float)):
+            seconds += cs["q:seconds"]
+            busy += cs["q:busy"] * cs["q:seconds"]
+        if isinstance(cs.get("q:frequency-mhz"), (int, float)):
+            mhz = float(cs["q:frequency-mhz"])
+    if not seconds and mhz is None or group[-1].cpu is None:
+        return None
+    cpu = group[-1].cpu
+    idle_share = idle[cpu] / seconds if seconds and cpu in idle else None
+    return CpuRow(cpu, busy / seconds if seconds else None, mhz, idle_share)

@@ -1,0 +1,53 @@
+"""From the selected task sets to the call graph a renderer shows.
+
+Pipeline: load each set as locations and name them through the one
+symbolizer, merged by frame as ``--by`` says (``build_samples``; for
+folded stacks each set under its process, ``processes.by_process``) ->
+Samples processors (kernel, ``--python``, filters) -> ``analyze`` ->
+``self_check`` -> CallGraph processors (threshold).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from . import filters, processes, processors
+from .build import build_samples
+from .callgraph import analyze
+from .load import StoredSet
+from .model import CallGraph, printable
+from .pyview import python_only
+from .render import FORMATS
+from .symbols import Symbols, Warn, debug_roots_from_env
+from .symcache import SymbolCache, cache_dir
+
+
+def call_graph(sets: list[StoredSet], args: argparse.Namespace, warn: Warn) -> CallGraph:
+    """The checked call graph of ``sets`` for the report ``args`` ask for
+    (model.InconsistentGraph where its sums do not hold: a bug)."""
+    report = FORMATS[args.format]
+    cache = SymbolCache(None if args.no_cache else cache_dir())
+    symbols = Symbols(cache, list(args.debug_root) + debug_roots_from_env(), warn,
+                      args.limits.copy_size)
+    # JSON escapes control characters itself: names go to it as they are
+    escape = None if report.raw_names else printable
+    try:
+        if report.process_roots:
+            samples = processes.by_process(sets, symbols, args.by, warn, args.per_pid,
+                                           args.weight)
+        else:
+            samples = build_samples(sets, symbols, args.by, warn, escape)
+    finally:
+        symbols.close()
+    if args.no_kernel:
+        samples = processors.hide_kernel(samples)
+    elif args.kernel_only:
+        samples = processors.kernel_only(samples)
+    if args.python:
+        samples = python_only(samples)
+    samples = filters.apply(samples, args)
+    profile = analyze(samples)
+    profile.self_check()
+    if not report.own_threshold:
+        profile = processors.threshold(profile, args.min_percent or 0.0)
+    return profile
