@@ -32,7 +32,6 @@ from .expr import linearize
 from .regs import ArchRegs
 
 SP_BASED, FP_BASED, GENERAL, ROOT, NO_CFI, NO_MAP, BAD = range(7)
-KIND_NAMES = ("sp", "fp", "general", "root", "no-cfi", "no-map", "bad")
 
 # how the plan finds the CFA
 CFA_REG, CFA_DEREF, CFA_EXPR = range(3)
