@@ -208,7 +208,8 @@ def _read(text: str, skip: frozenset[str]) -> list[Form]:
     line, line_pos, pos, n = 1, 0, 0, len(text)
     between = _BETWEEN.match
     while True:
-        pos = between(text, pos).end()
+        gap = between(text, pos)  # matches, if only the empty string
+        pos = gap.end() if gap else pos
         if pos >= n:
             return forms
         c = text[pos]
