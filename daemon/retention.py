@@ -214,7 +214,7 @@ class Index:
                earlier: bool) -> SetFiles | None:
         self.parses += 1
         try:
-            info = read_info(qdir.join(name))
+            info = read_info(qdir.join(name), follow=False)  # ours are never links
         except QFormatError:
             return None
         end = info.task.end_time or info.task.start_time or ist.st_mtime
