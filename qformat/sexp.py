@@ -124,7 +124,7 @@ def _error(value: Any) -> _Bad | None:
 def _list_value(items: list[Any]) -> Any:
     """A closed list: an alist if every element is a pair, else a list; or
     its first error, in the order the elements are written."""
-    if items and all(type(e) is _Pair for e in items):
+    if items and type(items[0]) is _Pair and all(type(e) is _Pair for e in items):
         alist: dict[str, Any] = {}
         for pair in items:
             if pair.key in alist:
@@ -136,9 +136,8 @@ def _list_value(items: list[Any]) -> Any:
             alist[pair.key] = pair.rest[0] if len(pair.rest) == 1 else pair.rest
         return alist
     for e in items:
-        bad = _error(e)
-        if bad is not None:
-            return bad
+        if type(e) is _Bad or type(e) is _Pair:
+            return _error(e)
     return items
 
 
