@@ -230,7 +230,7 @@ def _read_form(text: str, pos: int, line: int, skip: frozenset[str]) -> tuple[in
     after it and the form (None if its tag is in ``skip``)."""
     stack = [_List(False, line)]
     quote = False  # a quote waits for the next element
-    error: str | None = None  # raised when the form is whole, as sexpdata did
+    error: str | None = None  # raised when the form is whole: a later syntax error goes first
     for m in _TOKEN.finditer(text, pos):
         kind = m.lastindex
         top = stack[-1]
@@ -263,7 +263,7 @@ def _read_form(text: str, pos: int, line: int, skip: frozenset[str]) -> tuple[in
             value: Any
             if top.dot and top.key is not None and len(items) >= 3:
                 value = _Pair(top.key, items[2:])
-                if top.quoted:  # 'X read as Quoted(X), which is no pair
+                if top.quoted:  # '(a . b) is a quoted value, never an alist's pair
                     value = _error(value)
             else:
                 value = _list_value(items)
@@ -317,7 +317,7 @@ def _skip_form(text: str, pos: int, line: int) -> int:
 
 
 def _is_symbol(atom: str) -> bool:
-    """True if sexpdata read ``atom`` as a symbol: whatever is no number."""
+    """True if ``atom`` is a symbol (a key or a tag may be one): whatever is no number."""
     return atom[0] in _PLAIN_SYMBOL or atom[0] == "#" or _number(atom) is None
 
 
