@@ -238,7 +238,8 @@ class CopyJob:
         if self.symlink_to is not None:
             self.tmp = self.qdir.temp_name()
             os.symlink(self.symlink_to, self.tmp, dir_fd=self.qdir.fd)
-        assert self.tmp is not None
+        if self.tmp is None:  # finished or given up already
+            raise RuntimeError(f"copy of {self.basename} is closed")
         tmp, self.tmp = self.tmp, None
         self.close()
         self.qdir.publish(tmp, name)

@@ -357,10 +357,6 @@ class Placement:
     code_index: int
     unwind: UnwindingInfo | None = None
 
-    @property
-    def synthetic(self) -> int:
-        return synthetic_address(self.ordinal, 0)
-
 
 class Placements:
     """Numbers the CODE_LOAD and CODE_MOVE records of a dump in file order.

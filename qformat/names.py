@@ -115,9 +115,6 @@ class QName:
         v = "" if self.version is None else f"#{self.version}"
         return f"{self.set}.{self.type}{v}"
 
-    def with_version(self, version: int | None) -> QName:
-        return QName(self.set, self.type, version)
-
 
 def parse_set(text: str) -> SetName:
     m = _SET.match(text)

@@ -1,9 +1,10 @@
 """S-expressions of `.info` files, as plain Python data.
 
-The reader is built on sexpdata; around it sits a small scanner that splits
-the text into top-level forms, so every error can name its line, and that
-refuses what sexpdata would choke on (unbalanced parentheses, runaway
-nesting) before sexpdata sees it.
+The reader is one tokenizer that reads the text once and builds each list
+as it closes: no recursion, so no input can exhaust the stack, and every
+error names its line. It reads what sexpdata, its predecessor, read, with the
+same values (docs/q-format.md, section 3), but refuses a backslash outside a
+string and a string between forms, which sexpdata took in odd ways.
 
 Mapping to Python:
 
@@ -25,9 +26,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterator
-
-import sexpdata
+from typing import Any
 
 from .errors import QFormatError
 
@@ -70,140 +69,273 @@ _NUMBERLIKE = re.compile(r"[+-]?(\d|\.\d)")
 
 # ---------------------------------------------------------------- reading
 
-_SPECIAL = re.compile(r'[\n;"()\[\]{}]')
-_IN_STRING = re.compile(r'["\\\n]')
+# One token at a time, in one pass over the text: each list is built as it
+# closes, so a file is read once (no separate scan for balance) and without
+# recursion, however deep the input (depth is checked as it grows).
+_WHITESPACE = " \t\n\r\x0b\x0c"  # what separates atoms; other spaces are atoms' text
+_ATOM, _OPEN, _CLOSE, _STRING, _QUOTE, _COMMENT, _OTHER = range(1, 8)
+_TOKEN = re.compile(r"""[%s]*(?:
+    ([^%s()\[\]{}";\\'][^%s()\[\]{}";\\]*)  # atom
+  | (\()
+  | (\))
+  | "([^"\\]*(?:\\.[^"\\]*)*)"          # string, escapes kept
+  | (')
+  | (;[^\n]*)
+  | ([^%s]))                          # anything else is an error
+""" % ((_WHITESPACE,) * 4), re.VERBOSE | re.DOTALL)
+_BETWEEN = re.compile(r"(?:\s+|;[^\n]*)*")
+_SKIP = re.compile(r'[();"\[\]{}\\]')
+_STRING_END = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
+_ESCAPED = {"\\": "\\", '"': '"', "n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
+_PLAIN_SYMBOL = frozenset("abcdefghjklmopqrstuvwxyzABCDEFGHJKLMOPQRSTUVWXYZ:_")
+"""First characters of an atom that cannot be a number: not a digit, sign,
+dot or space, nor the i and n of inf and nan."""
 
 
-def _scan_top_level(text: str) -> Iterator[tuple[int, int, int]]:
-    """Yield (start, end, line) of each top-level parenthesised form.
+class _Bad:
+    """A value that is an error, raised when its form is complete, so that
+    a syntax error later in the same form is the one reported."""
 
-    Checks balance, string termination and depth, raising QFormatError with
-    the line of the offending character (or of the unclosed opening). Jumps
-    from one special character to the next: a character-by-character loop
-    was the largest cost of reading a directory of thousands of `.info`s.
-    """
-    depth = 0
-    line = 1
-    i = 0
-    n = len(text)
-    start = start_line = 0
-    open_lines: list[int] = []
-    search, in_string = _SPECIAL.search, _IN_STRING.search
+    __slots__ = ("message",)
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+class _Pair:
+    """``(KEY . VALUE...)``: an alist's element, an error anywhere else."""
+
+    __slots__ = ("key", "rest")
+
+    def __init__(self, key: str, rest: list[Any]) -> None:
+        self.key = key
+        self.rest = rest
+
+
+def _error(value: Any) -> _Bad | None:
+    if type(value) is _Bad:
+        return value
+    if type(value) is _Pair:
+        return _Bad(f"dotted pair ({value.key} . ...) outside an alist")
+    return None
+
+
+def _list_value(items: list[Any]) -> Any:
+    """A closed list: an alist if every element is a pair, else a list; or
+    its first error, in the order the elements are written."""
+    if items and type(items[0]) is _Pair and all(type(e) is _Pair for e in items):
+        alist: dict[str, Any] = {}
+        for pair in items:
+            if pair.key in alist:
+                return _Bad(f"duplicate key {pair.key}")
+            for e in pair.rest:
+                bad = _error(e)
+                if bad is not None:
+                    return bad
+            alist[pair.key] = pair.rest[0] if len(pair.rest) == 1 else pair.rest
+        return alist
+    for e in items:
+        if type(e) is _Bad or type(e) is _Pair:
+            return _error(e)
+    return items
+
+
+def _number(s: str) -> int | float | None:
+    """What Python reads as a number (``+4``, ``1_0``, ``.5``, ``nan``), as
+    the original reader did; None for anything else."""
+    try:
+        return int(s)
+    except ValueError:
+        pass
+    try:
+        return float(s)
+    except ValueError:
+        return None
+
+
+def _atom(s: str) -> Any:
+    """The value of an atom, or _Bad."""
+    if s[0] in _PLAIN_SYMBOL:
+        return Symbol(s)
+    if s[0] == "#":
+        m = _HEX.match(s)
+        if not m:
+            return _Bad(f"bad hex integer {s!r}")
+        v = int(m.group(2), 16)
+        return -v if m.group(1) == "-" else v
+    n = _number(s)
+    if isinstance(n, float) and not math.isfinite(n):
+        return _Bad("number out of range")
+    if n is not None:
+        return n
+    if s == ".":
+        return _Bad("misplaced '.'")  # unless it makes its list a pair
+    if _NUMBERLIKE.match(s):
+        return _Bad(f"bad number {s!r}")
+    return Symbol(s)
+
+
+def _string(body: str) -> str:
+    if "\\" not in body:
+        return body
+    return _ESCAPE.sub(lambda m: _ESCAPED.get(m.group(1), m.group()), body)
+
+
+class _List:
+    """A list being read: its elements so far, and what tells a form's tag
+    or a dotted pair (the text of its first element when that is an
+    unquoted symbol; whether its second is an unquoted dot)."""
+
+    __slots__ = ("items", "key", "dot", "quoted", "line")
+
+    def __init__(self, quoted: bool, line: int) -> None:
+        self.items: list[Any] = []
+        self.key: str | None = None
+        self.dot = False
+        self.quoted = quoted
+        self.line = line
+
+
+def _line(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _read(text: str, skip: frozenset[str]) -> list[Form]:
+    """The forms of ``text`` (see parse_forms)."""
+    forms: list[Form] = []
+    line, line_pos, pos, n = 1, 0, 0, len(text)
+    between = _BETWEEN.match
     while True:
-        m = search(text, i)
-        j = m.start() if m else n
-        if depth == 0 and j > i and not text[i:j].isspace():
-            k = i
-            while text[k].isspace():
-                k += 1
-            raise QFormatError(f"unexpected {text[k]!r} outside a form",
-                               line=line + text.count("\n", i, k))
+        gap = between(text, pos)  # matches, if only the empty string
+        pos = gap.end() if gap else pos
+        if pos >= n:
+            return forms
+        c = text[pos]
+        if c == "(":
+            line += text.count("\n", line_pos, pos)
+            line_pos = pos
+            pos, form = _read_form(text, pos + 1, line, skip)
+            if form is not None:
+                forms.append(form)
+            continue
+        if c == ")":
+            raise QFormatError("unbalanced ')'", line=_line(text, pos))
+        where = "" if c in "[]{}" else " outside a form"
+        raise QFormatError(f"unexpected {c!r}{where}", line=_line(text, pos))
+
+
+def _read_form(text: str, pos: int, line: int, skip: frozenset[str]) -> tuple[int, Form | None]:
+    """Read the form whose ``(`` is just before ``pos``; return the position
+    after it and the form (None if its tag is in ``skip``)."""
+    stack = [_List(False, line)]
+    quote = False  # a quote waits for the next element
+    error: str | None = None  # raised when the form is whole: a later syntax error goes first
+    for m in _TOKEN.finditer(text, pos):
+        kind = m.lastindex
+        top = stack[-1]
+        if kind == _ATOM:
+            atom = m.group(_ATOM)
+            items = top.items
+            if not quote:
+                if not items and _is_symbol(atom):
+                    top.key = atom
+                    if len(stack) == 1 and atom in skip:
+                        return _skip_form(text, m.end(), line), None
+                elif len(items) == 1 and atom == ".":
+                    top.dot = True
+            items.append(_atom(atom))
+            quote = False
+        elif kind == _OPEN:
+            if len(stack) >= MAX_DEPTH:
+                raise QFormatError(f"nesting deeper than {MAX_DEPTH} levels",
+                                   line=_line(text, m.start(_OPEN)))
+            stack.append(_List(quote, 0))
+            quote = False
+        elif kind == _CLOSE:
+            stack.pop()
+            if quote and error is None:
+                error = "a quote (') with nothing after it"
+            quote = False
+            if not stack:
+                return m.end(), _form(top, error)
+            items = top.items
+            value: Any
+            if top.dot and top.key is not None and len(items) >= 3:
+                value = _Pair(top.key, items[2:])
+                if top.quoted:  # '(a . b) is a quoted value, never an alist's pair
+                    value = _error(value)
+            else:
+                value = _list_value(items)
+            stack[-1].items.append(value)
+        elif kind == _STRING:
+            top.items.append(_string(m.group(_STRING)))
+            quote = False
+        elif kind == _QUOTE:
+            quote = True
+        elif kind == _OTHER:
+            c = m.group(_OTHER)
+            where = m.start(_OTHER)
+            if c == '"':
+                raise QFormatError("unterminated string", line=_line(text, where))
+            raise QFormatError(f"unexpected {c!r}", line=_line(text, where))
+    raise QFormatError("unclosed '(' (file truncated?)", line=line)
+
+
+def _skip_form(text: str, pos: int, line: int) -> int:
+    """The position after the form ``pos`` is in (at depth 1), checked for
+    balance, depth, strings and stray characters only: jumps from one
+    special character to the next, for a listing that skips thousands of
+    q:object forms."""
+    depth = 1
+    search = _SKIP.search
+    while True:
+        m = search(text, pos)
         if m is None:
-            break
-        c = text[j]
-        i = j + 1
-        if c == "\n":
-            line += 1
-        elif c == ";":
-            k = text.find("\n", j)
-            i = n if k < 0 else k
-        elif c == '"':
-            string_line = line
-            while True:
-                sm = in_string(text, i)
-                if sm is None:
-                    raise QFormatError("unterminated string", line=string_line)
-                i = sm.end()
-                ch = sm.group()
-                if ch == '"':
-                    break
-                if ch == "\n":
-                    line += 1
-                else:  # a backslash escapes the next character, a newline too
-                    if i < n and text[i] == "\n":
-                        line += 1
-                    i += 1
-        elif c == "(":
-            if depth == 0:
-                start, start_line = j, line
+            raise QFormatError("unclosed '(' (file truncated?)", line=line)
+        c = m.group()
+        pos = m.end()
+        if c == "(":
             depth += 1
             if depth > MAX_DEPTH:
-                raise QFormatError(f"nesting deeper than {MAX_DEPTH} levels", line=line)
-            open_lines.append(line)
+                raise QFormatError(f"nesting deeper than {MAX_DEPTH} levels",
+                                   line=_line(text, m.start()))
         elif c == ")":
-            if depth == 0:
-                raise QFormatError("unbalanced ')'", line=line)
             depth -= 1
-            open_lines.pop()
             if depth == 0:
-                yield start, j + 1, start_line
+                return pos
+        elif c == ";":
+            end = text.find("\n", pos)
+            pos = len(text) if end < 0 else end
+        elif c == '"':
+            sm = _STRING_END.match(text, pos)
+            if sm is None:
+                raise QFormatError("unterminated string", line=_line(text, m.start()))
+            pos = sm.end()
         else:
-            raise QFormatError(f"unexpected {c!r}", line=line)
-    if depth:
-        raise QFormatError("unclosed '(' (file truncated?)", line=open_lines[0])
+            raise QFormatError(f"unexpected {c!r}", line=_line(text, m.start()))
 
 
-def _is_pair(x: Any) -> bool:
-    return (isinstance(x, list) and len(x) >= 3 and isinstance(x[0], sexpdata.Symbol)
-            and x[1] == sexpdata.Symbol("."))
+def _is_symbol(atom: str) -> bool:
+    """True if ``atom`` is a symbol (a key or a tag may be one): whatever is no number."""
+    return atom[0] in _PLAIN_SYMBOL or atom[0] == "#" or _number(atom) is None
 
 
-def _convert(x: Any, line: int) -> Any:
-    if isinstance(x, sexpdata.Quoted):
-        return _convert(x.x, line)
-    if isinstance(x, str) and not isinstance(x, sexpdata.Symbol):
-        return str(x)
-    if isinstance(x, bool) or x is None:
-        raise QFormatError(f"unexpected value {x!r}", line=line)
-    if isinstance(x, int):
-        return x
-    if isinstance(x, float):
-        if not math.isfinite(x):
-            raise QFormatError("number out of range", line=line)
-        return x
-    if isinstance(x, sexpdata.Symbol):
-        s = str(x)
-        if s.startswith("#"):
-            m = _HEX.match(s)
-            if not m:
-                raise QFormatError(f"bad hex integer {s!r}", line=line)
-            v = int(m.group(2), 16)
-            return -v if m.group(1) == "-" else v
-        if s == ".":
-            raise QFormatError("misplaced '.'", line=line)
-        if _NUMBERLIKE.match(s):
-            raise QFormatError(f"bad number {s!r}", line=line)
-        return Symbol(s)
-    if isinstance(x, list):
-        if x and all(_is_pair(e) for e in x):
-            alist: dict[str, Any] = {}
-            for pair in x:
-                key = str(pair[0])
-                if key in alist:
-                    raise QFormatError(f"duplicate key {key}", line=line)
-                rest = [_convert(e, line) for e in pair[2:]]
-                alist[key] = rest[0] if len(rest) == 1 else rest
-            return alist
-        if _is_pair(x):
-            # A lone dotted pair that is not inside an alist: (key . value).
-            raise QFormatError(f"dotted pair ({x[0]} . ...) outside an alist", line=line)
-        return [_convert(e, line) for e in x]
-    raise QFormatError(f"unexpected {type(x).__name__} in s-expression", line=line)
-
-
-def _parse_one(source: str, line: int) -> Form:
-    try:
-        parsed = sexpdata.loads(source, nil=None, true=None)
-    except RecursionError:
-        raise QFormatError("nesting too deep", line=line) from None
-    except Exception as e:  # sexpdata raises assorted types for bad syntax
-        raise QFormatError(f"bad s-expression: {e}", line=line) from None
-    if not isinstance(parsed, list) or not parsed:
+def _form(top: _List, syntax_error: str | None) -> Form:
+    line = top.line
+    if syntax_error is not None:
+        raise QFormatError(syntax_error, line=line)
+    if not top.items:
         raise QFormatError("empty form", line=line)
-    tag = parsed[0]
-    if not isinstance(tag, sexpdata.Symbol) or str(tag).startswith("#") or str(tag) == ".":
+    tag = top.key
+    if tag is None or tag.startswith("#") or tag == ".":
         raise QFormatError("a form must start with a symbol such as q:info", line=line)
-    return Form(str(tag), [_convert(a, line) for a in parsed[1:]], line)
+    args = top.items[1:]
+    for a in args:
+        bad = _error(a)
+        if bad is not None:
+            raise QFormatError(bad.message, line=line)
+    return Form(tag, args, line)
 
 
 def parse_forms(data: str | bytes, path: str | None = None,
@@ -217,20 +349,9 @@ def parse_forms(data: str | bytes, path: str | None = None,
             text = _decode(data)
         else:
             text = data
-        spans = _scan_top_level(text)
-        if skip:
-            spans = (span for span in spans if _tag_of(text, span[0]) not in skip)
-        return [_parse_one(text[s:e], line) for s, e, line in spans]
+        return _read(text, skip)
     except QFormatError as e:
         raise e.located(path) from None
-
-
-_TAG = re.compile(r"\(\s*([^\s()\"';]+)")
-
-
-def _tag_of(text: str, start: int) -> str | None:
-    m = _TAG.match(text, start)
-    return m.group(1) if m else None
 
 
 def _decode(data: bytes) -> str:
@@ -248,7 +369,7 @@ def _writable_symbol(s: str) -> bool:
     if not _SYMBOL_TEXT.match(s) or _NUMBERLIKE.match(s):
         return False
     try:
-        float(s)  # sexpdata would read "nan", "inf", ... as floats
+        float(s)  # "nan", "inf", ... read as floats
     except ValueError:
         return True
     return False

@@ -416,7 +416,7 @@ class QDir:
         if isinstance(started, Stored):
             return started.name
         done = started.advance(None)
-        assert done is not None
+        assert done is not None  # narrowing: without a deadline a copy runs to its end
         return done.name
 
     def publish(self, tmp: str, name: str) -> None:

@@ -1,9 +1,10 @@
 """What q-view needs from an ELF object copy, read with pyelftools.
 
-pyelftools parses the headers and hands out section bytes; the symbol
-tables and relocations are then unpacked with ``struct.iter_unpack``
+pyelftools parses the section headers and hands out section bytes; the
+symbol tables and relocations are then unpacked with ``struct.iter_unpack``
 instead of building a pyelftools Symbol object per entry (a large
-libpython symtab takes 0.24 s as objects and 5 ms raw).
+libpython symtab takes 0.24 s as objects and 5 ms raw). The segments come
+from qformat.elfhdr, the reader the collector uses too.
 
 Everything here trusts nothing in the file: offsets, sizes and counts are
 clipped to what is actually there. Errors of any kind come out as
@@ -20,6 +21,7 @@ from typing import BinaryIO, Iterator
 from elftools.elf.elffile import ELFFile
 
 from qtools.qformat import open_regular
+from qtools.qformat.elfhdr import Segment, read_file_header, vaddr_of
 
 from .symtab import RawSymbol, SymbolTable
 
@@ -36,20 +38,6 @@ class ElfProblem(Exception):
     """The file is not an ELF object q-view can read."""
 
 
-@dataclass(frozen=True)
-class Segment:
-    """A PT_LOAD segment: file offsets [offset, offset+filesz) load at vaddr."""
-
-    offset: int
-    vaddr: int
-    filesz: int
-
-    def vaddr_of(self, file_offset: int) -> int | None:
-        if self.offset <= file_offset < self.offset + self.filesz:
-            return file_offset - self.offset + self.vaddr
-        return None
-
-
 @dataclass
 class ElfObject:
     """The parts of one ELF file that symbolization uses."""
@@ -62,11 +50,7 @@ class ElfObject:
 
     def vaddr_of(self, file_offset: int) -> int | None:
         """The link-time address of a file offset, through the PT_LOAD segments."""
-        for seg in self.segments:
-            v = seg.vaddr_of(file_offset)
-            if v is not None:
-                return v
-        return None
+        return vaddr_of(self.segments, file_offset)
 
 
 def read_elf(path: str | os.PathLike[str], *, symbols: bool = True) -> ElfObject:
@@ -128,10 +112,7 @@ class _Elf:
 
 def _read(f: BinaryIO, want_symbols: bool) -> ElfObject:
     e = _Elf(f)
-    obj = ElfObject()
-    for seg in e.elf.iter_segments():
-        if seg["p_type"] == "PT_LOAD":
-            obj.segments.append(Segment(seg["p_offset"], seg["p_vaddr"], seg["p_filesz"]))
+    obj = ElfObject(list(read_file_header(f).loads))
     obj.build_id = _build_id(e)
     obj.debuglink = _debuglink(e)
     if not want_symbols:

@@ -82,7 +82,9 @@ def encode_sample(layout: SampleLayout, s: Sample) -> bytes:
     if st & abi.SAMPLE_REGS_USER:
         out += struct.pack("<Q", s.regs_abi)
         if s.regs_abi:
-            assert len(s.regs) == layout.regs_user_mask.bit_count()
+            if len(s.regs) != layout.regs_user_mask.bit_count():
+                raise ValueError(f"{len(s.regs)} registers for a mask of "
+                                 f"{layout.regs_user_mask.bit_count()}")
             out += struct.pack(f"<{len(s.regs)}Q", *s.regs)
     if st & abi.SAMPLE_STACK_USER:
         stack = bytes(s.stack)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import platform
-from dataclasses import dataclass
 
 from qtools.qformat import QDir
 
@@ -22,9 +21,6 @@ from ..unwind import ObjectCFI, Unwinder
 from ..unwind.regs import sample_positions
 from ..unwind.rules import Rule
 from .jitdump import JitTracker
-
-DEFAULT_STACK_BYTES = 16384  # 8 KiB cut ~4% of deep stacks short (unwinding-measurements.md)
-
 
 class ProcessSpace:
     """The unwinder's view of one process (the AddressSpace protocol)."""
@@ -95,12 +91,6 @@ class CfiTables:
             os.close(fd)
 
 
-@dataclass
-class UnwindStats:
-    stacks: int = 0
-    complete: int = 0
-
-
 class DwarfFrames:
     """User frames by DWARF CFI (the collector's UserFrames seam)."""
 
@@ -116,7 +106,6 @@ class DwarfFrames:
         self.jit = JitTracker(regs, qdir=qdir)
         self.own_pids = own_pids
         self.supervisor = supervisor
-        self.stats = UnwindStats()
 
     @property
     def regs_mask(self) -> int:
@@ -136,7 +125,4 @@ class DwarfFrames:
             self.jit.state(proc)  # finds a jitdump the new maps name
             version = (proc.maps_version, self.jit.version(proc))
             space = proc.unwind = ProcessSpace(proc, self.tables, self.jit, version)
-        result = self.unwinder.unwind(space, sample.regs, sample.stack)
-        self.stats.stacks += 1
-        self.stats.complete += result.complete
-        return list(result.frames)
+        return list(self.unwinder.unwind(space, sample.regs, sample.stack).frames)

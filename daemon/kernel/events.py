@@ -48,13 +48,17 @@ def probe(spec: EventSpec, frequency: int = 997) -> int | None:
 
 def default_event() -> EventSpec:
     """``cycles`` where the CPU has a PMU, else ``cpu-clock``."""
-    cycles = abi.builtin_event("cycles")
-    assert cycles is not None
+    cycles = _builtin("cycles")
     if probe(cycles) is None:
         return cycles
-    clock = abi.builtin_event("cpu-clock")
-    assert clock is not None
-    return clock
+    return _builtin("cpu-clock")
+
+
+def _builtin(name: str) -> EventSpec:
+    spec = abi.builtin_event(name)
+    if spec is None:  # a name of abi's own tables: a broken install, not bad input
+        raise LookupError(f"no built-in event {name!r}")
+    return spec
 
 
 def explain_unsupported(spec: EventSpec, err: int) -> str:
@@ -70,9 +74,7 @@ def listing(host: Host = LIVE) -> list[str]:
     lines = ["Events this machine offers (use with -e):"]
     for group, names in (("hardware", abi.HARDWARE_EVENTS), ("software", abi.SOFTWARE_EVENTS)):
         for name in names:
-            spec = abi.builtin_event(name)
-            assert spec is not None
-            if probe(spec) is None:
+            if probe(_builtin(name)) is None:
                 lines.append(f"  {name:<28} [{group}]")
     if host.tracefs_root() is None:
         lines.append("  (tracepoints: tracefs is not mounted; mount -t tracefs nodev "

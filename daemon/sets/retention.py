@@ -124,11 +124,12 @@ class Index:
 
     # ------------------------------------------------------------ looking
 
-    def begin(self, qdir: QDir) -> None:
+    def begin(self, qdir: QDir) -> set[str]:
         """Note what an earlier run left, before this run writes anything:
         only those sets and copies are aged by their recorded times."""
         self.earlier = {n for n in qdir.names()
                         if ".info#" in n or (n.startswith(".") and not n.startswith(TEMP_PREFIX))}
+        return self.earlier
 
     def refresh(self, qdir: QDir) -> None:
         """Bring the index up to date with the directory."""
@@ -148,10 +149,7 @@ class Index:
 
     def _relist(self, qdir: QDir, now: Stamp) -> None:
         names = qdir.names()
-        if self.earlier is None:
-            self.begin(qdir)
-        earlier = self.earlier
-        assert earlier is not None
+        earlier = self.earlier if self.earlier is not None else self.begin(qdir)
         stop_parsing = now.mono + PARSE_SECONDS
         pending = parsed_now = 0
         infos: dict[str, SetFiles] = {}
@@ -216,7 +214,7 @@ class Index:
                earlier: bool) -> SetFiles | None:
         self.parses += 1
         try:
-            info = read_info(qdir.join(name))
+            info = read_info(qdir.join(name), follow=False)  # ours are never links
         except QFormatError:
             return None
         end = info.task.end_time or info.task.start_time or ist.st_mtime

@@ -24,9 +24,6 @@ REGISTER = 4        # saved in register arg
 EXPRESSION = 5      # saved at the address computed by arg (bytes; CFA pushed first)
 VAL_EXPRESSION = 6  # value computed by arg (bytes; CFA pushed first)
 
-RULE_NAMES = ("undefined", "same_value", "offset", "val_offset", "register", "expression",
-              "val_expression")
-
 RegRule = tuple[int, "int | bytes"]
 
 _MAX_STATE_DEPTH = 64

@@ -132,7 +132,7 @@ class _Frames:
         if code == OP_SAME:
             return self.value(j, r)
         if code == OP_EXPR or code == OP_VAL_EXPR:
-            assert isinstance(y, bytes)
+            assert isinstance(y, bytes)  # narrowing: an expression's operand is its bytes
             value = evaluate(y, lambda n: self.value(j, n), self.read, cfa)
             return value if code == OP_VAL_EXPR else self.read(value)
         return None  # OP_UNDEFINED
@@ -285,7 +285,8 @@ def core_step(plan: Plan, arch: ArchRegs, pc: int, sp: int, fp: int, words: memo
     new_sp = cfa if op is None else caller(op, asp)
     op = regs.get(afp)
     new_fp = fp if op is None else caller(op, afp)
-    assert plan.ra is not None  # plan.core implies a rule for the RA column
+    if plan.ra is None:  # no rule for the RA column: the generic walker knows what that means
+        return None
     code, x, _ = plan.ra
     if code == OP_UNDEFINED:
         return ROOT_REASON

@@ -28,13 +28,12 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from qtools.qformat.elfhdr import EHDR64 as _EHDR, PHDR64 as _PHDR, PT_GNU_EH_FRAME, PT_LOAD
+
 from .objcfi import ObjectCFI
 from .regs import AARCH64, X86_64, ArchRegs
 
 TEXT_OFFSET = 0x100
-_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
-_PHDR = struct.Struct("<IIQQQQQQ")
-PT_LOAD, PT_GNU_EH_FRAME = 1, 0x6474E550
 MAX_CODE = 1 << 24
 
 _cache: dict[tuple[str, int, bytes], ObjectCFI] = {}

@@ -16,10 +16,12 @@ import mmap
 import os
 import struct
 
+from qtools.qformat.elfhdr import ElfHeader, Segment, offset_of, vaddr_of
+
 from .cfi import FdeRows, Row, CfaState, cie_state, decode_fde
 from .ehframe import (DEBUG_FRAME, EH_FRAME, Buffer, Cie, Fde, is_cie, iter_entries, parse_cie,
                       parse_fde, parse_hdr)
-from .elf import ElfInfo, Segment, offset_to_vaddr, parse_elf, sections, vaddr_to_offset
+from .elf import parse_elf, sections
 from .errors import CfiError, UnwindError
 from .regs import BY_MACHINE, ArchRegs
 from .rules import RULE_BAD, RULE_NO_CFI, Rule, compile_row
@@ -36,7 +38,7 @@ class ObjectCFI:
                  "_interned", "_compiled",
                  "fdes_decoded", "_source")
 
-    def __init__(self, data: Buffer, info: ElfInfo | None) -> None:
+    def __init__(self, data: Buffer, info: ElfHeader | None) -> None:
         self._data = data
         self._info = info
         self.arch: ArchRegs | None = BY_MACHINE.get(info.machine) if info else None
@@ -64,7 +66,7 @@ class ObjectCFI:
     def from_bytes(cls, data: Buffer) -> "ObjectCFI":
         """From the whole file's bytes (or an mmap of it). Never raises on bad content."""
         try:
-            info: ElfInfo | None = parse_elf(data)
+            info: ElfHeader | None = parse_elf(data)
         except _PARSE_ERRORS:
             info = None
         return cls(data, info)
@@ -137,7 +139,7 @@ class ObjectCFI:
 
     def vaddr_of_offset(self, offset: int) -> int | None:
         """Link-time vaddr of a file offset (from the mapping arithmetic), or None."""
-        return offset_to_vaddr(self._info.loads, offset) if self._info else None
+        return vaddr_of(self._info.loads, offset) if self._info else None
 
     def fde_at(self, vaddr: int) -> Fde | None:
         """The FDE covering vaddr, or None (no FDE, or it is corrupt)."""
@@ -204,7 +206,7 @@ class ObjectCFI:
             except _PARSE_ERRORS:
                 self._locs, self._fdes = (), ()
 
-    def _load_hdr(self, info: ElfInfo) -> None:
+    def _load_hdr(self, info: ElfHeader) -> None:
         hdr = info.eh_frame_hdr
         if hdr is None:
             return
@@ -215,14 +217,14 @@ class ObjectCFI:
             return
         if table.eh_frame is not None:
             # a hdr without table still points at .eh_frame: scan it, no section headers needed
-            start = vaddr_to_offset(info.loads, table.eh_frame)
+            start = offset_of(info.loads, table.eh_frame)
             if start is not None:
                 seg_end = next(s.offset + s.filesz for s in info.loads
                                if s.offset <= start < s.offset + s.filesz)
                 self._build_table(start, seg_end, EH_FRAME)
                 self._source = "eh_frame" if self._locs else ""
 
-    def _scan(self, info: ElfInfo) -> None:
+    def _scan(self, info: ElfHeader) -> None:
         by_name = {s.name: s for s in sections(self._data, info)}
         for name, kind in ((".eh_frame", EH_FRAME), (".debug_frame", DEBUG_FRAME)):
             sec = by_name.get(name)
@@ -271,7 +273,7 @@ class ObjectCFI:
         value = self._fdes[index]
         if self._fde_is_offset:
             return value
-        return vaddr_to_offset(self._info.loads, self._base + value) if self._info else None
+        return offset_of(self._info.loads, self._base + value) if self._info else None
 
     def _parse_fde(self, index: int) -> Fde | None:
         if index in self._parsed:

@@ -32,7 +32,6 @@ from .expr import linearize
 from .regs import ArchRegs
 
 SP_BASED, FP_BASED, GENERAL, ROOT, NO_CFI, NO_MAP, BAD = range(7)
-KIND_NAMES = ("sp", "fp", "general", "root", "no-cfi", "no-map", "bad")
 
 # how the plan finds the CFA
 CFA_REG, CFA_DEREF, CFA_EXPR = range(3)
@@ -136,10 +135,17 @@ def plan_row(row: Row, arch: ArchRegs) -> Plan:
             ra = op
         elif op[0] != OP_SAME:
             regs[reg] = op
-    core_regs = frozenset((arch.sp, arch.fp, arch.ip))
-    core = (cfa_kind != CFA_EXPR and cfa_reg in core_regs and ra is not None
-            and all(_is_core(o, core_regs) for o in (regs.get(arch.sp), regs.get(arch.fp), ra)))
+    core = (cfa_kind != CFA_EXPR and cfa_reg in (arch.sp, arch.fp, arch.ip)
+            and _core_rules(regs, ra, arch))
     return Plan(cfa_kind, cfa_reg, cfa_off, cfa_expr, regs, ra, row.ra_column, row.signal, core)
+
+
+def _core_rules(regs: dict[int, tuple[int, int, int | bytes]],
+                ra: tuple[int, int, int | bytes] | None, arch: ArchRegs) -> bool:
+    """True if the caller's SP, FP and return address need only pc, SP and FP."""
+    core_regs = frozenset((arch.sp, arch.fp, arch.ip))
+    return ra is not None and all(_is_core(o, core_regs)
+                                  for o in (regs.get(arch.sp), regs.get(arch.fp), ra))
 
 
 def compile_row(row: Row, arch: ArchRegs, ip_value: int) -> tuple[Rule, bool]:
@@ -164,7 +170,8 @@ def compile_row(row: Row, arch: ArchRegs, ip_value: int) -> tuple[Rule, bool]:
         pc_dependent = True
         # the plan must see the same reduced CFA as the fast walker
         plan = Plan(CFA_REG, base, cfa_off, None, plan.regs, plan.ra, plan.ra_column, plan.signal,
-                    plan.core or base in (arch.sp, arch.fp))
+                    plan.core or (base in (arch.sp, arch.fp)
+                                  and _core_rules(plan.regs, plan.ra, arch)))
         general = (GENERAL, 0, 0, None, plan)
     else:
         base, cfa_off = row.cfa_reg, row.cfa_offset

@@ -207,6 +207,10 @@ BAD = {
     "lone pair": ("(q:x (q:a . 1 . 2))", 1, "dotted pair"),
     "run id not a string": ("(q:info '((q:run-id . 12)))", 1, "q:run-id"),
     "huge number": ("(q:info '((q:start-time . 1" + "0" * 400 + ".0)))", 1, "range"),
+    "quote before nothing": ("(q:info\n '((q:pid . 1)) ')", 1, "quote"),
+    "backslash outside a string": ("\n(q:info '((q:comm . a\\ b)))", 2, "'\\\\'"),
+    "string between forms": ("(q:info '((q:pid . 1)))\n\"x\"", 2, "outside"),
+    "syntax error after a bad value": ("(q:x #xZZ\n [1])", 2, "'['"),
 }
 
 
@@ -218,6 +222,18 @@ def test_bad_info_raises_format_error_with_line(case):
     assert e.value.path == "x.info#0"
     assert e.value.line == line, str(e.value)
     assert words.lower() in str(e.value).lower()
+
+
+def test_string_escapes_read_as_documented():
+    (form,) = parse_forms('(q:x "a\\nb\\tc\\qd\\\\e\\"f\\\ng")')
+    assert form.args == ['a\nb\tc\\qd\\e"f\\\ng']
+
+
+def test_hostile_input_is_read_without_recursion():
+    (form,) = parse_forms("(q:x " + "'" * 200_000 + "a)")
+    assert form.args == [Symbol("a")]
+    forms = parse_forms("(q:x " + "(" * 63 + ")" * 64 + "\n" * 2)
+    assert len(forms) == 1 and forms[0].line == 1
 
 
 def test_non_utf8_is_reported_with_its_line(tmp_path):

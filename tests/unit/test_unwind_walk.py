@@ -366,3 +366,13 @@ def test_stack_as_a_memoryview_of_another_format(unwinder, image):
     as_u32 = memoryview(array.array("I", st.bytes()))
     assert unwinder.unwind(space_of(image), regs, as_u32) == want
     assert unwinder.unwind(space_of(image), regs, memoryview(st.bytes()).cast("Q")) == want
+
+
+def test_pc_dependent_cfa_without_a_return_address_rule(unwinder):
+    # A crafted CIE may leave the RA column without a rule under a PLT-style CFA
+    # expression: the fast walker hands the frame over instead of failing on it.
+    cie = CieSpec(insns=Cfa.def_cfa(RSP, 8))
+    image = build_elf(ElfSpec([FdeSpec(PLT, 0x40, Cfa.def_cfa_expression(PLT_EXPR))], cies=[cie]))
+    st = Stack(SP0, 64).put(SP0 + 8, rt(START + 0x11))
+    got = walk(unwinder, image, x86_regs(rt(PLT + 6), SP0), st.bytes())
+    assert got.frames[0] == rt(PLT + 6) and not got.complete
