@@ -25,8 +25,9 @@ from .machine import synthesize
 from .machine.host import Host
 from .machine.tasks import Process, TaskTable
 from .messages import Tally, tell
-from .sets.aggregate import MAX_STACKS, NO_KERNEL, CollectedSet, SetBook
+from .sets.aggregate import MAX_STACKS, CollectedSet, SetBook
 from .sets.checkpoint import RunInfo, write_sets
+from .sets.tally import NO_KERNEL
 from .sets.objects import KallsymsCopy, ObjectCopier
 
 MAPS_REFRESH_SECONDS = 1.0

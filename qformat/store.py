@@ -27,7 +27,7 @@ from typing import BinaryIO, Callable, Iterable, Iterator
 
 from zlib_ng import gzip_ng, zlib_ng
 
-from .copies import CopyJob, Stored, TooLarge, start_copy  # noqa: F401 (TooLarge: raised here)
+from .copies import CopyJob, Stored, start_copy
 from .errors import QFormatError
 from .names import SetName, check_plain_name, info_versions, parse_copy_name, \
     parse_name

@@ -245,14 +245,16 @@ def _listdir(directory: str) -> list[str]:
 def sets_in(directory: str, all_versions: bool = False,
             named: Callable[[SetName], bool] | None = None,
             written_since: float | None = None, objects: bool = True,
-            limits: Limits = DEFAULT_LIMITS) -> list[StoredSet]:
+            limits: Limits = DEFAULT_LIMITS,
+            known: dict[str, StoredSet] | None = None) -> list[StoredSet]:
     """Task sets of a directory: the latest version of each, or every version.
 
     A directory of a long run holds thousands, so what can be told without
     parsing is: only sets whose name passes ``named``, only `.info` files
     last written at ``written_since`` or later (a slice's end time precedes
     the write of its last `.info`), and without ``objects`` no q:object
-    forms (a listing needs none)."""
+    forms (a listing needs none). Sets in ``known`` (by path) were read
+    already: they are not read again."""
     versions = info_versions(_listdir(directory))
     out = []
     for set_name in sorted(versions):
@@ -263,6 +265,9 @@ def sets_in(directory: str, all_versions: bool = False,
             name = set_name.file("info", v)
             path = os.path.join(directory, name)
             if written_since is not None and _mtime(path) < written_since:
+                continue
+            if known is not None and path in known:
+                out.append(known[path])
                 continue
             try:
                 out.append(read_set(directory, name, set_name, limits, objects))
@@ -402,8 +407,10 @@ def pick_run(chosen: list[StoredSet], spec: str, directories: list[str], selecti
         named = (lambda n: n in names) if names is not None else selection.may_match
         return [ts for d in directories for ts in sets_in(d, True, named, since,
                                                             objects and names is not None,
-                                                            limits)
+                                                            limits, read)
                 if names is None or selection.wants(ts)]
+
+    read = {ts.path: ts for ts in chosen}  # each `.info` is parsed once
 
     known = runs.runs_of(chosen)
     run = runs.resolve(spec, known)

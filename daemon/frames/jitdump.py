@@ -78,7 +78,6 @@ class JitProcess:
     def __init__(self) -> None:
         self.maps_version = -1
         self.dump: DumpReader | None = None
-        self.dump_path: str | None = None
         self.version = 0
         self.stubs: dict[int, tuple[ObjectCFI, int] | None] = {}
         #: executable mappings without a file (where JIT code lives), from the maps
@@ -141,7 +140,6 @@ class JitTracker:
                 self._say(proc, m.obj.path, why)
             return
         st.dump = DumpReader(m.obj.path, fd, self.limit, os.fstat(fd).st_mode & 0o777)
-        st.dump_path = m.obj.path
         self._refresh(proc, st, force=True)
 
     def _refresh(self, proc: Process, st: JitProcess, force: bool = False) -> None:

@@ -10,7 +10,6 @@ machine cannot produce.
 
 from __future__ import annotations
 
-import errno
 import os
 import select
 from dataclasses import dataclass
@@ -206,10 +205,6 @@ class ReplaySource:
     @property
     def exhausted(self) -> bool:
         return not self.batches
-
-
-def is_permission_error(err: OSError) -> bool:
-    return err.errno in (errno.EACCES, errno.EPERM)
 
 
 def ring_pages(frequency: int, record_bytes: int, privileged: bool, ncpus: int) -> int:

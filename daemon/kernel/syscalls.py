@@ -8,7 +8,6 @@ import ctypes
 import ctypes.util
 import fcntl
 import os
-import struct
 
 from . import abi, arch
 
@@ -57,16 +56,6 @@ def membarrier(cmd: int) -> None:
 
 def enable(fd: int) -> None:
     fcntl.ioctl(fd, abi.IOC_ENABLE, 0)
-
-
-def disable(fd: int) -> None:
-    fcntl.ioctl(fd, abi.IOC_DISABLE, 0)
-
-
-def event_id(fd: int) -> int:
-    buf = bytearray(8)
-    fcntl.ioctl(fd, abi.IOC_ID, buf, True)
-    return int(struct.unpack("<Q", buf)[0])
 
 
 def set_parent_death_signal(signum: int) -> None:

@@ -109,9 +109,6 @@ class AddressMap:
             self._maps.insert(j, m)
             self._starts.insert(j, m.start)
 
-    def for_object(self, obj: ObjectKey) -> list[Mapping]:
-        return [m for m in self._maps if m.obj == obj]
-
 
 @dataclass(slots=True, eq=False)
 class Thread:

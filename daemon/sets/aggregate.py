@@ -36,7 +36,7 @@ from qtools.qformat import SetName, sanitize_prog
 from ..clock import SYSTEM, Clock, Stamp
 from ..machine.procfs import counters_delta
 from ..machine.tasks import Mapping, ObjectKey, Process
-from .tally import MAX_STACKS, NO_KERNEL, SampleTally  # noqa: F401 (NO_KERNEL: re-exported)
+from .tally import MAX_STACKS, SampleTally
 
 SYNTHETIC_BASE = 0x4000_0000_0000_0000  # never a user or kernel address
 MAX_PIDS = 1024

@@ -24,7 +24,8 @@ from ..clock import SYSTEM, Clock
 from ..machine import procfs
 from ..machine.tasks import Mapping
 from ..stopping import uninterrupted
-from .aggregate import NO_KERNEL, CollectedSet
+from .aggregate import CollectedSet
+from .tally import NO_KERNEL
 from .objects import ObjectCopier
 
 

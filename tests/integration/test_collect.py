@@ -206,7 +206,7 @@ def _runtime_for(lib: Path) -> Path:
     for part in ("qformat", "daemon"):
         src = importlib.import_module(f"qtools.{part}").__path__[0]
         shutil.copytree(src, lib / "qtools" / part, ignore=shutil.ignore_patterns("__pycache__"))
-    for dep in ("psutil", "sexpdata", "zlib_ng"):
+    for dep in ("psutil", "zlib_ng"):
         module = importlib.import_module(dep)
         src = Path(module.__file__)
         if src.name == "__init__.py":

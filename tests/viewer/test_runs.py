@@ -172,3 +172,25 @@ def test_run_latest_reads_no_older_version(tmp_path):
     assert code == 0 and "kernel-cpu0.info#1" in out, err
     code, out, err = run(str(q.path), "--run", OLD)
     assert code == 1 and "kernel-cpu0.info#0:1:" in err
+
+
+@pytest.mark.parametrize("spec", [OLD, "latest", "0123456789ab"])
+def test_picking_a_run_parses_each_info_once(tmp_path, monkeypatch, spec):
+    """--run reads older versions where a set's latest belongs to another
+    run; the versions already read for the selection are not read again."""
+    from qtools.viewer import load
+    q, _old, _new = _two_runs(tmp_path)
+    parsed: list[str] = []
+    real = load.read_set
+
+    def counting(directory, name, *args, **kw):
+        parsed.append(name)
+        return real(directory, name, *args, **kw)
+    monkeypatch.setattr(load, "read_set", counting)
+    selection = load.Selection()
+    chosen = load.sets_in(str(q.path))
+    try:
+        load.pick_run(chosen, spec, [str(q.path)], selection, False)
+    except Exception as e:  # the unknown run: an error naming it, after the look
+        assert spec == "0123456789ab" and "0123456789ab" in str(e)
+    assert len(parsed) == len(set(parsed)), parsed
