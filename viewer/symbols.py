@@ -482,7 +482,7 @@ class AddressSpace:
                 m = self._maps[i]
                 return Location(set_index, address, is_return, False, m.ref.name, m.copy,
                                 m.crc, m.ref.build_id, m.map.file_offset(target))
-            if self.is_kernel(target):
+            if self.is_kernel(address):  # the address recorded, not the one looked up
                 return Location(set_index, address, is_return, True, KERNEL_OBJECT,
                                 self._kallsyms, _crc_of(self._kallsyms), None, None)
         return Location(set_index, address, is_return, False, None, None, None, None, None)
@@ -495,11 +495,17 @@ class AddressSpace:
         inside the call instruction, so a call at a function's end is not
         mistaken for the next function."""
         target = address - 1 if is_return and address > 0 else address
-        loc = self._memo.get(target)
-        if loc is None:
-            if len(self._memo) >= MAX_MEMO:
-                self._memo.clear()
-            loc = self._memo[target] = self._resolve(target)
+        if target < self.kernel_start <= address:
+            # The set's lowest kernel address, a return address: kernel code
+            # (kernel or user is decided on the address recorded), named at
+            # address-1 like every return address.
+            loc = self._kernel(target)
+        else:
+            loc = self._memo.get(target)
+            if loc is None:
+                if len(self._memo) >= MAX_MEMO:
+                    self._memo.clear()
+                loc = self._memo[target] = self._resolve(target)
         if target != address and loc.start is None and loc.name.startswith("0x"):
             # Unknown: show the address as it is in the stack (perf does too).
             shown = loc.offset + (address - target)

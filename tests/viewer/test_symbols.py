@@ -317,3 +317,21 @@ def test_below_kernel_from_is_user_space(tmp_path, calls_pie):
     assert space.lookup(0xFFFF_FFFF_8100_1234).name == "do_syscall_64"
     loc = space.lookup(0xFFFF_8880_0000_0000)
     assert (loc.object, loc.kernel) == ("[unknown]", False)
+
+
+def test_the_lowest_kernel_address_as_a_return_address_is_the_kernels(tmp_path, calls_pie):
+    """q:kernel-from is the lowest kernel address the set holds: when that is
+    a return address (an interrupt entry's, in the middle of a kernel stack)
+    it is looked up at address-1, below q:kernel-from, yet it is kernel code:
+    kernel or user is decided on the address recorded."""
+    q = QBuilder(tmp_path / ".q")
+    q.load(calls_pie)
+    q.add_kallsyms(KALLSYMS)
+    name = q.task("calls", 1, 0, hist={})
+    lowest = 0xFFFF_FFFF_8100_1000  # do_syscall_64's first byte, as a return address
+    space = _space_of(q, name, "x86_64", lowest)
+    for loc in (space.lookup(lowest, is_return=True), space.lookup(lowest + 8, True)):
+        assert (loc.object, loc.kernel) == (KERNEL_OBJECT, True), loc
+    assert space.lookup(lowest, is_return=True).name == "_stext"  # the call at its end
+    assert space.locate(lowest, is_return=True).kernel
+    assert not space.locate(lowest - 1).kernel  # below it, a leaf: user space
