@@ -35,16 +35,18 @@ IN_BOTH, ONLY_NEW, ONLY_BASE = "both", "new", "gone"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group(
         "comparison",
-        "--diff BASE NEW compares two profiles (each an .info, PROG.info or a directory); "
-        "--comm, --pid, --cpu, --run, --by and the filters apply to both sides; "
-        "--since/--until window both sides unless --base-since/--base-until give BASE "
-        "its own window")
+        "--diff BASE NEW compares two profiles as perf diff and pprof -diff_base do; BASE "
+        "and NEW are each an .info, PROG.info or a directory. --comm, --pid, --cpu, --run, "
+        "--all-versions, --by, the kernel options and the filters apply to both sides; "
+        "--min-percent P leaves out the rows that changed by less than P points; "
+        "--since/--until window both sides unless --base-since or --base-until gives BASE "
+        "a window of its own")
     g.add_argument("--diff", nargs=2, metavar=("BASE", "NEW"),
-                   help="per function, the self and inclusive shares of BASE and NEW and the "
-                        "change in percentage points, largest change first; functions only "
-                        "in NEW are marked new, only in BASE gone (--format text, json or "
-                        "collapsed: 'stack base_count new_count' for difffolded.pl's "
-                        "readers, flamegraph.pl)")
+                   help="per function (--by), the self and inclusive shares of BASE and NEW "
+                        "and the change in percentage points, largest change first; "
+                        "functions only in NEW are marked new, only in BASE gone. --format "
+                        "json (docs/json.md) or collapsed ('stack base_count new_count', "
+                        "as difffolded.pl prints it for flamegraph.pl)")
     g.add_argument("--base-since", metavar="TIME",
                    help="with --diff: BASE's window starts here (then --since/--until are "
                         "NEW's only)")
@@ -146,10 +148,6 @@ class Comparison:
     absolute: bool  # ordered (and, in text, shown) by time, not by share
     has_stacks: bool  # both sides have call stacks: inclusive times mean something
     min_percent: float = 0.0
-
-    @property
-    def unit(self) -> str:
-        return self.new.profile.samples.unit
 
 
 def compare(base: Side, new: Side, absolute: bool = False,

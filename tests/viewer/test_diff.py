@@ -128,7 +128,7 @@ def test_min_percent_leaves_out_small_changes(sides):
     doc = json.loads(run("--diff", *sides, "--min-percent", "10", "--format", "json")[1])
     assert [f["name"] for f in doc["functions"]] == \
         ["leaf1", "ping", "rec", "vfs_read", "work", "do_syscall_64"]
-    assert doc["functions_left_out"] == 2 and doc["min_percent"] == 10
+    assert doc["functions_left_out"] == {"count": 2} and doc["min_percent"] == 10
     out = run("--diff", *sides, "--min-percent", "10")[1]
     assert out.endswith("... 2 more changed by less than 10 points\n")
 
@@ -222,3 +222,22 @@ def test_installed_command_diffs(sides):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["functions"][0]["name"] == "leaf1"
     assert "--diff BASE NEW" in q_view("--help").stdout
+
+
+def test_program_names_and_sides_without_stacks(tmp_path, calls_pie):
+    """PROG.info on each side; histograms alone: no inclusive times."""
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    q.task("calls", 1, 0, exe=EXE, hist={o.at("leaf1"): 3 * MS, o.at("leaf2"): 1 * MS})
+    q.task("other", 2, 0, exe=EXE, hist={o.at("leaf2"): 2 * MS, o.at("work"): 2 * MS})
+    d = q.path
+    code, out, err = run("--diff", f"{d}/calls.info", f"{d}/other.info", "--format", "json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert not doc["has_stacks"]
+    assert [(f["name"], f["status"], f["self_points"], f["inclusive_points"])
+            for f in doc["functions"]] == [
+        ("leaf1", "gone", -75.0, None), ("work", "new", 50.0, None),
+        ("leaf2", "both", 25.0, None)]
+    out = run("--diff", f"{d}/calls.info", f"{d}/other.info")[1]
+    assert "  75.00    0.00  -75.00        -       -       -  leaf1 [gone]\n" in out

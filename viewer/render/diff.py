@@ -16,7 +16,7 @@ import time
 from typing import Any, Callable, TextIO
 
 from ..diff import BASE, ONLY_BASE, ONLY_NEW, Comparison, Row, Side
-from ..model import Frame
+from ..model import Frame, printable
 from ..numfmt import DASH, si
 from . import collapsed
 from .units import legend, share_heading
@@ -58,7 +58,7 @@ def describe(side: Side) -> str:
     sel, s = side.selection, side.profile.samples
     window = [f"{word} {_when(t)}" for word, t in (("since", sel.since), ("until", sel.until))
               if t is not None]
-    where = side.input + (f" ({', '.join(window)})" if window else "")
+    where = printable(side.input) + (f" ({', '.join(window)})" if window else "")
     sets = len(s.tasks)
     return (f"{where}: {sets} task set{'s' if sets != 1 else ''}, "
             f"{si(side.profile.base)} {s.unit} of {s.event}")
@@ -151,7 +151,7 @@ def document(c: Comparison) -> dict[str, Any]:
         "by": n.by,
         "has_stacks": c.has_stacks,
         "min_percent": c.min_percent or None,
-        "functions_left_out": c.left_out,
+        "functions_left_out": {"count": c.left_out},
         BASE: _side(c.base),
         "new": _side(c.new),
         "functions": [_row(r, c.has_stacks) for r in c.rows],
