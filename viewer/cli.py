@@ -21,7 +21,7 @@ from qtools.qformat.limits import DEFAULT_LIMITS, LimitExceeded, describe_defaul
 from qtools.qformat import QFormatError
 from qtools.qformat.version import package_version
 
-from . import filters, hints, overview, processes, runs
+from . import diff, filters, hints, overview, processes, runs
 from .build import BY_CHOICES
 from .errors import UsageError, ViewError
 from .model import CallGraph, InconsistentGraph, printable
@@ -104,6 +104,7 @@ def parser() -> argparse.ArgumentParser:
                      help="redraw, like top, whenever a checkpoint lands (until Ctrl-C): "
                           "the top rows that fit the terminal; of a profile, the flat "
                           "profile unless --graph")
+    diff.add_arguments(p)
     sym = p.add_argument_group("symbols")
     sym.add_argument("--debug-root", action="append", default=[], metavar="DIR",
                      help="look for DIR/.build-id/xx/rest.debug and debuglink files here "
@@ -203,6 +204,10 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, rows: int | None = 
         raise UsageError(f"--until {args.until} is before --since {args.since}")
     run = runs.check_spec(args.run) if args.run is not None else None
     directory = default_directory(args.directory)
+    diff.check_args(args)
+    if args.diff:
+        return diff.run(args, [_locate(item, directory) for item in args.diff], selection, run,
+                        now, out, err, _Warnings(err), PROG)
     if not args.inputs and not os.path.isdir(directory):
         given_by = "-d" if args.directory else "Q_DIR" if os.environ.get("Q_DIR") else ""
         raise hints.no_directory(directory, given_by)

@@ -26,16 +26,25 @@ def _clean(frame: Frame) -> str:
     return name + "_[k]" if frame.kernel else name
 
 
-def render(profile: CallGraph, out: TextIO) -> None:
-    s = profile.samples
-    per_count = s.count_unit or 1.0
-    names = [_clean(f) for f in s.frames]
-    folded: dict[str, float] = {}
-    for stack, w in s.stacks.items():
+def folded(profile: CallGraph) -> dict[str, float]:
+    """Each distinct folded stack's weight, in the profile's unit (a count
+    is ``weight / samples.count_unit``); stacks that weigh nothing left out."""
+    names = [_clean(f) for f in profile.samples.frames]
+    stacks: dict[str, float] = {}
+    for stack, w in profile.samples.stacks.items():
         text = ";".join(names[f] for f in reversed(stack))
-        folded[text] = folded.get(text, 0.0) + w
-    for text in sorted(folded):
-        if folded[text] > 0:
-            # a stack that was sampled weighs at least 1 (a sample count
-            # estimated from the mean period may round to 0)
-            out.write(f"{text} {max(1, round(folded[text] / per_count))}\n")
+        stacks[text] = stacks.get(text, 0.0) + w
+    return {text: w for text, w in stacks.items() if w > 0}
+
+
+def count(weight: float, per_count: float) -> int:
+    """A stack that was sampled weighs at least 1 (a sample count estimated
+    from the mean period may round to 0)."""
+    return max(1, round(weight / per_count)) if weight > 0 else 0
+
+
+def render(profile: CallGraph, out: TextIO) -> None:
+    per_count = profile.samples.count_unit or 1.0
+    stacks = folded(profile)
+    for text in sorted(stacks):
+        out.write(f"{text} {count(stacks[text], per_count)}\n")

@@ -1,0 +1,244 @@
+"""``q-view --diff BASE NEW``: two profiles compared, function by function.
+
+Each side is built exactly as a report of its own is (``programs.
+select_inputs`` and ``report.call_graph``: the same ``--by``, filters and
+kernel options), each with its own time window; ``compare`` then matches
+the two call graphs' functions by frame and is pure. As ``perf diff`` and
+``pprof -diff_base -normalize`` do, the default compares shares (each
+side's times as percent of its own total, the change in percentage
+points), so a longer or busier day does not make everything look slower;
+``--absolute`` compares times in the profile's unit, as ``pprof
+-diff_base`` does without ``-normalize``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Callable, TextIO
+
+from . import runs
+from .errors import UsageError, ViewError
+from .load import Selection
+from .model import CallGraph, Frame, InconsistentGraph, printable
+from .numfmt import percent
+from .programs import select_inputs
+from .report import call_graph
+from .timewin import parse_time
+
+BASE, NEW = "base", "new"
+IN_BOTH, ONLY_NEW, ONLY_BASE = "both", "new", "gone"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "comparison",
+        "--diff BASE NEW compares two profiles as perf diff and pprof -diff_base do; BASE "
+        "and NEW are each an .info, PROG.info or a directory. --comm, --pid, --cpu, --run, "
+        "--all-versions, --by, the kernel options and the filters apply to both sides; "
+        "--min-percent P leaves out the rows that changed by less than P points; "
+        "--since/--until window both sides unless --base-since or --base-until gives BASE "
+        "a window of its own")
+    g.add_argument("--diff", nargs=2, metavar=("BASE", "NEW"),
+                   help="per function (--by), the self and inclusive shares of BASE and NEW "
+                        "and the change in percentage points, largest change first; "
+                        "functions only in NEW are marked new, only in BASE gone. --format "
+                        "json (docs/json.md) or collapsed ('stack base_count new_count', "
+                        "as difffolded.pl prints it for flamegraph.pl)")
+    g.add_argument("--base-since", metavar="TIME",
+                   help="with --diff: BASE's window starts here (then --since/--until are "
+                        "NEW's only)")
+    g.add_argument("--base-until", metavar="TIME",
+                   help="with --diff: BASE's window ends here (then --since/--until are "
+                        "NEW's only)")
+    how = g.add_mutually_exclusive_group()
+    how.add_argument("--normalize", dest="absolute", action="store_false", default=False,
+                     help="with --diff (the default): compare shares of each side's total "
+                          "(collapsed: BASE's counts scaled to NEW's total, as "
+                          "difffolded.pl -n does)")
+    how.add_argument("--absolute", dest="absolute", action="store_true",
+                     help="with --diff: compare times (counts) as they are, new - base")
+
+
+# Options that shape a single report and mean nothing for a comparison.
+_NOT_WITH_DIFF = (("flat", "--flat"), ("graph", "--graph"), ("stack_quality", "--stack-quality"),
+                  ("stacks", "--stacks"), ("overview", "--overview"), ("per_cpu", "--per-cpu"),
+                  ("watch", "--watch"))
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """UsageError for what does not go with --diff (or only goes with it)."""
+    if not args.diff:
+        for option in ("base_since", "base_until"):
+            if getattr(args, option) is not None:
+                raise UsageError(f"--{option.replace('_', '-')} goes with --diff")
+        if args.absolute:
+            raise UsageError("--absolute goes with --diff")
+        return
+    if args.inputs:
+        raise UsageError("--diff BASE NEW takes its two inputs itself; other inputs "
+                         f"({printable(args.inputs[0])}) do not go with it")
+    for attr, option in _NOT_WITH_DIFF:
+        if getattr(args, attr):
+            raise UsageError(f"{option} does not go with --diff")
+    from .render.diff import RENDERERS  # it imports this module's types
+    if args.format not in RENDERERS:
+        raise UsageError(f"--diff shows --format {', '.join(RENDERERS)}, not {args.format}")
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison: its input as given, its selection, its graph."""
+
+    label: str  # BASE or NEW
+    input: str
+    selection: Selection
+    profile: CallGraph
+
+
+@dataclass(frozen=True)
+class Row:
+    """One function (object, address: ``--by``) of either side. Times are in
+    the profile's unit, shares in percent of that side's total; a function
+    that a side does not have has 0 there."""
+
+    frame: Frame
+    status: str  # IN_BOTH, ONLY_NEW or ONLY_BASE
+    base_self: float
+    new_self: float
+    base_inclusive: float
+    new_inclusive: float
+    base_self_share: float
+    new_self_share: float
+    base_inclusive_share: float
+    new_inclusive_share: float
+
+    @property
+    def self_points(self) -> float:
+        return _change(self.base_self_share, self.new_self_share)
+
+    @property
+    def inclusive_points(self) -> float:
+        return _change(self.base_inclusive_share, self.new_inclusive_share)
+
+    @property
+    def self_change(self) -> float:
+        return _change(self.base_self, self.new_self)
+
+    @property
+    def inclusive_change(self) -> float:
+        return _change(self.base_inclusive, self.new_inclusive)
+
+
+def _change(base: float, new: float) -> float:
+    """new - base, where a difference in the last bits of two sums is none
+    (100% of one side and 99.99999999999999% of the other are the same)."""
+    change = new - base
+    return 0.0 if abs(change) <= 1e-9 * max(abs(base), abs(new)) else change
+
+
+@dataclass(frozen=True)
+class Comparison:
+    base: Side
+    new: Side
+    rows: tuple[Row, ...]  # shown, largest change first
+    left_out: int  # rows --min-percent left out
+    absolute: bool  # ordered (and, in text, shown) by time, not by share
+    has_stacks: bool  # both sides have call stacks: inclusive times mean something
+    min_percent: float = 0.0
+
+
+def compare(base: Side, new: Side, absolute: bool = False,
+            min_percent: float = 0.0) -> Comparison:
+    """The rows of two sides' call graphs, matched by frame, largest change
+    first: in percentage points of the shares, or with ``absolute`` in time.
+    ``min_percent`` leaves out the rows whose self and inclusive changes are
+    both smaller (points; with ``absolute``, percent of the base's total)."""
+    b, n = base.profile, new.profile
+    if b.samples.unit != n.samples.unit:
+        raise ViewError(f"cannot compare {b.samples.unit} (base) with {n.samples.unit} (new): "
+                        "select sets of one event on both sides")
+    has_stacks = b.has_stacks and n.has_stacks
+    b_base, n_base = b.base, n.base
+    rows = []
+    for frame in dict.fromkeys([*b.functions, *n.functions]):
+        bf, nf = b.functions.get(frame), n.functions.get(frame)
+        bs, bi = (bf.self, bf.inclusive) if bf else (0.0, 0.0)
+        ns, ni = (nf.self, nf.inclusive) if nf else (0.0, 0.0)
+        if not has_stacks:  # a leaf-only side's inclusive is only its self
+            bi, ni = bs, ns
+        in_base, in_new = bs > 0 or bi > 0, ns > 0 or ni > 0
+        if not (in_base or in_new):  # called (.edge data) but never sampled
+            continue
+        status = IN_BOTH if in_base and in_new else ONLY_NEW if in_new else ONLY_BASE
+        rows.append(Row(frame, status, bs, ns, bi, ni, percent(bs, b_base), percent(ns, n_base),
+                        percent(bi, b_base), percent(ni, n_base)))
+    size = _size(absolute, b_base)
+    rows.sort(key=lambda r: (-round(size(r.self_change, r.self_points), 9),
+                             -round(size(r.inclusive_change, r.inclusive_points), 9),
+                             r.frame.name, r.frame.object, r.frame.kernel))
+    shown = [r for r in rows if not min_percent
+             or max(size(r.self_change, r.self_points),
+                    size(r.inclusive_change, r.inclusive_points)) >= min_percent]
+    return Comparison(base, new, tuple(shown), len(rows) - len(shown), absolute, has_stacks,
+                      min_percent)
+
+
+def _size(absolute: bool, base_total: float) -> Callable[[float, float], float]:
+    """How big a change is, in percent: the points between the shares, or
+    with ``absolute`` the time changed as percent of the base's total (as
+    pprof's -diff_base percentages are)."""
+    if absolute:
+        return lambda change, _points: abs(percent(change, base_total)) if base_total \
+            else abs(change)
+    return lambda _change, points: abs(points)
+
+
+def run(args: argparse.Namespace, inputs: list[str], selection: Selection, run_id: str | None,
+        now: float, out: TextIO, err: TextIO, warn: Callable[[str], None], prog: str) -> int:
+    """Build both sides as reports, compare them, render; the exit status."""
+    from .render.diff import RENDERERS
+    base_selection = _base_selection(args, selection, now)
+    sides = []
+    for label, given, item, chosen in ((BASE, args.diff[0], inputs[0], base_selection),
+                                       (NEW, args.diff[1], inputs[1], selection)):
+        try:
+            sets = select_inputs([item], chosen, args.all_versions, run_id, args.limits)
+            line = runs.notice(runs.runs_of(sets), run_id is None and os.path.isdir(item))
+            if line:
+                err.write(f"{prog}: note: {label}: {printable(line)}\n")
+            profile = call_graph(sets, args, warn)
+        except InconsistentGraph as e:  # a bug in q-view, not in the input
+            err.write(f"{prog}: internal error: the profile does not add up: {e}\n")
+            return 3
+        except ViewError as e:
+            kind = UsageError if isinstance(e, UsageError) else ViewError
+            where = f" ({printable(given)})" if e.path is None else ""
+            raise kind(f"{label} side{where}: {e}") from None
+        sides.append(Side(label, given, chosen, profile))
+    comparison = compare(sides[0], sides[1], args.absolute, args.min_percent or 0.0)
+    RENDERERS[args.format](comparison, out)
+    return 0
+
+
+def _base_selection(args: argparse.Namespace, selection: Selection, now: float) -> Selection:
+    """BASE's selection: NEW's, with its own window where --base-since or
+    --base-until gives one (both sides' window otherwise)."""
+    if args.base_since is None and args.base_until is None:
+        return selection
+    since = _time("--base-since", args.base_since, now)
+    until = _time("--base-until", args.base_until, now)
+    if since is not None and until is not None and until < since:
+        raise UsageError(f"--base-until {args.base_until} is before --base-since "
+                         f"{args.base_since}")
+    return dataclasses.replace(selection, since=since, until=until)
+
+
+def _time(option: str, text: str | None, now: float) -> float | None:
+    try:
+        return parse_time(text, now) if text else None
+    except UsageError as e:
+        raise UsageError(f"{option}: {e}") from None
+
