@@ -2,6 +2,8 @@
 
 ``q-view --format`` offers the names of ``FORMATS`` and lists their help;
 a new output format is one module with a ``render`` and one entry here.
+Exports for other tools (pprof, otlp) are made from locations, not from the
+call graph: their entry names an ``export`` (export.py's tables -> bytes).
 """
 
 from __future__ import annotations
