@@ -55,16 +55,21 @@ def go_or_skip() -> str:
     return go
 
 
-def go_pprof_top(go: str, path: Path, home: Path) -> dict[str, float]:
-    """flat% per function, as `go tool pprof -top` prints it."""
+def go_pprof(go: str, path: Path, home: Path, *options: str) -> str:
+    """What `go tool pprof OPTIONS FILE` prints (HOME and GOCACHE: fresh ones)."""
     home.mkdir(exist_ok=True)
     env = dict(os.environ, HOME=str(home), GOCACHE=str(home / "gocache"),
                PPROF_TMPDIR=str(home), GOFLAGS="")
-    proc = subprocess.run([go, "tool", "pprof", "-top", "-nodecount=1000",
-                           str(path)], capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run([go, "tool", "pprof", *options, str(path)], capture_output=True,
+                          text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def go_pprof_top(go: str, path: Path, home: Path) -> dict[str, float]:
+    """flat% per function, as `go tool pprof -top` prints it."""
     rows: dict[str, float] = {}
-    for line in proc.stdout.splitlines():
+    for line in go_pprof(go, path, home, "-top", "-nodecount=1000").splitlines():
         m = re.match(r"\s*\S+\s+([\d.]+)%\s+[\d.]+%\s+\S+\s+[\d.]+%\s+(.+)$", line)
         if m and float(m[1]):
             rows[m[2]] = float(m[1])

@@ -33,6 +33,7 @@ from .symbols import KERNEL_OBJECT, Symbols, Warn
 
 NANOSECONDS = "nanoseconds"
 KERNEL_LIMIT = (1 << 64) - 1  # the kernel's mapping reaches the top of the address space
+INT64_MAX = (1 << 63) - 1  # sample values are int64
 UNKEPT = "[stacks not kept]"  # build.UNKEPT's frame: the collector kept no stack
 COLLECTOR = "[q-syscollect]"
 
@@ -237,7 +238,8 @@ class _Builder:
             found = space.mapping(where.address, where.is_return)
             if found is not None:
                 m, ref = found
-                mapping = self.mappings.id(Mapping(m.addr, m.addr + m.size, m.offset,
+                mapping = self.mappings.id(Mapping(m.addr, min(m.addr + m.size, KERNEL_LIMIT),
+                                                   m.offset,
                                                    printable(ref.path or ref.name),
                                                    printable(ref.build_id or "")))
         address = where.address - 1 if where.is_return and where.address > 0 else where.address
@@ -266,6 +268,8 @@ class _Builder:
             if not (math.isfinite(count) and math.isfinite(value)):
                 raise ViewError("sample weights overflow (not finite)")
             n, v = round(count), round(value)
+            if max(n, v) > INT64_MAX:
+                raise ViewError("sample weights overflow (beyond 64 bits)")
             if n or v:
                 samples.append(Sample(labels, stack, n, v))
         starts = [ts.info.task.start_time for ts in self.sets
@@ -306,4 +310,7 @@ def exported(sets: list[StoredSet], args: argparse.Namespace, warn: Warn,
         tables = build(sets, symbols, warn, kernel)
     finally:
         symbols.close()
-    return encode(tables)
+    try:
+        return encode(tables)
+    except ValueError as e:  # a number out of the schema's range: only a hostile .q has one
+        raise ViewError(f"cannot write --format {args.format}: {e}") from None

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from exports import flat_of_json, go_or_skip, go_pprof_top, pprof_flat, pprof_name, \
+from exports import flat_of_json, go_or_skip, go_pprof, go_pprof_top, pprof_flat, pprof_name, \
     pprof_profile
 from qsynth import MS, QBuilder
 from scenarios import EXE, KALLSYMS, calls_dir, run
@@ -101,6 +102,13 @@ def test_go_tool_pprof_shows_q_views_flat_profile(tmp_path, calls_pie, stripped_
     assert top.keys() == want.keys()
     for name, share in want.items():
         assert top[name] == pytest.approx(share, abs=0.011), name
+    # pprof's own reading of the mappings and labels
+    raw = go_pprof(go, out, tmp_path / "home", "-raw")
+    mappings = raw[raw.index("\nMappings\n"):]
+    # (pprof merges mappings of one build-id and size: the stripped copy is calls')
+    assert re.search(r"^\d+: 0x\w+/0xffffffffffffffff/0x0 \[kernel.kallsyms\] ", mappings,
+                     re.M), mappings
+    assert "comm:[strip] cpu:[0] host:[alpha] pid:[77]" in raw
 
 
 def test_otlp_holds_the_flat_profile(tmp_path, calls_pie, stripped_plain):

@@ -44,7 +44,8 @@ class _Attributes:
         i = self.index.get((key, value))
         if i is None:
             i = self.index[(key, value)] = len(self.d.attribute_table)
-            v = AnyValue(int_value=value) if isinstance(value, int) else AnyValue(string_value=value)
+            v = (AnyValue(int_value=value) if isinstance(value, int)
+                 else AnyValue(string_value=value))
             self.d.attribute_table.add(key_strindex=self.strings(key), value=v)
         return i
 
