@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 import time
-from typing import Sequence, TextIO
+from typing import BinaryIO, Sequence, TextIO
 
 from qtools.qformat.limits import DEFAULT_LIMITS, LimitExceeded, describe_defaults, \
     parse_limits
@@ -24,6 +24,7 @@ from qtools.qformat.version import package_version
 from . import diff, filters, hints, overview, processes, runs
 from .build import BY_CHOICES
 from .errors import UsageError, ViewError
+from .export import check_options, exported
 from .model import CallGraph, InconsistentGraph, printable
 from .load import Selection, StoredSet, default_directory
 from .programs import select_inputs
@@ -88,6 +89,9 @@ def parser() -> argparse.ArgumentParser:
                      help="what a node is: a function (default), an object, an address")
     rep.add_argument("--format", choices=list(FORMATS), default=DEFAULT_FORMAT,
                      help=formats_help())
+    rep.add_argument("-o", "--output", metavar="FILE",
+                     help="write the report to FILE rather than to standard output (pprof "
+                          "and otlp, which are binary, never go to a terminal)")
     rep.add_argument("--stacks", action="store_true",
                      help="with --format json: add the weighted stacks (docs/json.md)")
     rep.add_argument("--per-pid", action="store_true",
@@ -167,6 +171,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
         err.write(f"{PROG}: --weight {args.weight} goes with --format collapsed\n")
         return 2
     try:
+        if args.output and FORMATS[args.format].export is None:
+            with open(args.output, "w", encoding="utf-8") as to_file:
+                return _run(args, to_file, err)
         return _run(args, out, err)
     except LimitExceeded as e:
         err.write(f"{PROG}: {printable(str(e))}; raise it with --limits {e.key}=N\n")
@@ -217,6 +224,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, rows: int | None = 
                          "named is shown whatever run wrote it")
     if all(os.path.isdir(i) for i in inputs) and not (selection.active or _report_asked(args)):
         args.overview = True
+    export_to = _export_target(args, out)
     if args.watch:
         from .watch import watch
         args.watch = False
@@ -231,6 +239,10 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, rows: int | None = 
         return 0
     sets = select_inputs(inputs, selection, args.all_versions, run, args.limits)
     _note_runs(sets, run is None and any(os.path.isdir(i) for i in inputs), err)
+    encode = FORMATS[args.format].export
+    if encode is not None and export_to is not None:
+        _write(export_to, exported(sets, args, _Warnings(err), encode))
+        return 0
     try:
         profile = call_graph(sets, args, _Warnings(err))
     except InconsistentGraph as e:  # a bug in q-view, not in the input
@@ -238,6 +250,30 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, rows: int | None = 
         return 3
     _report(profile, args, out)
     return 0
+
+
+def _export_target(args: argparse.Namespace, out: TextIO) -> str | BinaryIO | None:
+    """Where a binary export goes: -o FILE, or standard output when it is
+    not a terminal (UsageError when it is); None for the other formats."""
+    if FORMATS[args.format].export is None:
+        return None
+    check_options(args)
+    if args.output:
+        return str(args.output)
+    binary = getattr(out, "buffer", None)
+    if out.isatty() or binary is None:
+        raise UsageError(f"--format {args.format} is binary: give -o FILE (or redirect "
+                         "standard output to a file or a pipe)")
+    return binary  # type: ignore[no-any-return]
+
+
+def _write(target: str | BinaryIO, data: bytes) -> None:
+    if isinstance(target, str):
+        with open(target, "wb") as f:
+            f.write(data)
+    else:
+        target.write(data)
+        target.flush()
 
 
 def _time(option: str, text: str | None, now: float) -> float | None:

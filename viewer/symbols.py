@@ -477,15 +477,25 @@ class AddressSpace:
         placements are user code."""
         target = address - 1 if is_return and address > 0 else address
         if not is_synthetic(target):
-            i = bisect_right(self._starts, target) - 1
-            if i >= 0 and target < self._maps[i].end:
-                m = self._maps[i]
+            m = self._mapping_at(target)
+            if m is not None:
                 return Location(set_index, address, is_return, False, m.ref.name, m.copy,
                                 m.crc, m.ref.build_id, m.map.file_offset(target))
             if self.is_kernel(address):  # the address recorded, not the one looked up
                 return Location(set_index, address, is_return, True, KERNEL_OBJECT,
                                 self._kallsyms, _crc_of(self._kallsyms), None, None)
         return Location(set_index, address, is_return, False, None, None, None, None, None)
+
+    def mapping(self, address: int, is_return: bool = False) -> tuple[MapRange, ObjectRef] | None:
+        """The mapping ``locate`` places ``address`` in, with its object: where
+        the object sat (start, size, file offset), as pprof's mappings say it."""
+        target = address - 1 if is_return and address > 0 else address
+        m = None if is_synthetic(target) else self._mapping_at(target)
+        return (m.map, m.ref) if m is not None else None
+
+    def _mapping_at(self, target: int) -> _Mapping | None:
+        i = bisect_right(self._starts, target) - 1
+        return self._maps[i] if i >= 0 and target < self._maps[i].end else None
 
     def is_kernel(self, address: int) -> bool:
         return address >= self.kernel_start

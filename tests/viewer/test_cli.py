@@ -252,5 +252,6 @@ def test_a_format_is_one_entry_in_the_renderer_table(tmp_path, calls_pie, monkey
         (0, "2 functions, min 5.0\n", "")
     assert run("--help")[0] == 0
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "{text,json,collapsed,dot,count}" in help_text
+    assert "{" + ",".join(render.FORMATS) + "}" in help_text
+    assert help_text.index("{text,json,collapsed,dot,") < help_text.index(",count}")
     assert "count: how many functions" in help_text

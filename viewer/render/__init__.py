@@ -2,15 +2,21 @@
 
 ``q-view --format`` offers the names of ``FORMATS`` and lists their help;
 a new output format is one module with a ``render`` and one entry here.
+Exports for other tools (pprof, otlp) are made from locations, not from the
+call graph: their entry names an ``export`` (export.py's tables -> bytes).
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
-from typing import Callable, TextIO
+from typing import TYPE_CHECKING, Callable, TextIO
 
 from ..model import CallGraph
 from . import collapsed, dot, jsonfmt, text
+
+if TYPE_CHECKING:
+    from ..export import Tables
 
 
 @dataclass(frozen=True)
@@ -25,6 +31,8 @@ class ReportOptions:
 
 
 Render = Callable[[CallGraph, TextIO, ReportOptions], None]
+# A binary export (pprof, OpenTelemetry): the tables of export.py -> the file's bytes
+Export = Callable[["Tables"], bytes]
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,22 @@ class Format:
     # --min-percent is the renderer's own (a graph's node cut-off), not
     # the rows summed by ``processors.threshold``.
     own_threshold: bool = False
+    # A profile for other tools, made from locations, not from the call
+    # graph (``render`` is not used): bytes, never to a terminal.
+    export: Export | None = None
+
+
+def _export_only(profile: CallGraph, out: TextIO, options: ReportOptions) -> None:
+    raise TypeError("an export format is written by its export, not rendered")
+
+
+def _lazy(module: str) -> Export:
+    """The encoder of render/MODULE.py, imported when used: q-view's start-up
+    does not pay for protobuf and the OpenTelemetry classes."""
+    def encode(tables: Tables) -> bytes:
+        encoded: bytes = importlib.import_module(f".{module}", __name__).encode(tables)
+        return encoded
+    return encode
 
 
 FORMATS: dict[str, Format] = {f.name: f for f in (
@@ -50,6 +74,10 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
            lambda g, out, o: collapsed.render(g, out), process_roots=True),
     Format("dot", "a Graphviz call graph",
            lambda g, out, o: dot.render(g, out, o.min_percent), own_threshold=True),
+    Format("pprof", "a gzipped pprof profile.proto, for go tool pprof, Pyroscope, Parca "
+           "(with -o FILE)", _export_only, export=_lazy("pprof")),
+    Format("otlp", "OpenTelemetry profiles (ProfilesData, v1development; with -o FILE)",
+           _export_only, export=_lazy("otlp")),
 )}
 DEFAULT_FORMAT = "text"
 

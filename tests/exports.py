@@ -1,0 +1,81 @@
+"""Reading q-view's exports back in tests: pprof and JSON flat profiles,
+`go tool pprof -top`."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import q_view
+
+
+def flat_of_json(path: str, *options: str) -> tuple[float, dict[str, float]]:
+    """q-view's flat profile: total and self per function name, in seconds."""
+    proc = q_view(path, "--format", "json", *options)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    selfs: dict[str, float] = {}
+    for f in doc["functions"]:
+        selfs[f["name"]] = selfs.get(f["name"], 0.0) + f["self"]
+    return doc["total"], {k: v for k, v in selfs.items() if v}
+
+
+def pprof_profile(path: Path):
+    from qtools.viewer.render.pprof import Profile
+    p = Profile()
+    p.ParseFromString(gzip.decompress(path.read_bytes()))
+    return p
+
+
+def pprof_flat(p) -> tuple[float, dict[str, float]]:
+    """Total and self per function name of the event value (the last sample type), in s."""
+    names = {f.id: p.string_table[f.name] for f in p.function}
+    leaf = {loc.id: names[loc.line[0].function_id] for loc in p.location}
+    selfs: dict[str, float] = {}
+    for s in p.sample:
+        name = leaf[s.location_id[0]]
+        selfs[name] = selfs.get(name, 0.0) + s.value[-1] * 1e-9
+    return sum(selfs.values()), selfs
+
+
+def go_or_skip() -> str:
+    go = shutil.which("go")
+    if go is None:
+        if os.environ.get("CI"):
+            pytest.fail("go is not installed (.ci/run installs golang-go): go tool pprof "
+                        "must read q-view's pprof files")
+        pytest.skip("go is not installed (Debian: golang-go); go tool pprof not checked")
+    return go
+
+
+def go_pprof(go: str, path: Path, home: Path, *options: str) -> str:
+    """What `go tool pprof OPTIONS FILE` prints (HOME and GOCACHE: fresh ones)."""
+    home.mkdir(exist_ok=True)
+    env = dict(os.environ, HOME=str(home), GOCACHE=str(home / "gocache"),
+               PPROF_TMPDIR=str(home), GOFLAGS="")
+    proc = subprocess.run([go, "tool", "pprof", *options, str(path)], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def go_pprof_top(go: str, path: Path, home: Path) -> dict[str, float]:
+    """flat% per function, as `go tool pprof -top` prints it."""
+    rows: dict[str, float] = {}
+    for line in go_pprof(go, path, home, "-top", "-nodecount=1000").splitlines():
+        m = re.match(r"\s*\S+\s+([\d.]+)%\s+[\d.]+%\s+\S+\s+[\d.]+%\s+(.+)$", line)
+        if m and float(m[1]):
+            rows[m[2]] = float(m[1])
+    return rows
+
+
+def pprof_name(name: str) -> str:
+    # pprof drops <...> (template arguments, to its mind) from the names it shows
+    return re.sub(r"<[^<>]*>", "", name)

@@ -1,0 +1,71 @@
+"""--format pprof and otlp of a real collection: decoded with their schemas
+they hold q-view's flat profile, and `go tool pprof -top` agrees with it."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from opentelemetry.proto.profiles.v1development import profiles_pb2 as pb
+
+from exports import flat_of_json, go_or_skip, go_pprof_top, pprof_flat, pprof_name, \
+    pprof_profile
+from tests.conftest import OWN_SETS, q_syscollect, q_view
+
+
+def test_exports_of_a_real_collection(perf, build, tmp_path):
+    """Exact comparisons: the export and the JSON report read the same files."""
+    pfan = build("p-fan")
+    q = tmp_path / "q"
+    before = time.time()
+    r = q_syscollect("-d", str(q), *OWN_SETS, "--", str(pfan), "1")
+    after = time.time()
+    assert r.returncode == 0, r.stderr
+    select = ("--comm", pfan.name)
+    want_total, want = flat_of_json(str(q), *select)
+    assert want_total > 0
+
+    pprof_file = tmp_path / "p.pb.gz"
+    proc = q_view(str(q), *select, "--format", "pprof", "-o", str(pprof_file))
+    assert proc.returncode == 0, proc.stderr
+    p = pprof_profile(pprof_file)
+    total, selfs = pprof_flat(p)
+    assert total == pytest.approx(want_total, rel=1e-6)
+    assert selfs == pytest.approx(want, rel=1e-6, abs=1e-9)
+    # the sets' span, in Unix time (a second's slack: the clocks' rounding)
+    assert before - 1 <= p.time_nanos / 1e9 <= after
+    assert 0 < p.duration_nanos / 1e9 <= after - before + 1
+    st = p.string_table
+    mappings = {m.id: m for m in p.mapping}
+    for loc in p.location:  # every address lies in its mapping
+        if loc.mapping_id:
+            m = mappings[loc.mapping_id]
+            assert m.memory_start <= loc.address < m.memory_limit or (
+                st[m.filename] == "[kernel.kallsyms]" and loc.address >= m.memory_start)
+    assert str(pfan) in {st[m.filename] for m in p.mapping}
+    labels = {(st[lb.key], st[lb.str]) for s in p.sample for lb in s.label}
+    assert ("comm", pfan.name) in labels and any(k == "pid" for k, _v in labels)
+
+    otlp_file = tmp_path / "p.otlp"
+    proc = q_view(str(q), *select, "--format", "otlp", "-o", str(otlp_file))
+    assert proc.returncode == 0, proc.stderr
+    data = pb.ProfilesData()
+    data.ParseFromString(otlp_file.read_bytes())
+    d = data.dictionary
+    event_total = 0.0
+    for rp in data.resource_profiles:
+        event = rp.scope_profiles[0].profiles[0]
+        assert d.string_table[event.sample_type.unit_strindex] == "nanoseconds"
+        event_total += sum(s.values[0] for s in event.samples) * 1e-9
+    assert event_total == pytest.approx(want_total, rel=1e-6)
+
+    go = go_or_skip()
+    top = go_pprof_top(go, pprof_file, tmp_path / "home")
+    shares = {pprof_name(n): 100 * v / want_total for n, v in want.items()}
+    # pprof -top leaves out nodes under 0.5% of the total: rows of 1% and more
+    for name, share in shares.items():
+        if share >= 1:
+            assert top.get(name) == pytest.approx(share, abs=0.011), name
+    for name, share in top.items():
+        if share >= 1:
+            assert shares.get(name) == pytest.approx(share, abs=0.011), name
