@@ -28,7 +28,8 @@ def call_graph(sets: list[StoredSet], args: argparse.Namespace, warn: Warn) -> C
     report = FORMATS[args.format]
     cache = SymbolCache(None if args.no_cache else cache_dir())
     symbols = Symbols(cache, list(args.debug_root) + debug_roots_from_env(), warn,
-                      args.limits.copy_size)
+                      args.limits.copy_size,
+                      {ts.directory: ts.store for ts in sets if ts.store and ts.store.is_archive})
     # JSON escapes control characters itself: names go to it as they are
     escape = None if report.raw_names else printable
     try:
