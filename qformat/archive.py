@@ -79,7 +79,7 @@ class _Window(io.RawIOBase):
 
     def read(self, size: int = -1) -> bytes:
         if self.max_read is not None and (size < 0 or size > self.max_read):
-            raise QFormatError(f"a header of more than {self.max_read} bytes")
+            raise QFormatError(f"a header of more than {show('info-size', self.max_read)}")
         return super().read(size) or b""
 
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
@@ -139,7 +139,8 @@ def _plain(fd: int, path: str, limits: Limits) -> tuple[int, int]:
     out = os.memfd_create("q-archive", os.MFD_CLOEXEC)
     total = 0
     try:
-        with gzip_ng.GzipFile(fileobj=os.fdopen(os.dup(fd), "rb"), mode="rb") as gz:
+        with os.fdopen(os.dup(fd), "rb") as raw, \
+                gzip_ng.GzipFile(fileobj=raw, mode="rb") as gz:
             while chunk := gz.read(CHUNK):
                 total += len(chunk)
                 if total > limits.archive_size:
@@ -168,7 +169,8 @@ def _index(archive: Archive, limits: Limits) -> None:
     seen: set[str] = set()
     count = 0
     try:
-        tar = tarfile.open(fileobj=io.BufferedReader(raw, 1 << 16), mode="r:")  # type: ignore[arg-type]
+        # unbuffered: a buffer would allocate what a forged header's size asks
+        tar = tarfile.open(fileobj=raw, mode="r:")  # type: ignore[arg-type]
         # header by header, so that a count over the limit stops the scan
         member = tar.next()
         while member is not None:
@@ -177,7 +179,7 @@ def _index(archive: Archive, limits: Limits) -> None:
                 raise exceeded(f"more than {limits.members} members", archive.path,
                                "members", limits.members)
             _add(archive, member, seen)
-            tar.members.clear()  # the index is ours: tarfile's list would only grow
+            tar.members.clear()  # type: ignore[attr-defined]  # ours is the index
             member = tar.next()
     except tarfile.TarError as e:
         raise ArchiveError(f"not a tar archive (plain or gzip-compressed): {e}",

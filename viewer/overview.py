@@ -33,6 +33,7 @@ from qtools.qformat import Limits
 
 from . import hints, runs
 from .load import Selection, SetRemoved, Source, StoredSet, label, pick_run, sets_in
+from .errors import ViewError
 from .model import printable
 from .render import overview as table
 from .render.overview import CpuRow, Row
@@ -185,9 +186,16 @@ def show(sources: list[Source], selection: Selection, run: str | None, limits: L
     column where they hold sets of several machines; with ``height``, what
     fits that many lines."""
     gathered = []
+    seen: set[str | None] = set()
     for source in sources:
-        found, height = _gather(source, selection, run, limits, note_runs, height)
+        found, height = _gather(source, selection, run, limits, note_runs, height, seen)
         gathered.append((source, found))
+    if selection.host is not None:  # only the inputs that hold the machine's sets
+        if selection.host not in seen:
+            hosts = ", ".join(sorted(h for h in seen if h)) or "none recorded"
+            raise ViewError(f"no task sets of host {selection.host}; hosts there: {hosts}",
+                            label(sources[0]) if len(sources) == 1 else None)
+        gathered = [(source, found) for source, found in gathered if found] or gathered
     hosts = {ts.host for _source, found in gathered for ts in found}
     if len(hosts) <= 1:
         for source, found in gathered:
@@ -199,10 +207,13 @@ def show(sources: list[Source], selection: Selection, run: str | None, limits: L
 
 
 def _gather(source: Source, selection: Selection, run: str | None, limits: Limits,
-            note_runs: NoteRuns, height: int | None) -> tuple[list[StoredSet], int | None]:
-    """The sets of ``source`` the overview shows, and the lines left."""
+            note_runs: NoteRuns, height: int | None,
+            hosts: set[str | None]) -> tuple[list[StoredSet], int | None]:
+    """The sets of ``source`` the overview shows, and the lines left; adds
+    the machines ``source`` holds sets of to ``hosts``."""
     found = sets_in(source, all_versions=selection.windowed,
                     written_since=selection.written_since, objects=False, limits=limits)
+    hosts.update(ts.host for ts in found)
     found = [ts for ts in found if selection.on_host(ts)]
     if selection.windowed:
         found = [ts for ts in found if selection.in_window(ts)]
@@ -218,8 +229,8 @@ def _show(directory: str, found: list[StoredSet], source: Source | None, selecti
           per_cpu: bool, as_json: bool, out: TextIO, height: int | None) -> None:
     """One overview table of ``found``, named ``directory``; ``source``: the
     one directory it came from (for the hint when it holds no sets)."""
-    groups: dict[object, list[StoredSet]] = {}
-    for ts in found:  # a set's slices in the window make one row
+    groups: dict[tuple[str | None, object], list[StoredSet]] = {}
+    for ts in found:  # a set's slices in the window make one row (of one machine)
         groups.setdefault((ts.host, ts.set_name or ts.name), []).append(ts)
     escape = _same if as_json else printable
     if per_cpu:
@@ -242,10 +253,9 @@ def _show(directory: str, found: list[StoredSet], source: Source | None, selecti
         out.write("\n")
         return
     if not rows:
-        narrowed = selection.windowed or selection.host is not None
-        if isinstance(source, str) and not narrowed and hints.sets_below(source):
+        if isinstance(source, str) and not selection.windowed and hints.sets_below(source):
             raise hints.no_sets(source)  # the user meant the directory below
-        what = f" in {selection.describe()}" if narrowed else ""
+        what = f" in {selection.describe()}" if selection.windowed else ""
         out.write(f"No task sets (*.info#N) in {directory}{what}.\n")
         return
     window = selection.describe() if selection.windowed else None

@@ -94,7 +94,10 @@ def test_overview_has_a_host_column_only_for_several_hosts(hosts):
     # one machine selected: the table of that directory, as without the other
     code, out, err = run(str(alpha), str(beta), "--host", "alpha")
     assert (code, err) == (0, "")
-    assert out == single + f"No task sets (*.info#N) in {beta} in --host alpha.\n"
+    assert out == single
+    code, out, err = run(str(alpha), str(beta), "--host", "gamma")
+    assert (code, out) == (1, "")
+    assert err == "q-view: no task sets of host gamma; hosts there: alpha, beta\n"
     doc = json.loads(run(str(alpha), str(beta), "--format", "json", "--overview")[1])
     assert sorted(r["host"] for r in doc["sets"]) == ["alpha"] * 3 + ["beta"] * 3
 
@@ -207,3 +210,27 @@ def test_too_many_members_are_refused(tmp_path):
     assert r.stderr == (f"q-view: {archive}: more than 50000 members, over the limit of 50000 "
                         "(members); raise it with --limits members=N\n")
     assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_forged_headers_and_non_archives_are_refused(hosts, tmp_path):
+    long_name = _hostile(tmp_path, hosts[0], lambda t: _member(t, ".q/" + "n" * (2 << 20)))
+    r = q_view(str(long_name))
+    assert r.returncode == 1 and r.stdout == ""
+    assert re.fullmatch(rf"q-view: {re.escape(str(long_name))}: a header of more than 1 MiB "
+                        r"after \d+ members\n", r.stderr)
+    junk = tmp_path / "junk.tar"
+    junk.write_bytes(b"not a tar\n" * 100)
+    r = q_view(str(junk))
+    assert r.returncode == 1 and r.stderr.startswith(f"q-view: {junk}: not a tar archive")
+    assert r.stderr.count("\n") == 1
+    gz = tmp_path / "junk.tar.gz"
+    gz.write_bytes(b"\x1f\x8b" + b"\0" * 100)
+    r = q_view(str(gz))
+    assert r.returncode == 1 and r.stderr.startswith(f"q-view: {gz}: corrupt gzip data")
+    assert r.stderr.count("\n") == 1
+    empty = tmp_path / "empty.tar"
+    with tarfile.open(empty, "w") as tar:
+        _member(tar, "README", data=b"hello")
+    r = q_view(str(empty), "--flat")
+    assert (r.returncode, r.stderr) == (1, f"q-view: {empty}: no task sets (*.info#N) in "
+                                           "this archive\n")

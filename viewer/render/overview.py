@@ -72,8 +72,8 @@ def _task_table(rows: list[Row]) -> tuple[list[str], list[str], list[str]]:
     extra += f" {'run':<{RUN_DIGITS}}" if several else ""
     hosts = _host_width(rows)  # a host column: several machines
     host_head = f"{'host':<{hosts}} " if hosts else ""
-    head = [f"{host_head}{'command':<{width}} {'pid':>8} {'cpu':>4} {amount_head:>8} {'%':>6}"
-            f"{extra}  file"]
+    head = [(f"{host_head}{'command':<{width}} {'pid':>8} {'cpu':>4} {amount_head:>8} "
+             f"{'%':>6}{extra}  file")]
     lines = []
     for r in ordered:
         amount = si(r.amount) + ("" if unit else f" {r.unit}")
