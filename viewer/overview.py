@@ -192,8 +192,8 @@ def show(sources: list[Source], selection: Selection, run: str | None, limits: L
         gathered.append((source, found))
     if selection.host is not None:  # only the inputs that hold the machine's sets
         if selection.host not in seen:
-            hosts = ", ".join(sorted(h for h in seen if h)) or "none recorded"
-            raise ViewError(f"no task sets of host {selection.host}; hosts there: {hosts}",
+            known = ", ".join(sorted(h for h in seen if h)) or "none recorded"
+            raise ViewError(f"no task sets of host {selection.host}; hosts there: {known}",
                             label(sources[0]) if len(sources) == 1 else None)
         gathered = [(source, found) for source, found in gathered if found] or gathered
     hosts = {ts.host for _source, found in gathered for ts in found}
