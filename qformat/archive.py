@@ -170,17 +170,17 @@ def _index(archive: Archive, limits: Limits) -> None:
     count = 0
     try:
         # unbuffered: a buffer would allocate what a forged header's size asks
-        tar = tarfile.open(fileobj=raw, mode="r:")  # type: ignore[arg-type]
-        # header by header, so that a count over the limit stops the scan
-        member = tar.next()
-        while member is not None:
-            count += 1
-            if count > limits.members:
-                raise exceeded(f"more than {limits.members} members", archive.path,
-                               "members", limits.members)
-            _add(archive, member, seen)
-            tar.members.clear()  # type: ignore[attr-defined]  # ours is the index
+        with tarfile.open(fileobj=raw, mode="r:") as tar:  # type: ignore[arg-type]
+            # header by header, so that a count over the limit stops the scan
             member = tar.next()
+            while member is not None:
+                count += 1
+                if count > limits.members:
+                    raise exceeded(f"more than {limits.members} members", archive.path,
+                                   "members", limits.members)
+                _add(archive, member, seen)
+                tar.members.clear()  # type: ignore[attr-defined]  # ours is the index
+                member = tar.next()
     except tarfile.TarError as e:
         raise ArchiveError(f"not a tar archive (plain or gzip-compressed): {e}",
                            archive.path) from None

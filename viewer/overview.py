@@ -32,8 +32,8 @@ from typing import Callable, Iterable, TextIO
 from qtools.qformat import Limits
 
 from . import hints, runs
-from .load import Selection, SetRemoved, Source, StoredSet, label, pick_run, sets_in
 from .errors import ViewError
+from .load import Selection, SetRemoved, Source, StoredSet, label, pick_run, sets_in
 from .model import printable
 from .render import overview as table
 from .render.overview import CpuRow, Row

@@ -232,5 +232,5 @@ def test_forged_headers_and_non_archives_are_refused(hosts, tmp_path):
     with tarfile.open(empty, "w") as tar:
         _member(tar, "README", data=b"hello")
     r = q_view(str(empty), "--flat")
-    assert (r.returncode, r.stderr) == (1, f"q-view: {empty}: no task sets (*.info#N) in "
-                                           "this archive\n")
+    assert (r.returncode, r.stderr) == (1, (f"q-view: {empty}: no task sets (*.info#N) in "
+                                            "this archive\n"))
