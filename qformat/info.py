@@ -402,10 +402,16 @@ def read_info(path: str | os.PathLike[str], objects: bool = True,
         raise QFormatError(f"cannot read: {e.strerror}", path) from None
     if len(data) > cap:  # grew while being read
         raise exceeded(f"more than {cap} bytes", os.fspath(path), "info-size", cap)
-    name = os.fspath(path)
+    return info_from_bytes(data, os.fspath(path), objects, limits)
+
+
+def info_from_bytes(data: bytes, name: str, objects: bool = True,
+                    limits: Limits = DEFAULT_LIMITS) -> Info:
+    """Parse an `.info` already read (at most ``limits.info_size`` bytes, which
+    the reader checked); ``name`` names it in errors."""
     try:
         return info_from_forms(parse_forms(data, name, frozenset() if objects else _OBJECT_TAGS,
-                                           max_bytes=cap))
+                                           max_bytes=limits.info_size))
     except QFormatError as e:
         raise e.located(name) from None
 

@@ -20,6 +20,11 @@ within what a workstation has:
 - ``info-size`` 16 MiB: one `.info` file (parsing costs about ten times
   its size in memory).
 - ``copy-size`` 4 GiB: one object copy whose checksum is verified.
+- ``members`` 50,000: members of one tar archive (a `.q` of a busy day holds
+  some thousands of files: a set has an `.info` and three data files per
+  version, plus one copy per object).
+- ``archive-size`` 8 GiB: one tar archive, as stored, or decompressed for a
+  `.tar.gz` (whose content is held in memory while it is read).
 """
 
 from __future__ import annotations
@@ -38,12 +43,14 @@ class Limits:
     stacks: int = 2_000_000
     info_size: int = 16 << 20
     copy_size: int = 4 << 30
+    members: int = 50_000
+    archive_size: int = 8 << 30
 
 
 DEFAULT_LIMITS = Limits()
 
-_SIZE_KEYS = frozenset({"data-size", "info-size", "copy-size"})
-_KEYS = ("data-size", "lines", "stacks", "info-size", "copy-size")
+_SIZE_KEYS = frozenset({"data-size", "info-size", "copy-size", "archive-size"})
+_KEYS = ("data-size", "lines", "stacks", "info-size", "copy-size", "members", "archive-size")
 _NUMBER = re.compile(r"(\d+(?:\.\d+)?)([kmgt]?)(i?b?)\Z", re.I)
 _POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
 

@@ -217,7 +217,8 @@ class SampleBuilder:
         tasks = [SetSummary(escape(ts.name), ts.directory, ts.comm and escape(ts.comm), ts.pid,
                             tuple(ts.info.task.pids) if ts.info.task.pids else None, ts.cpu,
                             escape(ts.command()),
-                            escape(ts.info.histogram.file) if ts.info.histogram else None)
+                            escape(ts.info.histogram.file) if ts.info.histogram else None,
+                            ts.host and escape(ts.host))
                  for ts in self.sets]
         lost = sum(ts.info.task.lost_samples or 0 for ts in self.sets)
         samples = Samples(",".join(events), units[0], granularities, self.sets[0].factor, lost,

@@ -19,6 +19,7 @@ from typing import BinaryIO, Sequence, TextIO
 from qtools.qformat.limits import DEFAULT_LIMITS, LimitExceeded, describe_defaults, \
     parse_limits
 from qtools.qformat import QFormatError
+from qtools.qformat.archive import looks_like_archive
 from qtools.qformat.version import package_version
 
 from . import diff, filters, hints, overview, processes, runs
@@ -26,7 +27,8 @@ from .build import BY_CHOICES
 from .errors import UsageError, ViewError
 from .export import check_options, exported
 from .model import CallGraph, InconsistentGraph, printable
-from .load import Selection, StoredSet, default_directory
+from .load import Selection, Source, StoredSet, close_inputs, default_directory, \
+    is_directory, open_inputs
 from .programs import select_inputs
 from .render import DEFAULT_FORMAT, FORMATS, ReportOptions, formats_help
 from .report import call_graph
@@ -43,9 +45,10 @@ def parser() -> argparse.ArgumentParser:
                "option (--flat, --graph, --format...), prints an overview of the task sets. "
                "Otherwise every selected set is merged into one profile: PROG.info means "
                "all sets of program PROG, a directory all its sets.")
-    p.add_argument("inputs", nargs="*", metavar="FILE.info[#N]|PROG.info|DIR",
+    p.add_argument("inputs", nargs="*", metavar="FILE.info[#N]|PROG.info|DIR|ARCHIVE.tar",
                    help="task sets to show (without #N: the latest version), all sets of "
-                        "a program, or directories")
+                        "a program, or directories; tar archives (.tar, .tar.gz) of .q "
+                        "directories are read in place, as directories")
     p.add_argument("-d", "--directory", metavar="DIR",
                    help="the .q directory (default: $Q_DIR, else .q): shown when no input "
                         "is given, searched for bare names")
@@ -55,6 +58,9 @@ def parser() -> argparse.ArgumentParser:
     sel.add_argument("--comm", metavar="NAME", help="sets of this command name")
     sel.add_argument("--pid", type=int, metavar="PID", help="sets of this process")
     sel.add_argument("--cpu", type=int, metavar="N", help="sets of this CPU")
+    sel.add_argument("--host", metavar="NAME",
+                     help="only sets this machine collected (its host name, q:hostname); "
+                          "the overview of several machines has a host column")
     sel.add_argument("--all-versions", action="store_true",
                      help="from directories, merge every version, not only the latest")
     sel.add_argument("--since", metavar="TIME",
@@ -120,7 +126,8 @@ def parser() -> argparse.ArgumentParser:
                    help="caps on what is read from a .q, which may come from anyone: "
                         "data-size (decompressed bytes of one data file), lines (of one "
                         "data file), stacks (distinct stacks), info-size (one .info), "
-                        "copy-size (one object copy checked); sizes take K, M, G (binary), "
+                        "copy-size (one object copy checked), members (of one tar archive), "
+                        "archive-size (one tar, decompressed); sizes take K, M, G (binary), "
                         f"counts k, M (decimal). Defaults: {describe_defaults()}")
     return p
 
@@ -205,7 +212,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, rows: int | None = 
     """Show what ``args`` ask for; ``rows``: fit the overview in that many lines."""
     now = time.time()
     selection = Selection(args.comm, args.pid, args.cpu, _time("--since", args.since, now),
-                          _time("--until", args.until, now))
+                          _time("--until", args.until, now), args.host)
     if selection.since is not None and selection.until is not None \
             and selection.until < selection.since:
         raise UsageError(f"--until {args.until} is before --since {args.since}")
@@ -218,11 +225,22 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, rows: int | None = 
     if not args.inputs and not os.path.isdir(directory):
         given_by = "-d" if args.directory else "Q_DIR" if os.environ.get("Q_DIR") else ""
         raise hints.no_directory(directory, given_by)
-    inputs = [_locate(item, directory) for item in args.inputs] or [directory]
-    if run is not None and not any(os.path.isdir(i) for i in inputs):
+    named = [_locate(item, directory) for item in args.inputs] or [directory]
+    if args.watch and any(looks_like_archive(i) for i in named):
+        raise UsageError("--watch follows directories; an archive does not change")
+    inputs = open_inputs(named, args.limits)
+    try:
+        return _show(args, inputs, selection, run, out, err, rows)
+    finally:
+        close_inputs(inputs)
+
+
+def _show(args: argparse.Namespace, inputs: list[Source], selection: Selection,
+          run: str | None, out: TextIO, err: TextIO, rows: int | None) -> int:
+    if run is not None and not any(is_directory(i) for i in inputs):
         raise UsageError("--run picks among the sets of a directory; each FILE.info "
                          "named is shown whatever run wrote it")
-    if all(os.path.isdir(i) for i in inputs) and not (selection.active or _report_asked(args)):
+    if all(is_directory(i) for i in inputs) and not (selection.active or _report_asked(args)):
         args.overview = True
     export_to = _export_target(args, out)
     if args.watch:
@@ -230,15 +248,13 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, rows: int | None = 
         args.watch = False
         if not (args.overview or args.flat or args.graph or args.stack_quality):
             args.flat = True  # what a screen holds; the call graph is one --graph away
-        return watch(inputs, lambda o, rows: _run(args, o, o, rows), out)
-    if args.overview and all(os.path.isdir(i) for i in inputs):
-        for directory in inputs:
-            overview.show(directory, selection, run, args.limits, args.per_cpu,
-                          args.format == "json", out,
-                          lambda sets, hint: _note_runs(sets, hint, err), rows)
+        return watch([i for i in inputs if isinstance(i, str)], lambda o, rows: _run(args, o, o, rows), out)
+    if args.overview and all(is_directory(i) for i in inputs):
+        overview.show(inputs, selection, run, args.limits, args.per_cpu, args.format == "json",
+                      out, lambda sets, hint: _note_runs(sets, hint, err), rows)
         return 0
     sets = select_inputs(inputs, selection, args.all_versions, run, args.limits)
-    _note_runs(sets, run is None and any(os.path.isdir(i) for i in inputs), err)
+    _note_runs(sets, run is None and any(is_directory(i) for i in inputs), err)
     encode = FORMATS[args.format].export
     if encode is not None and export_to is not None:
         _write(export_to, exported(sets, args, _Warnings(err), encode))

@@ -304,7 +304,7 @@ Encoder = Callable[[Tables], bytes]
 def exported(sets: list[StoredSet], args: argparse.Namespace, warn: Warn,
              encode: Encoder) -> bytes:
     """The selection ``args`` ask for, in the format ``encode`` writes."""
-    symbols = symbolizer(args, warn)
+    symbols = symbolizer(args, warn, sets)
     try:
         kernel = False if args.no_kernel else True if args.kernel_only else None
         tables = build(sets, symbols, warn, kernel)

@@ -1,13 +1,15 @@
 """Finding and reading task sets: names, versions, selections, data files.
 
 A task set is one `.info` file (one version) and the data files it names.
-Inputs are `.info` names (``#N`` or the latest version) and directories;
-``--comm``, ``--pid`` and ``--cpu`` select among the sets found.
+Inputs are `.info` names (``#N`` or the latest version), directories and
+tar archives of directories; each directory is read through a
+``qformat.stores.Store`` (a directory, or one inside an archive read in
+place), so nothing below knows which it has. ``--comm``, ``--pid``,
+``--cpu`` and ``--host`` select among the sets found.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import shlex
 import time
@@ -15,9 +17,11 @@ from dataclasses import dataclass
 from typing import IO, Callable, Iterator, TypeVar
 
 from qtools.qformat import DEFAULT_LIMITS, Info, Limits, MissingFile, QFormatError, SetName, \
-    Stack, data_expected, info_versions, open_in_directory, parse_name, read_edges, read_hist, \
-    read_info, read_stacks, require_complete, resolve_info, sanitize_prog
+    Stack, data_expected, info_versions, parse_name, read_edges, read_hist, \
+    read_stacks, require_complete, resolve_info, sanitize_prog
+from qtools.qformat.archive import looks_like_archive, open_archive
 from qtools.qformat.data import Arc
+from qtools.qformat.stores import DirStore, Store
 
 from . import hints, runs
 from .errors import ViewError
@@ -31,21 +35,64 @@ class SetRemoved(MissingFile):
     """A set whose `.info` was removed after it was read (a live directory)."""
 
 
+#: an input: a path (directory, `.info` or program name) or an opened store
+Source = str | Store
+
+
+def is_directory(item: Source) -> bool:
+    """A directory of sets: a directory, or one inside an archive."""
+    return isinstance(item, Store) or os.path.isdir(item)
+
+
+def label(item: Source) -> str:
+    """What messages name an input by."""
+    return item.label if isinstance(item, Store) else item
+
+
+def open_inputs(inputs: list[str], limits: Limits = DEFAULT_LIMITS) -> list[Source]:
+    """``inputs`` with each tar archive replaced by its directories' stores
+    (read in place: see ``qformat.archive``); close them with ``close_inputs``."""
+    out: list[Source] = []
+    try:
+        for item in inputs:
+            out += open_archive(item, limits) if looks_like_archive(item) else [item]
+    except BaseException:
+        close_inputs(out)
+        raise
+    return out
+
+
+def close_inputs(inputs: list[Source]) -> None:
+    for item in inputs:
+        if isinstance(item, Store):
+            item.close()
+
+
+def _store(source: Source) -> Store:
+    return source if isinstance(source, Store) else DirStore(source)
+
+
 @dataclass
 class StoredSet:
-    directory: str
+    directory: str  # where it was read: a directory, or ARCHIVE:DIR (``Store.label``)
     name: str  # the `.info` file name, with its version
     info: Info
     set_name: SetName | None  # None for a hand-named file
     limits: Limits = DEFAULT_LIMITS
     dir_id: tuple[int, int] | None = None  # the directory the `.info` was read from
+    store: Store | None = None  # None: the directory ``directory``
 
     @property
     def path(self) -> str:
-        return os.path.join(self.directory, self.name)
+        return self.data_path(self.name)
 
     def data_path(self, name: str) -> str:
-        return os.path.join(self.directory, name)
+        return self.store.path(name) if self.store else os.path.join(self.directory, name)
+
+    @property
+    def host(self) -> str | None:
+        """The machine that collected it (q:hostname)."""
+        return self.info.task.hostname
 
     @property
     def data_expected(self) -> bool:
@@ -56,13 +103,13 @@ class StoredSet:
         """A data file of this set: in the `.info`'s directory, no symlink
         (MissingFile where it is not there, SetRemoved where the `.info` has
         gone too: retention removes the `.info` first, then its data)."""
+        store = self.store or DirStore(self.directory)
         try:
-            fd, _dir = open_in_directory(self.directory, name, self.dir_id)
+            return store.open_member(name, self.dir_id)
         except MissingFile as e:
-            if not os.path.lexists(self.path):
+            if not store.exists(self.name):
                 raise SetRemoved("removed while being read", self.path) from None
             raise e
-        return os.fdopen(fd, "rb")
 
     @property
     def factor(self) -> float:
@@ -171,15 +218,14 @@ def _closing(f: IO[bytes], records: Iterator[_T]) -> Iterator[_T]:
         yield from records
 
 
-def read_set(directory: str, name: str, set_name: SetName | None, limits: Limits,
+def read_set(source: Source, name: str, set_name: SetName | None, limits: Limits,
              objects: bool = True) -> StoredSet:
-    """The task set of the `.info` ``name`` in ``directory``: no symlink, within
+    """The task set of the `.info` ``name`` in ``source``: no symlink, within
     ``limits``, whole (an empty or cut `.info` is an error, not an empty set)."""
-    fd, dir_id = open_in_directory(directory, name)
-    path = os.path.join(directory, name)
-    info = read_info(path, objects, limits, fd=fd)
-    require_complete(info, path)
-    return StoredSet(directory, name, info, set_name, limits, dir_id)
+    store = _store(source)
+    info, dir_id = store.read_info(name, objects, limits)
+    require_complete(info, store.path(name))
+    return StoredSet(store.label, name, info, set_name, limits, dir_id, store)
 
 
 def default_directory(explicit: str | None) -> str:
@@ -228,13 +274,6 @@ def _set_name(name: str) -> SetName | None:
         return None
 
 
-def _mtime(path: str) -> float:
-    try:
-        return os.stat(path).st_mtime
-    except OSError:
-        return math.inf  # let read_info say what is wrong with it
-
-
 def _listdir(directory: str) -> list[str]:
     try:
         return os.listdir(directory)
@@ -242,7 +281,7 @@ def _listdir(directory: str) -> list[str]:
         raise ViewError(f"cannot list directory: {e.strerror}", directory) from None
 
 
-def sets_in(directory: str, all_versions: bool = False,
+def sets_in(source: Source, all_versions: bool = False,
             named: Callable[[SetName], bool] | None = None,
             written_since: float | None = None, objects: bool = True,
             limits: Limits = DEFAULT_LIMITS,
@@ -255,7 +294,8 @@ def sets_in(directory: str, all_versions: bool = False,
     the write of its last `.info`), and without ``objects`` no q:object
     forms (a listing needs none). Sets in ``known`` (by path) were read
     already: they are not read again."""
-    versions = info_versions(_listdir(directory))
+    store = _store(source)
+    versions = info_versions(store.names() if isinstance(source, Store) else _listdir(source))
     out = []
     for set_name in sorted(versions):
         if named is not None and not named(set_name):
@@ -263,14 +303,13 @@ def sets_in(directory: str, all_versions: bool = False,
         chosen = sorted(versions[set_name]) if all_versions else [max(versions[set_name])]
         for v in chosen:
             name = set_name.file("info", v)
-            path = os.path.join(directory, name)
-            if written_since is not None and _mtime(path) < written_since:
+            if written_since is not None and store.mtime(name) < written_since:
                 continue
-            if known is not None and path in known:
-                out.append(known[path])
+            if known is not None and store.path(name) in known:
+                out.append(known[store.path(name)])
                 continue
             try:
-                out.append(read_set(directory, name, set_name, limits, objects))
+                out.append(read_set(store, name, set_name, limits, objects))
             except MissingFile:
                 continue  # removed since the listing (retention): not damage
     return out
@@ -283,6 +322,7 @@ class Selection:
     cpu: int | None = None
     since: float | None = None  # Unix seconds: only slices that overlap [since, until]
     until: float | None = None
+    host: str | None = None  # only sets this machine collected (q:hostname)
 
     @property
     def active(self) -> bool:
@@ -312,7 +352,12 @@ class Selection:
     def wants(self, ts: StoredSet) -> bool:
         return self.matches(ts) and self.in_window(ts)
 
+    def on_host(self, ts: StoredSet) -> bool:
+        return self.host is None or ts.host == self.host
+
     def matches(self, ts: StoredSet) -> bool:
+        if not self.on_host(ts):
+            return False
         if self.comm is not None:
             names = {ts.comm, ts.set_name.prog if ts.set_name else None}
             if self.comm not in names and sanitize_prog(self.comm) not in names:
@@ -328,6 +373,7 @@ class Selection:
         parts = [f"--comm {self.comm}" if self.comm is not None else "",
                  f"--pid {self.pid}" if self.pid is not None else "",
                  f"--cpu {self.cpu}" if self.cpu is not None else "",
+                 f"--host {self.host}" if self.host is not None else "",
                  f"--since {_when(self.since)}" if self.since is not None else "",
                  f"--until {_when(self.until)}" if self.until is not None else ""]
         return " ".join(p for p in parts if p) or "the selection"
@@ -347,7 +393,7 @@ def versions_of(path: str, limits: Limits = DEFAULT_LIMITS) -> list[StoredSet]:
                    limits=limits) or [open_info(path, limits)]
 
 
-def select(inputs: list[str], selection: Selection, all_versions: bool,
+def select(inputs: list[Source], selection: Selection, all_versions: bool,
            run: str | None = None, limits: Limits = DEFAULT_LIMITS) -> list[StoredSet]:
     """Task sets named by ``inputs`` (files or directories) that match ``selection``.
 
@@ -357,16 +403,18 @@ def select(inputs: list[str], selection: Selection, all_versions: bool,
     explicitly are taken whatever run wrote them.
     """
     every = all_versions or selection.windowed
-    directories = [item for item in inputs if os.path.isdir(item)]
+    directories = [item for item in inputs if is_directory(item)]
     found: list[StoredSet] = []
     named: list[StoredSet] = []
     for item in inputs:
         if item in directories:
             sets = sets_in(item, every, selection.may_match, selection.written_since,
                            limits=limits)
-            if not sets and not info_versions(_listdir(item)):
+            if not sets and isinstance(item, str) and not info_versions(_listdir(item)):
                 raise hints.no_sets(item)
             found += sets
+        elif isinstance(item, Store):
+            continue  # for mypy: a store is a directory
         elif selection.windowed and "#" not in os.path.basename(item):
             named += versions_of(item, limits)
         else:
@@ -388,7 +436,7 @@ def select(inputs: list[str], selection: Selection, all_versions: bool,
     return unique
 
 
-def pick_run(chosen: list[StoredSet], spec: str, directories: list[str], selection: Selection,
+def pick_run(chosen: list[StoredSet], spec: str, directories: list[Source], selection: Selection,
              every: bool, objects: bool = True,
              limits: Limits = DEFAULT_LIMITS) -> list[StoredSet]:
     """The sets of the run ``spec`` names among ``chosen`` (sets of
@@ -418,13 +466,15 @@ def pick_run(chosen: list[StoredSet], spec: str, directories: list[str], selecti
         known = runs.runs_of(reread(None, None))
         run = runs.resolve(spec, known)
     if run is None:
-        raise runs.no_such_run(spec, known, directories[0] if len(directories) == 1 else None)
+        raise runs.no_such_run(spec, known,
+                               label(directories[0]) if len(directories) == 1 else None)
     return runs.of_run(chosen, run, reread, every)
 
 
-def _nothing_matches(selection: Selection, run: str | None, inputs: list[str],
+def _nothing_matches(selection: Selection, run: str | None, inputs: list[Source],
                      candidates: list[StoredSet]) -> ViewError:
-    what = selection.describe() if selection.active or selection.windowed else ""
+    narrowed = selection.active or selection.windowed or selection.host is not None
+    what = selection.describe() if narrowed else ""
     if run is not None:
         what = f"{what} --run {run}".strip()
     near = ""
@@ -432,5 +482,8 @@ def _nothing_matches(selection: Selection, run: str | None, inputs: list[str],
         names = [n for ts in candidates
                  for n in (ts.comm, ts.set_name.prog if ts.set_name else None) if n]
         near = hints.nearest(selection.comm, names)
+    if selection.host is not None:
+        hosts = sorted({ts.host for ts in candidates if ts.host})
+        near = near or (f"; hosts there: {', '.join(hosts)}" if hosts else "")
     return ViewError(f"no task set matches {what or 'the selection'}{near}",
-                     inputs[0] if len(inputs) == 1 else None)
+                     label(inputs[0]) if len(inputs) == 1 else None)

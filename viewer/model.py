@@ -83,6 +83,7 @@ class SetSummary:
     cpu: int | None
     command: str  # what the `Command:` line shows
     hist_file: str | None
+    host: str | None = None  # the machine that collected it (q:hostname)
 
 
 @dataclass

@@ -1,5 +1,8 @@
 """``q-view DIR``: the overview of a directory's task sets, then its CPUs.
 
+Several directories or archives of one machine make a table each; of
+several machines (q:hostname), one table with a host column.
+
 One row per process, CPUs merged, idle apart (or with ``--per-cpu`` one
 row per set); the CPU table from the kernel sets' CPU counters.
 ``render.overview`` lays them out, or they go out as JSON.
@@ -29,7 +32,8 @@ from typing import Callable, Iterable, TextIO
 from qtools.qformat import Limits
 
 from . import hints, runs
-from .load import Selection, SetRemoved, StoredSet, pick_run, sets_in
+from .errors import ViewError
+from .load import Selection, SetRemoved, Source, StoredSet, label, pick_run, sets_in
 from .model import printable
 from .render import overview as table
 from .render.overview import CpuRow, Row
@@ -52,11 +56,11 @@ def kernel_only_run(ts: StoredSet) -> bool:
 
 
 def process_key(ts: StoredSet) -> tuple[object, ...]:
-    """Sets with the same key make one row."""
+    """Sets with the same key make one row (of one machine)."""
     if ts.is_kernel:
-        return (KERNEL,)
+        return (ts.host, KERNEL)
     prog = ts.set_name.prog if ts.set_name else ts.name
-    return (prog, ts.pid)  # pid None: the program's aggregates, all CPUs
+    return (ts.host, prog, ts.pid)  # pid None: the program's aggregates, all CPUs
 
 
 def idle_weight(ts: StoredSet) -> float | None:
@@ -84,7 +88,7 @@ def process_rows(found: Iterable[StoredSet], escape: Callable[[str], str] = prin
             rows.append(_process_row(group, default, escape))
         except SetRemoved:
             continue  # retention removed a set while the overview was being read
-    return [r for row in rows for r in _split_idle(row, groups.get((KERNEL,), []))]
+    return [r for row in rows for r in _split_idle(row, groups.get((row.host, KERNEL), []))]
 
 
 def _split_idle(row: Row, kernel_sets: list[StoredSet]) -> list[Row]:
@@ -115,13 +119,14 @@ def _process_row(group: list[StoredSet], default_unit: str | None = None,
     slices = max(len(v) for v in by_set.values())
     amount = sum(t.total() for t in group)
     unit = next((t.unit for t in group if t.info.histogram), default_unit or latest.unit)
+    host = latest.host and escape(latest.host)
     if latest.is_kernel:
         return label_kernel(Row(KERNEL, "-", cpu if cpus else "-", amount, unit, file,
-                                slices, {}, run_ids), group)
+                                slices, {}, run_ids, host), group)
     pids = {p for t in group for p in (t.info.task.pids or [])}
     pid = str(latest.pid) if latest.pid is not None else (f"{len(pids)} pids" if pids else "-")
     return Row(escape(latest.comm or latest.name), pid, cpu if cpus else "-", amount,
-               unit, file, slices, process_stats(list(by_set.values())), run_ids)
+               unit, file, slices, process_stats(list(by_set.values())), run_ids, host)
 
 
 def label_kernel(row: Row, group: list[StoredSet]) -> Row:
@@ -174,22 +179,59 @@ def idle_seconds(found: Iterable[StoredSet]) -> dict[int, float]:
 NoteRuns = Callable[[list[StoredSet], bool], bool]
 
 
-def show(directory: str, selection: Selection, run: str | None, limits: Limits,
+def show(sources: list[Source], selection: Selection, run: str | None, limits: Limits,
          per_cpu: bool, as_json: bool, out: TextIO, note_runs: NoteRuns,
          height: int | None = None) -> None:
-    """The overview of ``directory``; with ``height``, what fits that many lines."""
-    found = sets_in(directory, all_versions=selection.windowed,
+    """The overview of ``sources``: a table each, or one table with a host
+    column where they hold sets of several machines; with ``height``, what
+    fits that many lines."""
+    gathered = []
+    seen: set[str | None] = set()
+    for source in sources:
+        found, height = _gather(source, selection, run, limits, note_runs, height, seen)
+        gathered.append((source, found))
+    if selection.host is not None:  # only the inputs that hold the machine's sets
+        if selection.host not in seen:
+            known = ", ".join(sorted(h for h in seen if h)) or "none recorded"
+            raise ViewError(f"no task sets of host {selection.host}; hosts there: {known}",
+                            label(sources[0]) if len(sources) == 1 else None)
+        gathered = [(source, found) for source, found in gathered if found] or gathered
+    hosts = {ts.host for _source, found in gathered for ts in found}
+    if len(hosts) <= 1:
+        for source, found in gathered:
+            _show(label(source), found, source, selection, per_cpu, as_json, out, height)
+        return
+    every = [ts for _source, found in gathered for ts in found]
+    _show(", ".join(label(s) for s, _found in gathered), every, None, selection, per_cpu,
+          as_json, out, height)
+
+
+def _gather(source: Source, selection: Selection, run: str | None, limits: Limits,
+            note_runs: NoteRuns, height: int | None,
+            hosts: set[str | None]) -> tuple[list[StoredSet], int | None]:
+    """The sets of ``source`` the overview shows, and the lines left; adds
+    the machines ``source`` holds sets of to ``hosts``."""
+    found = sets_in(source, all_versions=selection.windowed,
                     written_since=selection.written_since, objects=False, limits=limits)
+    hosts.update(ts.host for ts in found)
+    found = [ts for ts in found if selection.on_host(ts)]
     if selection.windowed:
         found = [ts for ts in found if selection.in_window(ts)]
     if run is not None and found:
-        found = pick_run(found, run, [directory], selection, selection.windowed, objects=False,
+        found = pick_run(found, run, [source], selection, selection.windowed, objects=False,
                          limits=limits)
     elif note_runs(found, True) and height is not None:
         height -= 1  # in --watch the note is on the screen
-    groups: dict[object, list[StoredSet]] = {}
-    for ts in found:  # a set's slices in the window make one row
-        groups.setdefault(ts.set_name or ts.name, []).append(ts)
+    return found, height
+
+
+def _show(directory: str, found: list[StoredSet], source: Source | None, selection: Selection,
+          per_cpu: bool, as_json: bool, out: TextIO, height: int | None) -> None:
+    """One overview table of ``found``, named ``directory``; ``source``: the
+    one directory it came from (for the hint when it holds no sets)."""
+    groups: dict[tuple[str | None, object], list[StoredSet]] = {}
+    for ts in found:  # a set's slices in the window make one row (of one machine)
+        groups.setdefault((ts.host, ts.set_name or ts.name), []).append(ts)
     escape = _same if as_json else printable
     if per_cpu:
         rows = []
@@ -200,17 +242,19 @@ def show(directory: str, selection: Selection, run: str | None, limits: Limits,
                 continue  # retention removed it while the overview was being read
     else:
         rows = process_rows(found, escape)
-    idle = idle_seconds(found)
-    cpus = [c for group in groups.values() if group[-1].is_kernel
-            if (c := cpu_row(group, idle)) is not None]
+    cpus = []
+    for host in dict.fromkeys(ts.host for ts in found):
+        idle = idle_seconds(ts for ts in found if ts.host == host)
+        cpus += [c for key, group in groups.items() if key[0] == host and group[-1].is_kernel
+                 if (c := cpu_row(group, idle)) is not None]
     if as_json:
         json.dump({"directory": directory, "sets": [r.__dict__ for r in rows],
                    "cpus": [c.__dict__ for c in cpus]}, out, indent=1)
         out.write("\n")
         return
     if not rows:
-        if not selection.windowed and hints.sets_below(directory):
-            raise hints.no_sets(directory)  # the user meant the directory below
+        if isinstance(source, str) and not selection.windowed and hints.sets_below(source):
+            raise hints.no_sets(source)  # the user meant the directory below
         what = f" in {selection.describe()}" if selection.windowed else ""
         out.write(f"No task sets (*.info#N) in {directory}{what}.\n")
         return
@@ -236,8 +280,8 @@ def set_row(group: list[StoredSet], escape: Callable[[str], str]) -> Row:
                 stats[name] = stats.get(name, 0) + value
     run_ids = list(dict.fromkeys(runs.run_of(t).id for t in group))
     return Row(escape(ts.comm or ts.name), pid, cpu, sum(t.total() for t in group),
-                        ts.unit, escape(ts.name), len(group), stats,
-                        [escape(r) if r else None for r in run_ids])
+               ts.unit, escape(ts.name), len(group), stats,
+               [escape(r) if r else None for r in run_ids], ts.host and escape(ts.host))
 
 
 def cpu_row(group: list[StoredSet], idle: dict[int, float]) -> CpuRow | None:
@@ -256,4 +300,4 @@ def cpu_row(group: list[StoredSet], idle: dict[int, float]) -> CpuRow | None:
         return None
     cpu = group[-1].cpu
     idle_share = idle[cpu] / seconds if seconds and cpu in idle else None
-    return CpuRow(cpu, busy / seconds if seconds else None, mhz, idle_share)
+    return CpuRow(cpu, busy / seconds if seconds else None, mhz, idle_share, group[-1].host)

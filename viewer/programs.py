@@ -16,7 +16,7 @@ from qtools.qformat import QFormatError, info_versions, parse_name
 from qtools.qformat.limits import DEFAULT_LIMITS, Limits
 
 from .errors import ViewError
-from .load import Selection, StoredSet, select
+from .load import Selection, Source, StoredSet, select
 
 MAX_LISTED = 40  # programs named in the error message
 
@@ -48,15 +48,16 @@ def programs_in(directory: str) -> list[str]:
     return sorted({n.prog for n in names})
 
 
-def select_inputs(inputs: list[str], selection: Selection, all_versions: bool,
+def select_inputs(inputs: list[Source], selection: Selection, all_versions: bool,
                   run: str | None = None, limits: Limits = DEFAULT_LIMITS) -> list[StoredSet]:
     """``load.select`` where some inputs may be program names (which, like
     directories, ``run`` narrows to one run of q-syscollect)."""
-    programs = [(item, program_of(item)) for item in inputs]
+    programs = [(item, program_of(item) if isinstance(item, str) else None)
+                for item in inputs]
     plain = [item for item, prog in programs if prog is None]
     chosen = select(plain, selection, all_versions, run, limits) if plain else []
     for item, prog in programs:
-        if prog is not None:
+        if prog is not None and isinstance(item, str):
             chosen += _program_sets(item, prog[0], prog[1], selection, all_versions, run,
                                     limits)
     # A set without a histogram holds no samples (a version just claimed, a

@@ -22,18 +22,21 @@ from .symbols import Symbols, Warn, debug_roots_from_env
 from .symcache import SymbolCache, cache_dir
 
 
-def symbolizer(args: argparse.Namespace, warn: Warn) -> Symbols:
-    """The one symbolizer of a run, as ``args`` set it up (close it after)."""
+def symbolizer(args: argparse.Namespace, warn: Warn, sets: list[StoredSet]) -> Symbols:
+    """The one symbolizer of a run, as ``args`` set it up (close it after);
+    the object copies of ``sets`` read from archives are opened through
+    their archive."""
     cache = SymbolCache(None if args.no_cache else cache_dir())
     return Symbols(cache, list(args.debug_root) + debug_roots_from_env(), warn,
-                   args.limits.copy_size)
+                   args.limits.copy_size,
+                   {ts.directory: ts.store for ts in sets if ts.store and ts.store.is_archive})
 
 
 def call_graph(sets: list[StoredSet], args: argparse.Namespace, warn: Warn) -> CallGraph:
     """The checked call graph of ``sets`` for the report ``args`` ask for
     (model.InconsistentGraph where its sums do not hold: a bug)."""
     report = FORMATS[args.format]
-    symbols = symbolizer(args, warn)
+    symbols = symbolizer(args, warn, sets)
     # JSON escapes control characters itself: names go to it as they are
     escape = None if report.raw_names else printable
     try:

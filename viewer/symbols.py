@@ -28,6 +28,7 @@ from qtools.qformat import Info, MapRange, ObjectRef, QDir, check_plain_name, op
 from qtools.qformat.arch import kernel_start
 from qtools.qformat.errors import QFormatError
 from qtools.qformat.jitdump import is_synthetic
+from qtools.qformat.stores import Store
 
 from .demangle import demangle
 from .jitnames import JitNames, load_jitdump
@@ -93,7 +94,7 @@ class Symbols:
     """Loads symbol sources for a whole run; each copy once."""
 
     def __init__(self, cache: SymbolCache, debug_roots: list[str], warn: Warn,
-                 max_copy: int | None = None) -> None:
+                 max_copy: int | None = None, stores: dict[str, Store] | None = None) -> None:
         self.cache = cache
         self.max_copy = max_copy  # bytes of one copy checksummed (--limits copy-size)
         self.debug_roots = debug_roots
@@ -105,6 +106,7 @@ class Symbols:
         self._digests: dict[tuple[object, ...], str] = {}
         self._jitdumps: dict[tuple[str, str], JitNames | None] = {}
         self._qdirs: dict[str, QDir] = {}
+        self.stores = stores or {}  # by label: directories inside archives (their owner closes them)
 
     def close(self) -> None:
         for q in self._qdirs.values():
@@ -113,7 +115,9 @@ class Symbols:
 
     # ------------------------------------------------------------ copies
 
-    def _qdir(self, directory: str) -> QDir:
+    def _qdir(self, directory: str) -> QDir | Store:
+        if directory in self.stores:
+            return self.stores[directory]
         q = self._qdirs.get(directory)
         if q is None:
             q = self._qdirs[directory] = QDir.open(directory or ".", reader=True)
@@ -158,7 +162,8 @@ class Symbols:
     # ------------------------------------------------------------ ELF objects
 
     def object(self, directory: str, ref: ObjectRef, copy: str | None) -> LoadedObject | None:
-        key = (directory, copy or f"<{ref.name}:{ref.build_id}>")
+        key = _content_key(directory, copy) if copy \
+            else (directory, f"<{ref.name}:{ref.build_id}>")
         if key not in self._objects:
             loaded = self._objects[key] = self._load_object(directory, ref, copy)
             if loaded is None and copy is None:
@@ -273,7 +278,7 @@ class Symbols:
     def roots(self, directory: str, copy: str) -> SymbolTable | None:
         """Where stacks end in the object ``copy`` (fde.read_root_ranges); None
         where there is no trustworthy copy to read them from."""
-        key = (directory, copy)
+        key = _content_key(directory, copy)
         if key not in self._roots:
             self._roots[key] = None
             with self._verified(directory, copy) as source:
@@ -289,7 +294,7 @@ class Symbols:
     # ------------------------------------------------------------ kallsyms, perf maps
 
     def kallsyms(self, directory: str, copy: str) -> Kallsyms | None:
-        key = (directory, copy)
+        key = _content_key(directory, copy)
         if key not in self._kallsyms:
             self._kallsyms[key] = None
             with self._verified(directory, copy) as source:
@@ -353,7 +358,7 @@ class Symbols:
         return Kallsyms(table, by_start, False)
 
     def perf_map(self, directory: str, copy: str) -> SymbolTable | None:
-        key = (directory, copy)
+        key = _content_key(directory, copy)
         if key not in self._perf_maps:
             self._perf_maps[key] = None
             with self._verified(directory, copy) as source:
@@ -384,7 +389,7 @@ class Symbols:
         return SymbolTable.build(raw)
 
     def jitdump(self, directory: str, copy: str) -> JitNames | None:
-        key = (directory, copy)
+        key = _content_key(directory, copy)
         if key not in self._jitdumps:
             self._jitdumps[key] = None
             with self._verified(directory, copy) as source:
@@ -428,6 +433,15 @@ def _crc_matches(path: str, expected: int) -> bool:
     except OSError:
         return False
     return crc == expected
+
+
+def _content_key(directory: str, copy: str) -> tuple[str, str]:
+    """What a loaded copy is remembered by. A copy named by its content
+    (``.NAME.crc32.XXXXXXXX``) is read once whichever directory, archive or
+    host holds it: the inputs of one profile are trusted alike, and the
+    symbol cache is keyed by a SHA-256 of the content anyway. Other names
+    (hand-made files) are per directory."""
+    return ("", copy) if _crc_of(copy) is not None else (directory, copy)
 
 
 class _Mapping(NamedTuple):

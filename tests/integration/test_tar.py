@@ -1,5 +1,6 @@
 """`tar chf q.tar .q` is a complete, portable profile: unpacked elsewhere,
-with the profiled program gone, q-view shows the same profile."""
+with the profiled program gone, or read in place, q-view shows the same
+profile."""
 
 from __future__ import annotations
 
@@ -52,3 +53,5 @@ def test_tarred_q_views_the_same_elsewhere(perf, build, tmp_path, mode):
         tar.extractall(there, filter="data")
     after = _profile(there / ".q", pfan.name)
     assert after == before
+    # read in place, not unpacked: the same profile
+    assert _profile(here / "q.tar", pfan.name) == before

@@ -55,7 +55,7 @@ def document(profile: CallGraph, with_stacks: bool = False) -> dict[str, Any]:
         "has_stacks": stacks,
         "tasks": [{"comm": t.comm, "pid": t.pid, "cpu": t.cpu, "file": t.file,
                    "pids": list(t.pids) if t.pids else None, "directory": t.directory,
-                   "command": t.command} for t in s.tasks],
+                   "command": t.command, "host": t.host} for t in s.tasks],
         "functions": [{"name": f.frame.name, "object": f.frame.object, "self": _num(f.self),
                        "inclusive": _num(f.inclusive) if stacks else None,
                        "calls": _num(f.calls), "recursive_calls": _num(f.recursive_calls),

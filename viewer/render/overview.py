@@ -20,6 +20,7 @@ class Row:
     slices: int = 1
     stats: dict[str, float] = field(default_factory=dict)  # q:task-stats, summed
     runs: list[str | None] = field(default_factory=list)  # run ids of the slices (None: unknown)
+    host: str | None = None  # q:hostname of the machine that collected it
 
 
 @dataclass
@@ -28,6 +29,7 @@ class CpuRow:
     busy: float | None  # share of the time the CPU was not idle
     mhz: float | None
     idle: float | None = None  # share of its time sampled in the idle task (pid 0)
+    host: str | None = None
 
 
 RUN_DIGITS = 8  # of a run id in the run column: a prefix --run takes
@@ -43,13 +45,15 @@ def render(rows: list[Row], directory: str, out: TextIO, cpus: list[CpuRow] | No
     what = f"slices {window}" if window else "latest version of each"
     head, lines, foot = _task_table(rows)
     head.insert(0, f"Task sets in {directory} ({what}; % of all samples listed):")
-    cpu_lines = [_cpu_line(c) for c in sorted(cpus or [], key=lambda c: c.cpu)]
+    hosts = _host_width(rows)
+    cpu_lines = [_cpu_line(c, hosts) for c in sorted(cpus or [], key=lambda c: (c.host or "", c.cpu))]
     if height is not None:
         room = height - len(head) - len(foot) - (2 if cpu_lines else 0)
         task_room, cpu_room = share([len(lines), len(cpu_lines)], room)
         lines = cut(lines, max(1, task_room), "task sets")
         cpu_lines = cut(cpu_lines, cpu_room, "CPUs")
-    cpu_head = ["", " cpu    busy    idle      MHz"] if cpu_lines else []
+    host_head = f"{'host':<{hosts}} " if hosts else ""
+    cpu_head = ["", host_head + " cpu    busy    idle      MHz"] if cpu_lines else []
     for line in head + lines + foot + cpu_head + cpu_lines:
         out.write(line + "\n")
 
@@ -66,7 +70,10 @@ def _task_table(rows: list[Row]) -> tuple[list[str], list[str], list[str]]:
     extra = "".join(f" {label:>7}" for _key, label in stats)
     several = len({run for r in rows for run in r.runs}) > 1  # a run column: several runs
     extra += f" {'run':<{RUN_DIGITS}}" if several else ""
-    head = [f"{'command':<{width}} {'pid':>8} {'cpu':>4} {amount_head:>8} {'%':>6}{extra}  file"]
+    hosts = _host_width(rows)  # a host column: several machines
+    host_head = f"{'host':<{hosts}} " if hosts else ""
+    head = [(f"{host_head}{'command':<{width}} {'pid':>8} {'cpu':>4} {amount_head:>8} "
+             f"{'%':>6}{extra}  file")]
     lines = []
     for r in ordered:
         amount = si(r.amount) + ("" if unit else f" {r.unit}")
@@ -75,11 +82,18 @@ def _task_table(rows: list[Row]) -> tuple[list[str], list[str], list[str]]:
                          for key, _label in stats)
         values += f" {_run(r.runs):<{RUN_DIGITS}}" if several else ""
         more = f" (+{r.slices - 1} slices)" if r.slices > 1 else ""
-        lines.append(f"{r.command:<{width}} {r.pid:>8} {r.cpu:>4} {amount:>8} {pct}{values}"
+        host = f"{r.host or '?':<{hosts}} " if hosts else ""
+        lines.append(f"{host}{r.command:<{width}} {r.pid:>8} {r.cpu:>4} {amount:>8} {pct}{values}"
                      f"  {r.file}{more}")
     whole = 100.0 if total else 0.0
-    foot = [f"{'total':<{width}} {'':>8} {'':>4} {si(total):>8} {whole:6.2f}"] if unit else []
+    foot = [f"{'':<{hosts + 1 if hosts else 0}}{'total':<{width}} {'':>8} {'':>4} {si(total):>8} {whole:6.2f}"] if unit else []
     return head, lines, foot
+
+
+def _host_width(rows: list[Row]) -> int:
+    """The width of the host column; 0 (none) for the rows of one machine."""
+    hosts = {r.host or "?" for r in rows}
+    return max(len("host"), *map(len, hosts)) if len(hosts) > 1 else 0
 
 
 def _run(ids: list[str | None]) -> str:
@@ -88,11 +102,12 @@ def _run(ids: list[str | None]) -> str:
     return (ids[0] or "?")[:RUN_DIGITS] if ids else "?"
 
 
-def _cpu_line(c: CpuRow) -> str:
+def _cpu_line(c: CpuRow, hosts: int = 0) -> str:
     busy = f"{100 * c.busy:6.1f}%" if c.busy is not None else f"{'-':>7}"
     idle = f"{100 * c.idle:6.1f}%" if c.idle is not None else f"{'-':>7}"
     mhz = f"{c.mhz:8.0f}" if c.mhz else f"{'-':>8}"
-    return f"{c.cpu:>4} {busy} {idle} {mhz}"
+    host = f"{c.host or '?':<{hosts}} " if hosts else ""
+    return f"{host}{c.cpu:>4} {busy} {idle} {mhz}"
 
 
 def _stat(key: str, value: float) -> str:
