@@ -22,17 +22,19 @@ from qtools.qformat import QFormatError
 from qtools.qformat.archive import looks_like_archive
 from qtools.qformat.version import package_version
 
-from . import diff, filters, hints, overview, processes, runs
-from .build import BY_CHOICES
+from . import overview
 from .errors import UsageError, ViewError
-from .export import check_options, exported
-from .model import CallGraph, InconsistentGraph, printable
-from .load import Selection, Source, StoredSet, close_inputs, default_directory, \
+from .inputs import hints, runs
+from .profile import diff, filters, processes
+from .profile.build import BY_CHOICES
+from .profile.export import check_options, exported
+from .profile.model import CallGraph, InconsistentGraph, printable
+from .inputs.load import Selection, Source, StoredSet, close_inputs, default_directory, \
     is_directory, open_inputs
-from .programs import select_inputs
+from .inputs.programs import select_inputs
+from .inputs.timewin import parse_time
+from .profile.report import call_graph
 from .render import DEFAULT_FORMAT, FORMATS, ReportOptions, formats_help
-from .report import call_graph
-from .timewin import parse_time
 
 PROG = "q-view"
 

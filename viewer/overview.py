@@ -31,10 +31,10 @@ from typing import Callable, Iterable, TextIO
 
 from qtools.qformat import Limits
 
-from . import hints, runs
 from .errors import ViewError
-from .load import Selection, SetRemoved, Source, StoredSet, label, pick_run, sets_in
-from .model import printable
+from .inputs import hints, runs
+from .inputs.load import Selection, SetRemoved, Source, StoredSet, label, pick_run, sets_in
+from .profile.model import printable
 from .render import overview as table
 from .render.overview import CpuRow, Row
 

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from qtools.viewer import processors
-from qtools.viewer.callgraph import analyze, strongly_connected
-from qtools.viewer.model import Frame, InconsistentGraph, Samples
+from qtools.viewer.profile import processors
+from qtools.viewer.profile.callgraph import analyze, strongly_connected
+from qtools.viewer.profile.model import Frame, InconsistentGraph, Samples
 
 
 def samples_of(stacks, calls=None, kernel=()):
@@ -142,8 +142,8 @@ def test_self_check_notices_a_broken_profile():
 def test_self_check_still_checks_under_python_O():
     """``python -O`` drops asserts; the check must not be one."""
     script = (
-        "from qtools.viewer.callgraph import analyze\n"
-        "from qtools.viewer.model import Frame, InconsistentGraph, Samples\n"
+        "from qtools.viewer.profile.callgraph import analyze\n"
+        "from qtools.viewer.profile.model import Frame, InconsistentGraph, Samples\n"
         "assert False, 'asserts are on'\n"
         "s = Samples('cpu-clock', 'seconds', [1.0], 1.0, 0, [], [Frame('f', 'p'), Frame('main', 'p')],\n"
         "            {(0, 1): 3.0}, True, None)\n"

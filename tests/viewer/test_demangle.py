@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from qtools.viewer import demangle as dm
+from qtools.viewer.naming import demangle as dm
 
 BASES = [
     "_Z1fi",

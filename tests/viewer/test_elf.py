@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from qtools.viewer import symcache
-from qtools.viewer.demangle import demangle
-from qtools.viewer.elf import ElfProblem, read_elf
-from qtools.viewer.symtab import RawSymbol, SymbolTable
+from qtools.viewer.naming import symcache
+from qtools.viewer.naming.demangle import demangle
+from qtools.viewer.naming.elf import ElfProblem, read_elf
+from qtools.viewer.naming.symtab import RawSymbol, SymbolTable
 
 
 def _name_at(obj, vaddr):

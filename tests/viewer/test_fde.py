@@ -7,7 +7,7 @@ import json
 from qsynth import MS, QBuilder
 from scenarios import run
 
-from qtools.viewer.fde import read_fde_ranges
+from qtools.viewer.naming.fde import read_fde_ranges
 
 
 def test_fde_ranges_are_the_functions(stripped_plain):

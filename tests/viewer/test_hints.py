@@ -10,7 +10,7 @@ import pytest
 from qsynth import MS, QBuilder
 from scenarios import run
 from tests.conftest import q_view
-from qtools.viewer.hints import versions_text
+from qtools.viewer.inputs.hints import versions_text
 
 
 def _env(**extra: str) -> dict[str, str]:

@@ -7,11 +7,11 @@ import zlib
 
 from qsynth import MS, Loaded, QBuilder
 from scenarios import KALLSYMS, run
-from qtools.viewer.build import SampleBuilder
-from qtools.viewer.load import sets_in
-from qtools.viewer.locations import locate
-from qtools.viewer.symbols import Symbols
-from qtools.viewer.symcache import SymbolCache
+from qtools.viewer.profile.build import SampleBuilder
+from qtools.viewer.inputs.load import sets_in
+from qtools.viewer.inputs.locations import locate
+from qtools.viewer.naming.symbols import Symbols
+from qtools.viewer.naming.symcache import SymbolCache
 
 KERNEL_PC = 0xFFFFFFFF81004040  # in vfs_read
 UNKNOWN = 0x10000

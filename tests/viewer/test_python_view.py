@@ -11,8 +11,8 @@ from scenarios import run
 from qtools.qformat import read_info
 from qtools.qformat.jitdump import (CodeLoad, Header, encode, encode_header,
                                     synthetic_address)
-from qtools.viewer.symbols import Symbols
-from qtools.viewer.symcache import SymbolCache
+from qtools.viewer.naming.symbols import Symbols
+from qtools.viewer.naming.symcache import SymbolCache
 
 PERF_MAP = ("7f0000001000 b py::outer:/app.py\n"
             "7f0000001010 b py::f4:/app.py\n"

@@ -11,7 +11,7 @@ import pytest
 
 from qsynth import MS, QBuilder
 from scenarios import run
-from qtools.viewer.runs import Run, notice
+from qtools.viewer.inputs.runs import Run, notice
 
 OLD, NEW = "3f2a9c0e1b7d", "a81c55d0e4f2"
 HOUR = 3600.0
@@ -178,7 +178,7 @@ def test_run_latest_reads_no_older_version(tmp_path):
 def test_picking_a_run_parses_each_info_once(tmp_path, monkeypatch, spec):
     """--run reads older versions where a set's latest belongs to another
     run; the versions already read for the selection are not read again."""
-    from qtools.viewer import load
+    from qtools.viewer.inputs import load
     q, _old, _new = _two_runs(tmp_path)
     parsed: list[str] = []
     real = load.read_set

@@ -16,7 +16,7 @@ from qsynth import MS, QBuilder
 from tests.conftest import q_view_popen
 from qtools.viewer.cli import main
 from qtools.viewer.errors import ViewError
-from qtools.viewer.timewin import overlaps, parse_time
+from qtools.viewer.inputs.timewin import overlaps, parse_time
 
 NOW = datetime(2026, 11, 22, 12, 0, 0).timestamp()
 HOUR = 3600.0

@@ -12,8 +12,8 @@ import pytest
 
 from qsynth import QBuilder
 from qtools.qformat import read_info
-from qtools.viewer.symbols import KERNEL_OBJECT, KERNEL_UNKNOWN, Symbols
-from qtools.viewer.symcache import SymbolCache
+from qtools.viewer.naming.symbols import KERNEL_OBJECT, KERNEL_UNKNOWN, Symbols
+from qtools.viewer.naming.symcache import SymbolCache
 
 KALLSYMS = """\
 ffffffff81000000 T _stext

@@ -375,7 +375,7 @@ def test_object_copy_over_the_copy_size_cap_is_a_warning(tmp_path, calls_pie):
 def test_a_set_removed_while_being_read_is_told_apart_from_damage(tmp_path, calls_pie):
     """Retention removes a set's `.info`, then its data: a reader that read
     the `.info` just before finds the data gone, which is not damage."""
-    from qtools.viewer.load import SetRemoved, sets_in
+    from qtools.viewer.inputs.load import SetRemoved, sets_in
     from qtools.qformat import MissingFile
     q = QBuilder(tmp_path / ".q")
     o = q.load(calls_pie)

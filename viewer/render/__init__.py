@@ -12,11 +12,11 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, TextIO
 
-from ..model import CallGraph
+from ..profile.model import CallGraph
 from . import collapsed, dot, jsonfmt, text
 
 if TYPE_CHECKING:
-    from ..export import Tables
+    from ..profile.export import Tables
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from ..model import Frame, CallGraph, printable
+from ..profile.model import Frame, CallGraph, printable
 
 
 def _clean(frame: Frame) -> str:

@@ -15,9 +15,9 @@ import json
 import time
 from typing import Any, Callable, TextIO
 
-from ..diff import BASE, ONLY_BASE, ONLY_NEW, Comparison, Row, Side
-from ..model import Frame, printable
 from ..numfmt import DASH, si
+from ..profile.diff import BASE, ONLY_BASE, ONLY_NEW, Comparison, Row, Side
+from ..profile.model import Frame, printable
 from . import collapsed
 from .units import legend, share_heading
 

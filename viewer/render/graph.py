@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from typing import Iterable, TextIO, Union
 
-from ..model import Arc, Cycle, Frame, Function, CallGraph
 from ..numfmt import DASH, calls, percent, si
+from ..profile.model import Arc, Cycle, Frame, Function, CallGraph
 from .names import Namer
 from .units import below, is_time
 

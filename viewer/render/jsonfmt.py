@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any, TextIO
 
+from ..profile.model import Function, CallGraph
 from .quality import RULE
-from ..model import Function, CallGraph
 
 FORMAT = 1  # docs/json.md: raised only when a field changes meaning or goes away
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..model import Frame, CallGraph
+from ..profile.model import Frame, CallGraph
 
 
 class Namer:

@@ -25,7 +25,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from qtools.qformat.version import package_version
 
-from ..export import Labels, Strings, Tables
+from ..profile.export import Labels, Strings, Tables
 
 SCOPE = "q-tools"
 BUILD_ID = "process.executable.build_id.gnu"

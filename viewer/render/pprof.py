@@ -19,7 +19,7 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from ..export import Strings, Tables
+from ..profile.export import Strings, Tables
 
 PACKAGE = "perftools.profiles"
 _F = descriptor_pb2.FieldDescriptorProto

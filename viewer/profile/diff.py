@@ -19,14 +19,14 @@ import os
 from dataclasses import dataclass
 from typing import Callable, TextIO
 
-from . import runs
-from .errors import UsageError, ViewError
-from .load import Selection
+from ..errors import UsageError, ViewError
+from ..inputs import runs
+from ..inputs.load import Selection
+from ..inputs.programs import select_inputs
+from ..inputs.timewin import parse_time
+from ..numfmt import percent
 from .model import CallGraph, Frame, InconsistentGraph, printable
-from .numfmt import percent
-from .programs import select_inputs
 from .report import call_graph
-from .timewin import parse_time
 
 BASE, NEW = "base", "new"
 IN_BOTH, ONLY_NEW, ONLY_BASE = "both", "new", "gone"
@@ -83,7 +83,7 @@ def check_args(args: argparse.Namespace) -> None:
     for attr, option in _NOT_WITH_DIFF:
         if getattr(args, attr):
             raise UsageError(f"{option} does not go with --diff")
-    from .render.diff import RENDERERS  # it imports this module's types
+    from ..render.diff import RENDERERS  # it imports this module's types
     if args.format not in RENDERERS:
         raise UsageError(f"--diff shows --format {', '.join(RENDERERS)}, not {args.format}")
 
@@ -199,7 +199,7 @@ def _size(absolute: bool, base_total: float) -> Callable[[float, float], float]:
 def run(args: argparse.Namespace, inputs: list[str], selection: Selection, run_id: str | None,
         now: float, out: TextIO, err: TextIO, warn: Callable[[str], None], prog: str) -> int:
     """Build both sides as reports, compare them, render; the exit status."""
-    from .render.diff import RENDERERS
+    from ..render.diff import RENDERERS
     base_selection = _base_selection(args, selection, now)
     sides = []
     for label, given, item, chosen in ((BASE, args.diff[0], inputs[0], base_selection),

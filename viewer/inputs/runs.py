@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from .errors import UsageError, ViewError
+from ..errors import UsageError, ViewError
 
 if TYPE_CHECKING:  # load imports this module
     from qtools.qformat import SetName

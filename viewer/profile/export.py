@@ -23,13 +23,13 @@ from typing import Callable, Generic, Hashable, TypeVar
 
 from qtools.qformat.limits import exceeded
 
-from .errors import UsageError, ViewError
-from .load import StoredSet
-from .locations import SetLocations, locate
+from ..errors import UsageError, ViewError
+from ..inputs.load import StoredSet
+from ..inputs.locations import SetLocations, locate
+from ..naming.symbols import KERNEL_OBJECT, Symbols, Warn
+from ..render.units import SECONDS
 from .model import printable
-from .render.units import SECONDS
 from .report import symbolizer
-from .symbols import KERNEL_OBJECT, Symbols, Warn
 
 NANOSECONDS = "nanoseconds"
 KERNEL_LIMIT = (1 << 64) - 1  # the kernel's mapping reaches the top of the address space

@@ -20,9 +20,10 @@ from typing import Iterable, Iterator
 
 from qtools.qformat import Arc, LimitExceeded, MissingFile, QFormatError, Stack
 
+from ..naming.space import AddressSpace
+from ..naming.symbols import Symbols, Warn
+from ..profile.model import Location
 from .load import StoredSet
-from .model import Location
-from .symbols import AddressSpace, Symbols, Warn
 
 
 @dataclass

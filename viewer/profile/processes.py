@@ -18,14 +18,14 @@ import dataclasses
 import math
 from typing import Iterable
 
+from ..errors import ViewError
+from ..inputs.load import StoredSet
+from ..naming.symbols import Symbols, Warn
+from ..overview import IDLE, KERNEL, kernel_only_run
+from ..render.units import SECONDS
 from .build import build_samples
-from .errors import ViewError
-from .load import StoredSet
 from .model import Frame, FrameTable, Samples, StackQuality, printable
-from .overview import IDLE, KERNEL, kernel_only_run
 from .processors import PROCESS_OBJECT
-from .render.units import SECONDS
-from .symbols import Symbols, Warn
 
 WEIGHTS = ("event", "samples")
 NANOSECOND = 1e-9  # in seconds: the count of a clock event

@@ -58,7 +58,7 @@ class Location(NamedTuple):
     """An address of one set's samples with what the set's maps say about
     it, before any name: what pprof's locations and mappings, annotation
     (object and offset) and a diff need. Names come later, from the
-    symbolizer (``symbols.AddressSpace.lookup``)."""
+    symbolizer (``space.AddressSpace.lookup``)."""
 
     set: int  # which of the loaded sets (its address space) it comes from
     address: int  # as the stack holds it

@@ -23,8 +23,8 @@ from qtools.qformat.archive import looks_like_archive, open_archive
 from qtools.qformat.data import Arc
 from qtools.qformat.stores import DirStore, Store
 
+from ..errors import ViewError
 from . import hints, runs
-from .errors import ViewError
 from .timewin import overlaps
 
 DEFAULT_DIR = ".q"

@@ -19,13 +19,13 @@ from typing import Callable
 from qtools.qformat import DEFAULT_LIMITS
 from qtools.qformat.limits import exceeded
 
-from .errors import ViewError
-from .load import StoredSet
-from .locations import SetLocations, locate
+from ..errors import ViewError
+from ..inputs.load import StoredSet
+from ..inputs.locations import SetLocations, locate
 from .model import Frame, FrameTable, InterpreterQuality, Samples, SetSummary, StackQuality, \
     printable
+from ..naming.symbols import Symbolized, Symbols, Warn
 from .pyview import is_python
-from .symbols import Symbolized, Symbols, Warn
 
 BY_CHOICES = ("function", "object", "address")
 

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import argparse
 
+from ..inputs.load import StoredSet
+from ..naming.symbols import Symbols, Warn, debug_roots_from_env
+from ..naming.symcache import SymbolCache, cache_dir
+from ..render import FORMATS
 from . import filters, processes, processors
 from .build import build_samples
 from .callgraph import analyze
-from .load import StoredSet
 from .model import CallGraph, printable
 from .pyview import python_only
-from .render import FORMATS
-from .symbols import Symbols, Warn, debug_roots_from_env
-from .symcache import SymbolCache, cache_dir
 
 
 def symbolizer(args: argparse.Namespace, warn: Warn, sets: list[StoredSet]) -> Symbols:

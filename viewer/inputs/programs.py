@@ -15,7 +15,7 @@ import os
 from qtools.qformat import QFormatError, info_versions, parse_name
 from qtools.qformat.limits import DEFAULT_LIMITS, Limits
 
-from .errors import ViewError
+from ..errors import ViewError
 from .load import Selection, Source, StoredSet, select
 
 MAX_LISTED = 40  # programs named in the error message
