@@ -194,3 +194,25 @@ def test_output_option_writes_text_reports_too(tmp_path, calls_pie):
     code, printed, err = run(q.info_path(name), "--flat", "-o", str(out))
     assert code == 0 and printed == "", err
     assert "leaf1" in out.read_text()
+
+
+def test_the_lowest_kernel_address_as_a_return_address_lies_in_the_kernel_mapping(
+        tmp_path, calls_pie):
+    """q:kernel-from is the set's lowest kernel address; a return address is
+    written at address-1, so the kernel mapping starts one below it."""
+    q, o, _name = calls_dir(tmp_path, calls_pie)
+    q.add_kallsyms(KALLSYMS)
+    low = 0xFFFFFFFF81001010
+    q.task("calls", 1234, 1, exe=EXE, extra_info={"kernel_from": low},
+           stacks=[(MS, [0xFFFFFFFFC0001010, low, o.ret("main")])])
+    out = tmp_path / "p.pb.gz"
+    proc = q_view(str(q.path), "--pid", "1234", "--format", "pprof", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    p = pprof_profile(out)
+    mappings = {m.id: m for m in p.mapping}
+    kernel = [loc for loc in p.location if loc.mapping_id in mappings
+              and p.string_table[mappings[loc.mapping_id].filename] == "[kernel.kallsyms]"]
+    assert {loc.address for loc in kernel} == {0xFFFFFFFFC0001010, low - 1}
+    for loc in kernel:
+        m = mappings[loc.mapping_id]
+        assert m.memory_start <= loc.address < m.memory_limit
