@@ -60,6 +60,18 @@ def _same(value: str) -> str:
     return value
 
 
+def one_unit(sets: list[StoredSet]) -> str:
+    """The unit every one of ``sets`` counts in; a merge of sets in
+    different units (or of none) is refused."""
+    if not sets:
+        raise ViewError("no task sets to show")
+    units = sorted({ts.unit for ts in sets})
+    if len(units) > 1:
+        raise ViewError("cannot merge task sets measured in different units ("
+                        + ", ".join(units) + "); select sets of one event")
+    return units[0]
+
+
 class SampleBuilder:
     """Names the locations of several task sets and merges them, by frame,
     into one ``Samples``."""
@@ -200,12 +212,7 @@ class SampleBuilder:
         self.calls = calls
 
     def result(self) -> Samples:
-        if not self.sets:
-            raise ViewError("no task sets to show")
-        units = sorted({ts.unit for ts in self.sets})
-        if len(units) > 1:
-            raise ViewError("cannot merge task sets measured in different units ("
-                            + ", ".join(units) + "); select sets of one event")
+        unit = one_unit(self.sets)
         if self.with_stacks:
             for ts in self.without_stacks:
                 self.warn(f"{ts.path}: no call-stack data; its samples count "
@@ -221,7 +228,7 @@ class SampleBuilder:
                             ts.host and escape(ts.host))
                  for ts in self.sets]
         lost = sum(ts.info.task.lost_samples or 0 for ts in self.sets)
-        samples = Samples(",".join(events), units[0], granularities, self.sets[0].factor, lost,
+        samples = Samples(",".join(events), unit, granularities, self.sets[0].factor, lost,
                           tasks, self.frames, self.stacks, self.with_stacks > 0, self.calls,
                           self.quality, by=self.by, unnamed=frozenset(self.unnamed))
         if not math.isfinite(samples.total):

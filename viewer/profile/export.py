@@ -28,6 +28,7 @@ from ..inputs.load import StoredSet
 from ..inputs.locations import SetLocations, locate
 from ..naming.symbols import KERNEL_OBJECT, Symbols, Warn
 from ..render.units import SECONDS
+from .build import one_unit
 from .model import printable
 from .report import symbolizer
 
@@ -259,13 +260,8 @@ class _Builder:
         return self._add_location(Location(None, 0, function), False)
 
     def result(self) -> Tables:
-        if not self.sets:
-            raise ViewError("no task sets to show")
-        units = sorted({ts.unit for ts in self.sets})
-        if len(units) > 1:
-            raise ViewError("cannot merge task sets measured in different units ("
-                            + ", ".join(units) + "); select sets of one event")
-        unit = NANOSECONDS if units[0] == SECONDS else units[0]
+        unit = one_unit(self.sets)
+        unit = NANOSECONDS if unit == SECONDS else unit
         samples = []
         for (labels, stack), (count, value) in self.acc.items():
             if not (math.isfinite(count) and math.isfinite(value)):
