@@ -227,14 +227,14 @@ def _gather(source: Source, selection: Selection, run: str | None, limits: Limit
 
 def _show(directory: str, found: list[StoredSet], source: Source | None, selection: Selection,
           per_cpu: bool, as_json: bool, out: TextIO, height: int | None,
-          group: str = "process") -> None:
+          grouping: str = "process") -> None:
     """One overview table of ``found``, named ``directory``; ``source``: the
     one directory it came from (for the hint when it holds no sets)."""
     groups: dict[tuple[str | None, object], list[StoredSet]] = {}
     for ts in found:  # a set's slices in the window make one row (of one machine)
         groups.setdefault((ts.host, ts.set_name or ts.name), []).append(ts)
     escape = _same if as_json else printable
-    if group == "unit":
+    if grouping == "unit":
         rows = unit_rows(found, escape)
     elif per_cpu:
         rows = []
@@ -262,7 +262,7 @@ def _show(directory: str, found: list[StoredSet], source: Source | None, selecti
         out.write(f"No task sets (*.info#N) in {directory}{what}.\n")
         return
     window = selection.describe() if selection.windowed else None
-    table.render(rows, directory, out, cpus, window, height, group_heading(group))
+    table.render(rows, directory, out, cpus, window, height, group_heading(grouping))
 
 
 def _same(text: str) -> str:
