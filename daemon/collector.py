@@ -342,6 +342,9 @@ class CpuCollector:
         if self.jit is not None:
             self.jit.resolve_pending(final_all=final)
         sets, folded = self.book.plan(final)
+        if self.sampled_cgroups:
+            self.cgroups.complete((ts.stats.cgroup_weights for ts in sets),
+                                  lambda: synthesize.cgroups(self.host, 0))
         for ts in sets:
             ts.stats.cgroup = self.cgroups.choose(ts.stats.cgroup_weights) or ts.stats.cgroup
         for proc in folded:

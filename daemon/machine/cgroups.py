@@ -14,6 +14,8 @@ it runs; a set whose task moved once is named after where it spent most.
 
 from __future__ import annotations
 
+from typing import Callable, Iterable
+
 from ..decode.records import Cgroup
 
 MAX_CGROUPS = 1 << 16  # ids remembered; past it the oldest go first
@@ -26,6 +28,24 @@ class CgroupTable:
     def __init__(self, limit: int = MAX_CGROUPS) -> None:
         self.paths: dict[int, str] = {}
         self.limit = limit
+        self.missed: set[int] = set()  # ids no record and no look at the host named
+
+    def complete(self, weights: Iterable[dict[int, int]],
+                 look: Callable[[], Iterable[Cgroup]]) -> None:
+        """Name the ids of ``weights`` no record named, from one more look
+        at the host (``look``): a cgroup made while the events were being
+        opened, or, collecting one command's tasks, made by a task outside
+        them (its CGROUP record goes to no event of ours). An id the look
+        does not find either (removed meanwhile) is not looked for again."""
+        unknown = {cid for w in weights for cid in w
+                   if cid not in self.paths and cid not in self.missed}
+        if not unknown:
+            return
+        for rec in look():
+            self.on_cgroup(rec)
+        if len(self.missed) > self.limit:
+            self.missed.clear()
+        self.missed |= unknown - self.paths.keys()
 
     def on_cgroup(self, rec: Cgroup) -> None:
         """The handler routes.ROUTES names for CGROUP records."""

@@ -345,20 +345,29 @@ def task_cgroup(pid: int) -> str | None:
     return proc_cgroup_path(text) if text is not None else None
 
 
-def cgroup2_root(mounts: str = "/proc/self/mounts") -> str | None:
-    """Where the cgroup2 hierarchy is mounted (the first mount of it)."""
+def perf_cgroup_root(mounts: str = "/proc/self/mounts") -> str | None:
+    """Where the hierarchy that samples' cgroup ids come from is mounted:
+    the perf_event controller's. A v1 mount of it wins (an older hybrid
+    setup); else the cgroup2 hierarchy, where the controller is otherwise."""
+    unified = None
     for line in (_read(mounts, 1 << 22) or "").splitlines():
         fields = line.split()
-        if len(fields) > 2 and fields[2] == "cgroup2" and fields[1].startswith("/"):
-            return fields[1].replace("\\040", " ")
-    return None
+        if len(fields) < 4 or not fields[1].startswith("/"):
+            continue
+        where = fields[1].replace("\\040", " ")
+        if fields[2] == "cgroup" and "perf_event" in fields[3].split(","):
+            return where
+        if fields[2] == "cgroup2" and unified is None:
+            unified = where
+    return unified
 
 
 def cgroups(root: str | None = None, limit: int = MAX_CGROUP_DIRS) -> list[tuple[int, str]]:
-    """(id, path) of each cgroup2 directory, at most ``limit``: the id is
-    the directory's inode number, what PERF_SAMPLE_CGROUP carries on cgroup2
-    (a 64-bit kernfs id); links are not followed."""
-    root = root or cgroup2_root()
+    """(id, path) of each cgroup directory of the perf_event controller's
+    hierarchy, at most ``limit``: the id is the directory's inode number,
+    what PERF_SAMPLE_CGROUP carries (a 64-bit kernfs id); links are not
+    followed."""
+    root = root or perf_cgroup_root()
     if root is None:
         return []
     try:

@@ -151,16 +151,42 @@ def test_table_chooses_the_heaviest_known_cgroup():
     assert len(weights) == MAX_SET_CGROUPS and weights[0] == 3
 
 
+def test_unknown_ids_are_looked_for_once():
+    t = CgroupTable()
+    looks = []
+
+    def look():
+        looks.append(1)
+        return [Cgroup(5, "/late.scope")]
+    t.complete([{5: 1, 6: 1}], look)
+    assert t.paths == {5: "/late.scope"} and len(looks) == 1
+    t.complete([{5: 1, 6: 3}], look)  # 6 is gone: not looked for again
+    assert len(looks) == 1
+    assert t.choose({5: 1, 6: 3}) == "/late.scope"
+
+
 def test_host_cgroups_are_synthesized():
     host = StaticHost(cgroups={1: "/", 42: "/system.slice/x.service"})
     recs = synthesize.cgroups(host, 5)
     assert [(r.id, r.path) for r in recs] == [(1, "/"), (42, "/system.slice/x.service")]
 
 
-def test_live_cgroup2_ids_are_inodes():
-    root = procfs.cgroup2_root()
+def test_perf_cgroup_root_prefers_a_v1_perf_event_mount(tmp_path):
+    mounts = tmp_path / "mounts"
+    hybrid = ("cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0\n"
+              "cgroup /sys/fs/cgroup/cpu cgroup rw,relatime,cpu 0 0\n")
+    mounts.write_text(hybrid)
+    assert procfs.perf_cgroup_root(str(mounts)) == "/sys/fs/cgroup/unified"
+    mounts.write_text(hybrid + "cgroup /sys/fs/cgroup/perf_event cgroup rw,perf_event 0 0\n")
+    assert procfs.perf_cgroup_root(str(mounts)) == "/sys/fs/cgroup/perf_event"
+    mounts.write_text("proc /proc proc rw 0 0\n")
+    assert procfs.perf_cgroup_root(str(mounts)) is None
+
+
+def test_live_cgroup_ids_are_inodes():
+    root = procfs.perf_cgroup_root()
     if root is None:
-        pytest.skip("no cgroup2 hierarchy mounted here")
+        pytest.skip("no cgroup hierarchy of perf_event mounted here")
     found = dict((path, cid) for cid, path in procfs.cgroups(limit=50))
     assert found["/"] == os.stat(root).st_ino
     mine = procfs.task_cgroup(os.getpid())
@@ -225,6 +251,20 @@ def test_without_sampled_cgroups_the_host_is_asked(tmp_path, binary):
     info = _collect(tmp_path / "q", _start(binary, old) + _samples(5, 0, 10, old), host, old)
     assert (info.task.cgroup, info.task.unit, info.task.container) == \
         ("/system.slice/app.service", "app.service", None)
+
+
+def test_a_cgroup_no_record_names_is_looked_up_on_the_host(tmp_path, binary):
+    class Late(StaticHost):
+        """Its cgroup is made after the start, by a task whose CGROUP
+        record reaches none of our events."""
+        looks = 0
+
+        def cgroups(self):
+            self.looks += 1
+            return [] if self.looks == 1 else [(31, "/qtest-1.scope")]
+    host = Late(files=None)
+    info = _collect(tmp_path / "q", _start(binary) + _samples(5, 31, 10), host)
+    assert info.task.unit == "qtest-1.scope" and host.looks == 2
 
 
 def test_unknown_cgroup_writes_no_keys(tmp_path, binary):
