@@ -243,8 +243,13 @@ class CpuCollector:
         proc = self._process(s.pid, s.time)
         ts = self.book.process_set(proc)
         tally, stats = ts.data.tally, ts.stats
-        if s.cgroup:
-            weigh(stats.cgroup_weights, s.cgroup, weight)
+        cgroup = s.cgroup
+        if cgroup:
+            weights = stats.cgroup_weights
+            if cgroup in weights:  # the common case, inlined
+                weights[cgroup] += weight
+            else:
+                weigh(weights, cgroup, weight)
         if tally.samples == 0:
             self._describe(proc, ts)
         elif stats.counters_start is not None and not proc.ended:

@@ -99,3 +99,29 @@ def test_systemd_run_scope_is_reported_under_its_unit(perf, build, tmp_path):
     sets = _pfan_sets(q, pfan.name)
     assert sets and max(sets, key=lambda i: i.task.samples).task.unit == f"{unit}.scope"
     subprocess.run(["systemctl", "stop", f"{unit}.scope"], capture_output=True)
+
+
+def test_a_kernel_refusing_cgroup_sampling_gets_events_without_it(perf, monkeypatch):
+    """Kernels before 5.7 answer EINVAL to PERF_SAMPLE_CGROUP and attr.cgroup
+    (this one does not, so the refusal is made here): the source opens its
+    events without them, and its layout says so."""
+    import errno
+
+    from qtools.daemon.kernel import abi, source, syscalls
+
+    real = syscalls.perf_event_open
+    refused = []
+
+    def old_kernel(attr, pid, cpu, *rest):
+        if attr.sample_type & abi.SAMPLE_CGROUP or attr.flags & abi.FLAG_CGROUP:
+            refused.append(attr)
+            raise syscalls.PerfError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return real(attr, pid, cpu, *rest)
+    monkeypatch.setattr(syscalls, "perf_event_open", old_kernel)
+    spec = source.SourceSpec(abi.builtin_event("cpu-clock"), 0, [0], ring_pages=16)
+    src = source.PerfSource(spec)
+    try:
+        assert refused and not src.spec.cgroups
+        assert not src.layout.sample_type & abi.SAMPLE_CGROUP
+    finally:
+        src.close()
