@@ -22,6 +22,7 @@ from .frames.jitdump import JitTracker
 from .kernel import abi
 from .kernel.source import EventSource
 from .machine import synthesize
+from .machine.cgroups import CgroupTable, weigh
 from .machine.host import Host
 from .machine.tasks import Process, TaskTable
 from .messages import Tally, tell
@@ -95,7 +96,11 @@ class CpuCollector:
         self.kallsyms = kallsyms
         self.out = out or sys.stderr
         self.table = TaskTable(on_end=self._ended, owner=self.host.owner)
-        self._routes = handlers(self, self.table)  # record class -> handler
+        self.cgroups = CgroupTable()
+        # Without PERF_SAMPLE_CGROUP (a kernel before 5.7) a set's cgroup is
+        # read from /proc/PID/cgroup at its first sample (so after each exec).
+        self.sampled_cgroups = bool(self.layout.sample_type & abi.SAMPLE_CGROUP)
+        self._routes = handlers(self, self.table, self.cgroups)  # record class -> handler
         self.clock = clock
         self.book = SetBook(opts.cpu, opts.min_samples, opts.max_stacks, clock)
         self.samples = 0
@@ -115,6 +120,9 @@ class CpuCollector:
     def seed(self, pids: list[int] | None = None) -> None:
         """Install the tasks that exist before collection starts, as records
         synthesized from the host at this moment."""
+        if self.sampled_cgroups:
+            for rec in synthesize.cgroups(self.host, time.monotonic_ns()):
+                self.cgroups.apply(rec)
         for pid in self.host.pids() if pids is None else pids:
             self._synthesize(pid, time.monotonic_ns())
 
@@ -235,6 +243,13 @@ class CpuCollector:
         proc = self._process(s.pid, s.time)
         ts = self.book.process_set(proc)
         tally, stats = ts.data.tally, ts.stats
+        cgroup = s.cgroup
+        if cgroup:
+            weights = stats.cgroup_weights
+            if cgroup in weights:  # the common case, inlined
+                weights[cgroup] += weight
+            else:
+                weigh(weights, cgroup, weight)
         if tally.samples == 0:
             self._describe(proc, ts)
         elif stats.counters_start is not None and not proc.ended:
@@ -265,6 +280,8 @@ class CpuCollector:
             proc.exe = proc.exe or self.host.exe(proc.pid)
         ts.stats.counters_start = ts.stats.counters_last = self.host.task_counters(proc.pid)
         ts.stats.counters_at = time.monotonic()
+        if not self.sampled_cgroups:
+            ts.stats.cgroup = self.host.task_cgroup(proc.pid)
 
     def _update_stats(self) -> None:
         """Counters of live tasks and of the CPU, for the sets about to be written."""
@@ -330,6 +347,11 @@ class CpuCollector:
         if self.jit is not None:
             self.jit.resolve_pending(final_all=final)
         sets, folded = self.book.plan(final)
+        if self.sampled_cgroups:
+            self.cgroups.complete((ts.stats.cgroup_weights for ts in sets),
+                                  lambda: synthesize.cgroups(self.host, 0))
+        for ts in sets:
+            ts.stats.cgroup = self.cgroups.choose(ts.stats.cgroup_weights) or ts.stats.cgroup
         for proc in folded:
             if proc.ended:
                 self.table.forget(proc)

@@ -80,6 +80,11 @@ class TaskInfo:
     # Lowest address the set holds that was taken in kernel mode: at or above
     # it every address is the kernel's, below it user space (qformat.arch).
     kernel_from: int | None = None
+    # The cgroup the set's samples ran in (the one with the most weight),
+    # and the systemd unit and container id it names (qformat.cgroup).
+    cgroup: str | None = None
+    unit: str | None = None
+    container: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -63,6 +63,10 @@ def parser() -> argparse.ArgumentParser:
     sel.add_argument("--host", metavar="NAME",
                      help="only sets this machine collected (its host name, q:hostname); "
                           "the overview of several machines has a host column")
+    sel.add_argument("--unit", metavar="NAME",
+                     help="sets whose samples ran in this systemd unit or container: a glob "
+                          "on the unit ('nginx.service', 'session-*.scope'), a container id "
+                          "(or its first digits), or, starting with /, the cgroup path")
     sel.add_argument("--all-versions", action="store_true",
                      help="from directories, merge every version, not only the latest")
     sel.add_argument("--since", metavar="TIME",
@@ -109,6 +113,10 @@ def parser() -> argparse.ArgumentParser:
                           "(default; nanoseconds for clocks) or by samples")
     rep.add_argument("--overview", action="store_true",
                      help="the overview of the directories, whatever the format")
+    rep.add_argument("--group", choices=overview.GROUPS, default="process",
+                     help="what a row of the overview is: a process (default), or a unit: "
+                          "the systemd service or scope, or the container, its samples ran "
+                          "in (--group unit shows the overview)")
     rep.add_argument("--per-cpu", action="store_true",
                      help="in the overview, one row per task set (process and CPU), not "
                           "one per process")
@@ -214,7 +222,7 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, rows: int | None = 
     """Show what ``args`` ask for; ``rows``: fit the overview in that many lines."""
     now = time.time()
     selection = Selection(args.comm, args.pid, args.cpu, _time("--since", args.since, now),
-                          _time("--until", args.until, now), args.host)
+                          _time("--until", args.until, now), args.host, args.unit)
     if selection.since is not None and selection.until is not None \
             and selection.until < selection.since:
         raise UsageError(f"--until {args.until} is before --since {args.since}")
@@ -242,7 +250,8 @@ def _show(args: argparse.Namespace, inputs: list[Source], selection: Selection,
     if run is not None and not any(is_directory(i) for i in inputs):
         raise UsageError("--run picks among the sets of a directory; each FILE.info "
                          "named is shown whatever run wrote it")
-    if all(is_directory(i) for i in inputs) and not (selection.active or _report_asked(args)):
+    if all(is_directory(i) for i in inputs) and (
+            args.group != "process" or not (selection.active or _report_asked(args))):
         args.overview = True
     export_to = _export_target(args, out)
     if args.watch:
@@ -253,7 +262,7 @@ def _show(args: argparse.Namespace, inputs: list[Source], selection: Selection,
         return watch([i for i in inputs if isinstance(i, str)], lambda o, rows: _run(args, o, o, rows), out)
     if args.overview and all(is_directory(i) for i in inputs):
         overview.show(inputs, selection, run, args.limits, args.per_cpu, args.format == "json",
-                      out, lambda sets, hint: _note_runs(sets, hint, err), rows)
+                      out, lambda sets, hint: _note_runs(sets, hint, err), rows, args.group)
         return 0
     sets = select_inputs(inputs, selection, args.all_versions, run, args.limits)
     _note_runs(sets, run is None and any(is_directory(i) for i in inputs), err)

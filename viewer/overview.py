@@ -181,7 +181,7 @@ NoteRuns = Callable[[list[StoredSet], bool], bool]
 
 def show(sources: list[Source], selection: Selection, run: str | None, limits: Limits,
          per_cpu: bool, as_json: bool, out: TextIO, note_runs: NoteRuns,
-         height: int | None = None) -> None:
+         height: int | None = None, group: str = "process") -> None:
     """The overview of ``sources``: a table each, or one table with a host
     column where they hold sets of several machines; with ``height``, what
     fits that many lines."""
@@ -199,11 +199,11 @@ def show(sources: list[Source], selection: Selection, run: str | None, limits: L
     hosts = {ts.host for _source, found in gathered for ts in found}
     if len(hosts) <= 1:
         for source, found in gathered:
-            _show(label(source), found, source, selection, per_cpu, as_json, out, height)
+            _show(label(source), found, source, selection, per_cpu, as_json, out, height, group)
         return
     every = [ts for _source, found in gathered for ts in found]
     _show(", ".join(label(s) for s, _found in gathered), every, None, selection, per_cpu,
-          as_json, out, height)
+          as_json, out, height, group)
 
 
 def _gather(source: Source, selection: Selection, run: str | None, limits: Limits,
@@ -214,7 +214,7 @@ def _gather(source: Source, selection: Selection, run: str | None, limits: Limit
     found = sets_in(source, all_versions=selection.windowed,
                     written_since=selection.written_since, objects=False, limits=limits)
     hosts.update(ts.host for ts in found)
-    found = [ts for ts in found if selection.on_host(ts)]
+    found = [ts for ts in found if selection.on_host(ts) and selection.in_unit(ts)]
     if selection.windowed:
         found = [ts for ts in found if selection.in_window(ts)]
     if run is not None and found:
@@ -226,14 +226,17 @@ def _gather(source: Source, selection: Selection, run: str | None, limits: Limit
 
 
 def _show(directory: str, found: list[StoredSet], source: Source | None, selection: Selection,
-          per_cpu: bool, as_json: bool, out: TextIO, height: int | None) -> None:
+          per_cpu: bool, as_json: bool, out: TextIO, height: int | None,
+          grouping: str = "process") -> None:
     """One overview table of ``found``, named ``directory``; ``source``: the
     one directory it came from (for the hint when it holds no sets)."""
     groups: dict[tuple[str | None, object], list[StoredSet]] = {}
     for ts in found:  # a set's slices in the window make one row (of one machine)
         groups.setdefault((ts.host, ts.set_name or ts.name), []).append(ts)
     escape = _same if as_json else printable
-    if per_cpu:
+    if grouping == "unit":
+        rows = unit_rows(found, escape)
+    elif per_cpu:
         rows = []
         for group in groups.values():
             try:
@@ -259,7 +262,7 @@ def _show(directory: str, found: list[StoredSet], source: Source | None, selecti
         out.write(f"No task sets (*.info#N) in {directory}{what}.\n")
         return
     window = selection.describe() if selection.windowed else None
-    table.render(rows, directory, out, cpus, window, height)
+    table.render(rows, directory, out, cpus, window, height, group_heading(grouping))
 
 
 def _same(text: str) -> str:
@@ -301,3 +304,54 @@ def cpu_row(group: list[StoredSet], idle: dict[int, float]) -> CpuRow | None:
     cpu = group[-1].cpu
     idle_share = idle[cpu] / seconds if seconds and cpu in idle else None
     return CpuRow(cpu, busy / seconds if seconds else None, mhz, idle_share, group[-1].host)
+
+
+GROUPS = ("process", "unit")
+"""What a row of the overview is (``--group``): a process, or a service or
+container (the unit its samples ran in, q:unit)."""
+NO_UNIT = "-"  # sets that record no cgroup (older collections, or a kernel without it)
+
+
+def group_heading(group: str) -> str:
+    return "unit" if group == "unit" else "command"
+
+
+def unit_label(ts: StoredSet) -> str:
+    """The row of a set in ``--group unit``: its unit; a container that no
+    unit names (the cgroupfs driver's) by its id's first 12 digits, as
+    ``docker ps`` shows it; else its cgroup path."""
+    if ts.service:
+        return ts.service
+    if ts.container:
+        return f"container {ts.container[:12]}"
+    return ts.cgroup or NO_UNIT
+
+
+def unit_rows(found: Iterable[StoredSet], escape: Callable[[str], str] = printable) -> list[Row]:
+    """One row per unit (of one machine): the process rows of its sets,
+    added up; the kernel and idle rows as ``process_rows`` makes them."""
+    by_unit: dict[tuple[str | None, str], list[StoredSet]] = {}
+    kernel = []
+    for ts in found:
+        if ts.is_kernel:
+            kernel.append(ts)
+        else:
+            by_unit.setdefault((ts.host, unit_label(ts)), []).append(ts)
+    rows = process_rows(kernel, escape)
+    for (host, name), sets in by_unit.items():
+        parts = process_rows(sets, escape)
+        if not parts:
+            continue
+        stats: dict[str, float] = {}
+        for part in parts:
+            for key, value in part.stats.items():
+                stats[key] = stats.get(key, 0) + value
+        cpus = sorted({c for t in sets if t.cpu is not None for c in [t.cpu]})
+        cpu = ",".join(map(str, cpus)) if len(cpus) <= MAX_CPUS_LISTED else f"{len(cpus)} cpus"
+        comms = sorted({p.command for p in parts})
+        shown = ", ".join(comms[:3]) + (f" (+{len(comms) - 3})" if len(comms) > 3 else "")
+        runs_ = list(dict.fromkeys(r for p in parts for r in p.runs))
+        rows.append(Row(escape(name), f"{len(parts)} proc" + ("s" if len(parts) > 1 else ""),
+                        cpu or "-", sum(p.amount for p in parts), parts[0].unit, shown,
+                        max(p.slices for p in parts), stats, runs_, host and escape(host)))
+    return rows

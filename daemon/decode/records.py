@@ -179,13 +179,23 @@ class Switch:
 
 
 @dataclass(frozen=True, slots=True)
+class Cgroup:
+    """CGROUP (type 19): a cgroup's id (its cgroup2 inode number, what
+    samples carry with PERF_SAMPLE_CGROUP) and its path from the root."""
+
+    id: int
+    path: str
+    sid: SampleId = NO_ID
+
+
+@dataclass(frozen=True, slots=True)
 class Other:
     type: int
     misc: int
     size: int
 
 
-Record = Union[Sample, Mmap, Comm, Task, Lost, Throttle, Switch, Other]
+Record = Union[Sample, Mmap, Comm, Task, Lost, Throttle, Switch, Cgroup, Other]
 
 
 def cstring(buf: bytes | memoryview, start: int, end: int) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..kernel import abi
-from .records import (Comm, Lost, Mmap, Record, RecordError, Sample, SampleLayout, Switch,
+from .records import (Cgroup, Comm, Lost, Mmap, Record, RecordError, Sample, SampleLayout, Switch,
                       Task, Throttle, cstring)
 
 Decoder = Callable[[SampleLayout, "bytes | memoryview", int, int, int], Record]
@@ -93,6 +93,15 @@ def _switch(layout: SampleLayout, rec: bytes | memoryview, type_: int, misc: int
                   pid, tid, sid)
 
 
+def _cgroup(layout: SampleLayout, rec: bytes | memoryview, type_: int, misc: int,
+            size: int) -> Cgroup:
+    body_end, sid = layout.trailer(rec, type_, size)
+    if body_end < 16:
+        raise RecordError("CGROUP record without its id")
+    (id_,) = struct.unpack_from("<Q", rec, 8)
+    return Cgroup(id_, cstring(rec, 16, body_end), sid)
+
+
 @dataclass(frozen=True)
 class Route:
     """How one record type reaches the model."""
@@ -116,6 +125,7 @@ ROUTES: tuple[Route, ...] = (
     Route(abi.RECORD_UNTHROTTLE, _throttle, Throttle, None),
     Route(abi.RECORD_SWITCH, _switch, Switch, "switch"),
     Route(abi.RECORD_SWITCH_CPU_WIDE, _switch, Switch, "switch"),
+    Route(abi.RECORD_CGROUP, _cgroup, Cgroup, "cgroup"),
 )
 
 

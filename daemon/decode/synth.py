@@ -10,7 +10,8 @@ from __future__ import annotations
 import struct
 
 from ..kernel import abi
-from .records import Comm, Lost, Mmap, Sample, SampleId, SampleLayout, Switch, Task, Throttle
+from .records import (Cgroup, Comm, Lost, Mmap, Sample, SampleId, SampleLayout, Switch, Task,
+                      Throttle)
 
 NO_ID = SampleId()
 
@@ -156,3 +157,8 @@ def encode_switch(layout: SampleLayout, s: Switch, cpu_wide: bool = True) -> byt
         return _record(abi.RECORD_SWITCH, misc, encode_id(layout, s.sid))
     body = struct.pack("<II", s.next_prev_pid, s.next_prev_tid)
     return _record(abi.RECORD_SWITCH_CPU_WIDE, misc, body + encode_id(layout, s.sid))
+
+
+def encode_cgroup(layout: SampleLayout, c: Cgroup) -> bytes:
+    body = struct.pack("<Q", c.id) + _cstr(c.path)
+    return _record(abi.RECORD_CGROUP, 0, body + encode_id(layout, c.sid))

@@ -10,9 +10,10 @@ machine cannot produce.
 
 from __future__ import annotations
 
+import errno
 import os
 import select
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, Sequence
 
 from ..decode.records import SampleLayout
@@ -54,6 +55,9 @@ class SourceSpec:
     enable_on_exec: bool = False
     ring_pages: int = 256
     sideband_pages: int = 16
+    # each sample's cgroup id, and CGROUP records naming new cgroups (5.7+);
+    # PerfSource drops it where the kernel refuses it
+    cgroups: bool = True
 
     @property
     def sample_type(self) -> int:
@@ -67,6 +71,8 @@ class SourceSpec:
             st |= abi.SAMPLE_REGS_USER
         if self.stack_user:
             st |= abi.SAMPLE_STACK_USER
+        if self.cgroups:
+            st |= abi.SAMPLE_CGROUP
         return st
 
     @property
@@ -82,6 +88,8 @@ class SourceSpec:
 
     def _common_flags(self) -> int:
         flags = abi.FLAG_DISABLED | SIDEBAND_FLAGS | abi.FLAG_WATERMARK
+        if self.cgroups:
+            flags |= abi.FLAG_CGROUP
         if self.exclude_kernel:
             flags |= abi.FLAG_EXCLUDE_KERNEL | abi.FLAG_EXCLUDE_HV | \
                 abi.FLAG_EXCLUDE_CALLCHAIN_KERNEL
@@ -125,10 +133,27 @@ class PerfSource:
     """The real thing: perf_event_open on one CPU (+ side-band from all)."""
 
     def __init__(self, spec: SourceSpec) -> None:
-        self.spec = spec
-        self.layout = spec.layout()
         self.fds: list[int] = []
         self.rings: list[RingReader] = []
+        try:
+            self._open_all(spec)
+        except OSError as e:
+            # A kernel before 5.7 knows neither PERF_SAMPLE_CGROUP nor
+            # attr.cgroup (EINVAL): collect without them; the collector then
+            # reads /proc/PID/cgroup (its layout has no cgroup field).
+            self.close()
+            if not spec.cgroups or e.errno != errno.EINVAL:
+                raise
+            spec = replace(spec, cgroups=False)
+            self._open_all(spec)
+        self.poller = select.poll()
+        for fd in self.fds:
+            self.poller.register(fd, select.POLLIN)
+        self.extra_fds: list[int] = []
+
+    def _open_all(self, spec: SourceSpec) -> None:
+        self.spec = spec
+        self.layout = spec.layout()
         try:
             self._open(spec.sampling_attr(), spec.cpu, spec.ring_pages)
             for cpu in spec.cpus:
@@ -137,10 +162,6 @@ class PerfSource:
         except BaseException:
             self.close()
             raise
-        self.poller = select.poll()
-        for fd in self.fds:
-            self.poller.register(fd, select.POLLIN)
-        self.extra_fds: list[int] = []
 
     def _open(self, attr: abi.Attr, cpu: int, pages: int) -> None:
         fd = syscalls.perf_event_open(attr, self.spec.target_pid, cpu)

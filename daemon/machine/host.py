@@ -37,6 +37,7 @@ class Host(Protocol):
     def owner(self, pid: int) -> int | None: ...
     def task_counters(self, pid: int) -> dict[str, float] | None: ...
     def read_memory(self, pid: int, address: int, size: int) -> bytes | None: ...
+    def task_cgroup(self, pid: int) -> str | None: ...
 
     # files, as a task or the machine sees them (each a checked regular file)
     def open_mapped_file(self, pid: int, start: int, end: int) -> int | None: ...
@@ -54,6 +55,7 @@ class Host(Protocol):
     def tracepoint_id(self, name: str) -> int | None: ...
     def tracefs_root(self) -> str | None: ...
     def tracepoints(self) -> list[str]: ...
+    def cgroups(self) -> list[tuple[int, str]]: ...
 
 
 class LiveHost:
@@ -88,6 +90,12 @@ class LiveHost:
 
     def read_memory(self, pid: int, address: int, size: int) -> bytes | None:
         return procfs.read_memory(pid, address, size)
+
+    def task_cgroup(self, pid: int) -> str | None:
+        return procfs.task_cgroup(pid)
+
+    def cgroups(self) -> list[tuple[int, str]]:
+        return procfs.cgroups()
 
     def open_mapped_file(self, pid: int, start: int, end: int) -> int | None:
         return procfs.open_mapped_file(pid, start, end)
@@ -145,6 +153,7 @@ class HostProcess:
     uid: int | None = None
     counters: dict[str, float] | None = None
     memory: dict[int, bytes] = field(default_factory=dict)  # start address -> bytes
+    cgroup: str | None = None  # its cgroup path, as /proc/PID/cgroup would say
 
 
 class StaticHost:
@@ -155,8 +164,10 @@ class StaticHost:
     run at 1 GHz, ``busy`` (a share), and are a second older at each look."""
 
     def __init__(self, procs: dict[int, HostProcess] | None = None,
-                 files: Container[str] | None = (), cpus: int = 1, busy: float = 0.5) -> None:
+                 files: Container[str] | None = (), cpus: int = 1, busy: float = 0.5,
+                 cgroups: dict[int, str] | None = None) -> None:
         self.procs = dict(procs or {})
+        self.cgroup_paths = dict(cgroups or {})  # id -> path
         self.files = files
         self.cpus = cpus
         self.busy = busy
@@ -205,6 +216,13 @@ class StaticHost:
             if start <= address and address + size <= start + len(data):
                 return data[address - start:address - start + size]
         return None
+
+    def task_cgroup(self, pid: int) -> str | None:
+        p = self.procs.get(pid)
+        return p.cgroup if p else None
+
+    def cgroups(self) -> list[tuple[int, str]]:
+        return sorted(self.cgroup_paths.items())
 
     def open_mapped_file(self, pid: int, start: int, end: int) -> int | None:
         return None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from qtools.qformat.cgroup import proc_cgroup_path
 from qtools.qformat.store import open_regular, read_at_most
 
 from ..kernel import syscalls
@@ -331,4 +332,62 @@ def cpu_summary(start: dict[str, float], end: dict[str, float]) -> dict[str, flo
         out["seconds"] = round(total, 3)
     if "frequency-mhz" in end:
         out["frequency-mhz"] = end["frequency-mhz"]
+    return out
+
+
+MAX_CGROUP_DIRS = 1 << 14  # cgroups told at start; the rest come as records or not at all
+MAX_CGROUP_DEPTH = 32
+
+
+def task_cgroup(pid: int) -> str | None:
+    """The task's cgroup path (the unified hierarchy's where there is one)."""
+    text = _read(f"/proc/{pid}/cgroup", 1 << 16)
+    return proc_cgroup_path(text) if text is not None else None
+
+
+def perf_cgroup_root(mounts: str = "/proc/self/mounts") -> str | None:
+    """Where the hierarchy that samples' cgroup ids come from is mounted:
+    the perf_event controller's. A v1 mount of it wins (an older hybrid
+    setup); else the cgroup2 hierarchy, where the controller is otherwise."""
+    unified = None
+    for line in (_read(mounts, 1 << 22) or "").splitlines():
+        fields = line.split()
+        if len(fields) < 4 or not fields[1].startswith("/"):
+            continue
+        where = fields[1].replace("\\040", " ")
+        if fields[2] == "cgroup" and "perf_event" in fields[3].split(","):
+            return where
+        if fields[2] == "cgroup2" and unified is None:
+            unified = where
+    return unified
+
+
+def cgroups(root: str | None = None, limit: int = MAX_CGROUP_DIRS) -> list[tuple[int, str]]:
+    """(id, path) of each cgroup directory of the perf_event controller's
+    hierarchy, at most ``limit``: the id is the directory's inode number,
+    what PERF_SAMPLE_CGROUP carries (a 64-bit kernfs id); links are not
+    followed."""
+    root = root or perf_cgroup_root()
+    if root is None:
+        return []
+    try:
+        out = [(os.stat(root, follow_symlinks=False).st_ino, "/")]
+    except OSError:
+        return []
+    todo = [(root, "", 0)]
+    while todo and len(out) < limit:
+        where, rel, depth = todo.pop()
+        try:
+            with os.scandir(where) as it:
+                for entry in it:
+                    if len(out) >= limit:
+                        break
+                    if not entry.is_dir(follow_symlinks=False):
+                        continue
+                    path = f"{rel}/{entry.name}"
+                    out.append((entry.inode(), path))
+                    if depth + 1 < MAX_CGROUP_DEPTH:
+                        todo.append((entry.path, path, depth + 1))
+        except OSError:
+            continue  # removed meanwhile, or not readable
     return out

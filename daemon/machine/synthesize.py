@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..decode.records import Comm, Mmap, SampleId, Task
+from ..decode.records import Cgroup, Comm, Mmap, SampleId, Task
 from .host import Host
 from .procfs import MapsLine
 
@@ -61,3 +61,9 @@ def mmap(pid: int, line: MapsLine, sid: SampleId) -> Mmap:
     return Mmap(pid, pid, line.start, line.end - line.start, line.offset, line.path or "//anon",
                 line.maj, line.min, line.inode, prot=prot, flags=flags,
                 executable=line.executable, sid=sid)
+
+
+def cgroups(host: Host, time: int) -> list[Cgroup]:
+    """A CGROUP record per cgroup the host has now (its cgroup2 tree)."""
+    sid = SampleId(0, 0, time)
+    return [Cgroup(cid, path, sid) for cid, path in host.cgroups()]

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from qtools.qformat import SetName, sanitize_prog
 
 from ..clock import SYSTEM, Clock, Stamp
+from ..machine.cgroups import weigh
 from ..machine.procfs import counters_delta
 from ..machine.tasks import Mapping, ObjectKey, Process
 from .tally import MAX_STACKS, SampleTally
@@ -125,6 +126,8 @@ class SetStats:
     counters_at: float = 0.0  # monotonic time of that look
     counters_folded: dict[str, float] = field(default_factory=dict)  # aggregates: folded tasks
     idle_weight: int = 0  # kernel sets: weight of the idle task's (pid 0) samples
+    cgroup_weights: dict[int, int] = field(default_factory=dict)  # cgroup id -> sample weight
+    cgroup: str | None = None  # the path written (machine/cgroups.py says which)
 
     def task_stats(self) -> dict[str, float] | None:
         """Counters over the set's life (process-wide, not per CPU)."""
@@ -269,6 +272,9 @@ class SetBook:
         folded = agg.stats.counters_folded
         for k, v in (ts.stats.task_stats() or {}).items():
             folded[k] = round(folded.get(k, 0) + v, 6)
+        for cid, weight in ts.stats.cgroup_weights.items():
+            weigh(agg.stats.cgroup_weights, cid, weight)
+        agg.stats.cgroup = agg.stats.cgroup or ts.stats.cgroup
         if proc.ended:
             agg.stats.end(self.clock)
         agg.writer.dirty = True

@@ -18,6 +18,7 @@ from zlib_ng import gzip_ng
 from qtools.qformat import (CallCounts, CallStacks, Form, Histogram, Info, MapRange, ObjectRef,
                             QDir, Stored, TaskInfo, dump_info, edge_lines, hist_lines,
                             stack_lines)
+from qtools.qformat.cgroup import name_cgroup
 from qtools.qformat.info import JitdumpRef
 
 from ..clock import SYSTEM, Clock
@@ -102,6 +103,9 @@ def build_info(ts: CollectedSet, run: RunInfo, copier: ObjectCopier, version: in
         cpu_stats=cpu_stats,
         state="closed" if ts.writer.finished else "open",
     )
+    if stats.cgroup is not None:  # docs/q-format.md 4.1
+        named = name_cgroup(stats.cgroup)
+        task.cgroup, task.unit, task.container = named.path, named.unit, named.container
     if data.pids_dropped:
         task.extra["q:pids-not-listed"] = data.pids_dropped
     if prof.kernel_from != NO_KERNEL:

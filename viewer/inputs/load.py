@@ -10,6 +10,7 @@ place), so nothing below knows which it has. ``--comm``, ``--pid``,
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import shlex
 import time
@@ -93,6 +94,20 @@ class StoredSet:
     def host(self) -> str | None:
         """The machine that collected it (q:hostname)."""
         return self.info.task.hostname
+
+    @property
+    def service(self) -> str | None:
+        """The systemd unit its samples ran in (q:unit); ``unit`` is the event's."""
+        return self.info.task.unit
+
+    @property
+    def container(self) -> str | None:
+        """The container id its samples ran in (q:container)."""
+        return self.info.task.container
+
+    @property
+    def cgroup(self) -> str | None:
+        return self.info.task.cgroup
 
     @property
     def data_expected(self) -> bool:
@@ -323,10 +338,12 @@ class Selection:
     since: float | None = None  # Unix seconds: only slices that overlap [since, until]
     until: float | None = None
     host: str | None = None  # only sets this machine collected (q:hostname)
+    unit: str | None = None  # a glob: sets whose unit, container or cgroup path match
 
     @property
     def active(self) -> bool:
-        return self.comm is not None or self.pid is not None or self.cpu is not None
+        return (self.comm is not None or self.pid is not None or self.cpu is not None
+                or self.unit is not None)
 
     @property
     def windowed(self) -> bool:
@@ -355,8 +372,22 @@ class Selection:
     def on_host(self, ts: StoredSet) -> bool:
         return self.host is None or ts.host == self.host
 
+    def in_unit(self, ts: StoredSet) -> bool:
+        """--unit: a glob on the unit (``nginx.service``, ``session-*.scope``),
+        on the container id (or its first digits, as ``docker ps`` shows
+        them), or, starting with /, on the cgroup path."""
+        want = self.unit
+        if want is None:
+            return True
+        if want.startswith("/"):
+            return ts.cgroup is not None and fnmatch.fnmatchcase(ts.cgroup, want)
+        unit, container = ts.service, ts.container
+        return (unit is not None and fnmatch.fnmatchcase(unit, want)) or (
+            container is not None and (fnmatch.fnmatchcase(container, want)
+                                       or (len(want) >= 4 and container.startswith(want))))
+
     def matches(self, ts: StoredSet) -> bool:
-        if not self.on_host(ts):
+        if not self.on_host(ts) or not self.in_unit(ts):
             return False
         if self.comm is not None:
             names = {ts.comm, ts.set_name.prog if ts.set_name else None}
@@ -374,6 +405,7 @@ class Selection:
                  f"--pid {self.pid}" if self.pid is not None else "",
                  f"--cpu {self.cpu}" if self.cpu is not None else "",
                  f"--host {self.host}" if self.host is not None else "",
+                 f"--unit {self.unit}" if self.unit is not None else "",
                  f"--since {_when(self.since)}" if self.since is not None else "",
                  f"--until {_when(self.until)}" if self.until is not None else ""]
         return " ".join(p for p in parts if p) or "the selection"
@@ -485,5 +517,9 @@ def _nothing_matches(selection: Selection, run: str | None, inputs: list[Source]
     if selection.host is not None:
         hosts = sorted({ts.host for ts in candidates if ts.host})
         near = near or (f"; hosts there: {', '.join(hosts)}" if hosts else "")
+    if selection.unit is not None:
+        units = sorted({ts.service for ts in candidates if ts.service})
+        near = near or (f"; units there: {', '.join(units[:20])}" if units
+                        else "; no set there records its unit")
     return ViewError(f"no task set matches {what or 'the selection'}{near}",
                      label(inputs[0]) if len(inputs) == 1 else None)

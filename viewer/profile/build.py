@@ -225,7 +225,8 @@ class SampleBuilder:
                             tuple(ts.info.task.pids) if ts.info.task.pids else None, ts.cpu,
                             escape(ts.command()),
                             escape(ts.info.histogram.file) if ts.info.histogram else None,
-                            ts.host and escape(ts.host))
+                            ts.host and escape(ts.host), ts.service and escape(ts.service),
+                            ts.container and escape(ts.container))
                  for ts in self.sets]
         lost = sum(ts.info.task.lost_samples or 0 for ts in self.sets)
         samples = Samples(",".join(events), unit, granularities, self.sets[0].factor, lost,

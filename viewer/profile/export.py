@@ -74,12 +74,14 @@ class Labels:
     pid: int | None
     cpu: int | None
     host: str | None
+    unit: str | None = None  # the systemd unit (q:unit)
+    container: str | None = None  # the container id (q:container)
 
     def pairs(self) -> list[tuple[str, str]]:
         """The labels that are known, as text: pid and cpu too, as Pyroscope and
         Parca take labels (and cpu 0 stays cpu 0, not an unset number)."""
         known = (("comm", self.comm), ("pid", self.pid), ("cpu", self.cpu),
-                 ("host", self.host))
+                 ("host", self.host), ("unit", self.unit), ("container", self.container))
         return [(key, str(value)) for key, value in known if value is not None and value != ""]
 
 
@@ -182,7 +184,8 @@ class _Builder:
         ts = sl.stored
         self.sets.append(ts)
         labels = self.labels.id(Labels(_text(ts.comm), ts.pid, ts.cpu,
-                                       _text(ts.info.task.hostname)))
+                                       _text(ts.info.task.hostname), _text(ts.service),
+                                       _text(ts.container)))
         value_per_count = ts.factor * (1e9 if ts.unit == SECONDS else 1.0)
         g = ts.info.histogram.y_granularity if ts.info.histogram else None
         # without the weight of one sample, each count is one (count events)

@@ -84,6 +84,8 @@ class SetSummary:
     command: str  # what the `Command:` line shows
     hist_file: str | None
     host: str | None = None  # the machine that collected it (q:hostname)
+    unit: str | None = None  # the systemd unit its samples ran in (q:unit)
+    container: str | None = None  # the container id (q:container)
 
 
 @dataclass

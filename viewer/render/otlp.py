@@ -115,6 +115,10 @@ def _sample_attributes(attribute: _Attributes, lb: Labels) -> list[int]:
         out.append(attribute("process.pid", lb.pid))
     if lb.cpu is not None:
         out.append(attribute("cpu.logical_number", lb.cpu))
+    if lb.container:
+        out.append(attribute("container.id", lb.container))  # a semantic convention
+    if lb.unit:
+        out.append(attribute("systemd.unit", lb.unit))  # none exists for it: q-tools' name
     return out
 
 

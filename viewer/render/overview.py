@@ -40,10 +40,12 @@ STAT_COLUMNS = (("user-seconds", "user"), ("system-seconds", "sys"),
 
 
 def render(rows: list[Row], directory: str, out: TextIO, cpus: list[CpuRow] | None = None,
-           window: str | None = None, height: int | None = None) -> None:
-    """The two tables; with ``height``, their top rows that fit in that many lines."""
+           window: str | None = None, height: int | None = None,
+           first: str = "command") -> None:
+    """The two tables; with ``height``, their top rows that fit in that many
+    lines; ``first``: the heading of the first column (what a row is)."""
     what = f"slices {window}" if window else "latest version of each"
-    head, lines, foot = _task_table(rows)
+    head, lines, foot = _task_table(rows, first)
     head.insert(0, f"Task sets in {directory} ({what}; % of all samples listed):")
     hosts = _host_width(rows)
     cpu_lines = [_cpu_line(c, hosts) for c in sorted(cpus or [], key=lambda c: (c.host or "", c.cpu))]
@@ -58,13 +60,13 @@ def render(rows: list[Row], directory: str, out: TextIO, cpus: list[CpuRow] | No
         out.write(line + "\n")
 
 
-def _task_table(rows: list[Row]) -> tuple[list[str], list[str], list[str]]:
+def _task_table(rows: list[Row], first: str = "command") -> tuple[list[str], list[str], list[str]]:
     """Header, rows (largest first) and total line of the task sets' table."""
     ordered = sorted(rows, key=lambda r: (-r.amount, r.file))
     units = sorted({r.unit for r in rows})
     unit = units[0] if len(units) == 1 else None
     total = sum(r.amount for r in rows)
-    width = max([len("command")] + [len(r.command) for r in ordered])
+    width = max([len(first)] + [len(r.command) for r in ordered])
     amount_head = unit if unit else "amount"
     stats = [(key, label) for key, label in STAT_COLUMNS if any(key in r.stats for r in rows)]
     extra = "".join(f" {label:>7}" for _key, label in stats)
@@ -72,8 +74,8 @@ def _task_table(rows: list[Row]) -> tuple[list[str], list[str], list[str]]:
     extra += f" {'run':<{RUN_DIGITS}}" if several else ""
     hosts = _host_width(rows)  # a host column: several machines
     host_head = f"{'host':<{hosts}} " if hosts else ""
-    head = [(f"{host_head}{'command':<{width}} {'pid':>8} {'cpu':>4} {amount_head:>8} "
-             f"{'%':>6}{extra}  file")]
+    head = [(f"{host_head}{first:<{width}} {'pid':>8} {'cpu':>4} {amount_head:>8} "
+             f"{'%':>6}{extra}  {'commands' if first == 'unit' else 'file'}")]
     lines = []
     for r in ordered:
         amount = si(r.amount) + ("" if unit else f" {r.unit}")
