@@ -381,6 +381,9 @@ def main(argv: list[str] | None = None) -> int:
     waker = Waker()
     try:
         with QDir.open(args.directory) as qdir:
+            if not os.access(".", os.W_OK | os.X_OK, dir_fd=qdir.fd):  # the state file goes there
+                say(f"{args.directory}: cannot write {STATE_NAME} there (permission denied)")
+                return 1
             return run(opts, Pusher(opts, qdir, say), waker)
     except (QFormatError, ViewError) as e:
         say(str(e))

@@ -219,15 +219,24 @@ def test_q_syscollect_push_sends_every_closed_slice(perf, build, ingest, tmp_pat
     try:
         ingest.mode = "fail"  # down at first: collection goes on regardless
         run = subprocess.Popen([command("q-syscollect"), "-d", str(q), "--rotate", "2",
-                                "--checkpoint", "1", "-t", "8", "--cpus", "0", "--push",
+                                "--checkpoint", "1", "-t", "10", "--cpus", "0", "--push",
                                 ingest.url, *OWN_SETS], stderr=subprocess.PIPE, text=True)
-        time.sleep(4)
-        ingest.mode = "accept"
-        _out, err = run.communicate(timeout=120)
+        try:
+            _wait(lambda: _children(run.pid, "q-push"), 30)
+            for child in _children(run.pid, "q-push"):
+                child.kill()  # a crash of q-push: restarted, collection goes on
+            time.sleep(2)
+            ingest.mode = "accept"
+            _out, err = run.communicate(timeout=120)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
     finally:
         load.kill()
         load.wait()
     assert run.returncode == 0, err
+    assert re.search(r"q-push \(pid \d+\) ended \(signal 9\); restarting it", err), err
     assert not [p for p in psutil.process_iter(["cmdline"])
                 if str(q) in " ".join(p.info["cmdline"] or ())]  # no q-push left running
     during = ingest.names()
@@ -241,6 +250,14 @@ def test_q_syscollect_push_sends_every_closed_slice(perf, build, ingest, tmp_pat
     assert closed and _sent(q) >= closed  # every closed slice, the last ones included
     names = ingest.names()
     assert len(names) == len(set(names)), names  # nothing twice
+
+
+def _children(pid: int, name: str) -> list[psutil.Process]:
+    try:
+        kids = psutil.Process(pid).children()
+    except psutil.NoSuchProcess:
+        return []
+    return [k for k in kids if any(name in part for part in k.cmdline()[:3])]
 
 
 def test_the_unit_with_the_push_drop_in_verifies(tmp_path):
