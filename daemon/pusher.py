@@ -25,19 +25,24 @@ EXIT_GRACE = 10.0  # beyond the drain, before SIGKILL
 MAX_DELAY = 300.0  # between restarts of a q-push that keeps dying
 
 
-def command(url: str, directory: str) -> list[str]:
+def command(url: str, directory: str, settled: float) -> list[str]:
     """q-push's command line: the script installed beside q-syscollect, else
-    the module run by this interpreter."""
+    the module run by this interpreter. ``settled``: how long an open set
+    sits unchanged before it counts as closed (its writer is gone), the
+    same as retention's rule; a live set that is idle is not rewritten, and
+    must not be pushed before its slice ends."""
     script = shutil.which("q-push", path=os.path.dirname(os.path.abspath(sys.argv[0])))
     head = [script] if script else [sys.executable, "-m", "qtools.viewer.push"]
-    return [*head, "--follow", "--drain", f"{DRAIN_SECONDS:g}", "--parent", str(os.getpid()),
-            url, directory]
+    return [*head, "--follow", "--drain", f"{DRAIN_SECONDS:g}", "--settled", f"{settled:g}",
+            "--parent", str(os.getpid()), url, directory]
 
 
 class PushChild:
-    def __init__(self, url: str, directory: str, note: Callable[[str], None]) -> None:
+    def __init__(self, url: str, directory: str, settled: float,
+                 note: Callable[[str], None]) -> None:
         self.url = url
         self.directory = directory
+        self.settled = settled
         self.note = note
         self.pid: int | None = None
         self.failures = 0
@@ -50,7 +55,7 @@ class PushChild:
         except OSError:
             devnull = None
         actions = [(os.POSIX_SPAWN_DUP2, devnull, 0)] if devnull is not None else []
-        argv = command(self.url, self.directory)
+        argv = command(self.url, self.directory, self.settled)
         try:
             self.pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=actions,
                                       setsid=True)

@@ -194,7 +194,7 @@ class Supervisor:
             for cpu in cfg.cpus:
                 self._start(source, run, qdir, cpu)
             if cfg.push:
-                self.pusher = PushChild(cfg.push, cfg.directory, self._note)
+                self.pusher = PushChild(cfg.push, cfg.directory, cfg.stale_after, self._note)
                 self.pusher.start()
             if not cfg.quiet:
                 self._note(start_line(cfg, source.event.name, source.frequency,

@@ -343,9 +343,10 @@ def parser() -> argparse.ArgumentParser:
                    help="longest wait between retries (default 300)")
     p.add_argument("--retries", type=int, default=5, metavar="N",
                    help="without --follow: give up after N failures in a row (default 5)")
-    p.add_argument("--settled", type=float, default=600.0, metavar="SECS",
-                   help="push an open set not rewritten for SECS (its writer is gone; "
-                        "default 600)")
+    p.add_argument("--settled", type=float, default=86400.0, metavar="SECS",
+                   help="push an open set not rewritten for SECS: its writer is gone (a "
+                        "killed run; default 86400: a live collector leaves an idle set "
+                        "alone until its slice ends)")
     p.add_argument("--interval", type=float, default=5.0, metavar="SECS",
                    help="--follow: look for closed slices every SECS (default 5)")
     p.add_argument("--drain", type=float, default=20.0, metavar="SECS",
