@@ -316,7 +316,8 @@ def _end(opts: Options, pusher: Pusher, sent: int, left: int) -> int:
     if left:
         why = f" ({pusher.last_error})" if pusher.last_error else ""
         pusher.say(f"{left} closed slice{'s' if left != 1 else ''} of {opts.directory} not "
-                   f"pushed to {opts.url}{why}; {STATE_NAME} keeps them for the next q-push")
+                   f"pushed to {opts.url}{why}; the next q-push sends them ({STATE_NAME} "
+                   "names what went)")
         return 1
     if not opts.quiet and not opts.interval:
         pusher.say(f"pushed {sent} slice{'s' if sent != 1 else ''} of {opts.directory} "
