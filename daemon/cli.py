@@ -7,6 +7,7 @@ import math
 import os
 import sys
 
+from qtools.qformat.pushstate import check_url
 from qtools.qformat.version import package_version
 
 from . import command
@@ -156,6 +157,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-map-size", type=_positive_size, default=64 << 20, metavar="SIZE",
                    help="copy at most SIZE of a JIT's /tmp/perf-PID.map, marking the copy "
                         "truncated (default 64M)")
+    p.add_argument("--push", metavar="URL",
+                   help="send each closed slice to a Pyroscope-compatible server (POST "
+                        "URL/ingest, pprof) through a q-push process beside the collectors")
     p.add_argument("--version", action="store_true", help="print the version and exit")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="[--] CMD ARGS",
                    help="profile system-wide (or with -i, only this) until CMD exits")
@@ -183,6 +187,12 @@ def config_from(args: argparse.Namespace, argv: list[str], host: Host = LIVE) ->
     if args.ring_pages and args.ring_pages & (args.ring_pages - 1):
         raise UsageError(f"--mmap-pages: not a power of two: {args.ring_pages}")
     directory = args.directory or os.environ.get("Q_DIR") or ".q"
+    push = None
+    if args.push is not None:
+        try:
+            push = check_url(args.push)
+        except ValueError as e:
+            raise UsageError(f"--push: {e}") from None
     return Config(directory=directory, cpus=cpus, command=command, duration=args.duration,
                   verbose=args.verbose, quiet=args.quiet, kernel_only=args.kernel_only, user_only=args.user_only,
                   frequency=args.frequency, event=args.event, inherit_only=args.inherit_only,
@@ -193,7 +203,7 @@ def config_from(args: argparse.Namespace, argv: list[str], host: Host = LIVE) ->
                   ring_pages=args.ring_pages, rotate=args.rotate, max_size=args.max_size,
                   max_age=args.max_age, compress=args.compress, stuck_after=args.stuck_after,
                   max_object_size=args.max_object_size, max_map_size=args.max_map_size,
-                  argv=argv)
+                  push=push, argv=argv)
 
 
 def _print(text: str) -> int:

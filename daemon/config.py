@@ -54,6 +54,7 @@ class Config:
     stuck_after: float = 120.0  # kill and restart a collector silent this long
     max_object_size: int = 512 << 20  # refuse to copy a larger object
     max_map_size: int = 64 << 20  # keep only this much of a perf map
+    push: str | None = None  # a Pyroscope-compatible server: q-push sends closed slices
     argv: list[str] = field(default_factory=list)
 
     @property

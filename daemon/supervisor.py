@@ -33,6 +33,7 @@ from .messages import (EXIT_LOST, Tally, loss_line, parse_line, split_lines, sta
                        summary_line, tell)
 from .kernel.source import SourceSpec
 from .notify import Notifier
+from .pusher import PushChild
 from .plan import CollectError, plan
 from .sets.objects import KallsymsCopy, ObjectCopier
 
@@ -89,6 +90,7 @@ class Supervisor:
         self.losses: list[str] = []  # what this run lost, for its last line
         self.kallsyms = KallsymsCopy()  # the children inherit it, and renew it
         self.retention = retention.Index()  # what upkeep knows of .q between rounds
+        self.pusher: PushChild | None = None  # --push: q-push, beside the collectors
 
     # ------------------------------------------------------------ setup
 
@@ -191,6 +193,9 @@ class Supervisor:
             self.began = time.monotonic()  # the first collector samples from here on
             for cpu in cfg.cpus:
                 self._start(source, run, qdir, cpu)
+            if cfg.push:
+                self.pusher = PushChild(cfg.push, cfg.directory, cfg.stale_after, self._note)
+                self.pusher.start()
             if not cfg.quiet:
                 self._note(start_line(cfg, source.event.name, source.frequency,
                                       source.exclude_kernel))
@@ -260,6 +265,8 @@ class Supervisor:
             _drain(wake_r)
             self._heartbeats(readable)
             self._reap(source, run, qdir)
+            if self.pusher is not None:
+                self.pusher.tend()
             if os.fstat(qdir.fd).st_nlink == 0:
                 self._note(f"the output directory {qdir.path} was removed; stopping")
                 self.directory_gone = True
@@ -330,7 +337,8 @@ class Supervisor:
         try:
             report = self.retention.maintain(
                 qdir, stale_after=cfg.stale_after, grace=cfg.stale_after,
-                max_size=cfg.max_size, max_age=cfg.max_age, compress=cfg.compress_closed)
+                max_size=cfg.max_size, max_age=cfg.max_age, compress=cfg.compress_closed,
+                push=cfg.push is not None)
         except OSError as e:
             text = f"cannot tend {qdir.path}: {e.strerror or e}"
             if text != self.upkeep_error:
@@ -338,6 +346,10 @@ class Supervisor:
                 self.upkeep_error = text
             return
         self.upkeep_error = None
+        if report.unsent_removed:
+            n = len(report.unsent_removed)
+            self._note(f"--max-size {cfg.max_size} forced removing {n} slice{'s' * (n != 1)} "
+                       f"not yet pushed to {cfg.push}, the oldest {report.unsent_removed[0]}")
         if cfg.verbose and (report.removed or report.collected):
             self._note(f"retention removed {len(report.removed)} closed sets and "
                        f"{len(report.collected)} unreferenced copies")
@@ -355,6 +367,8 @@ class Supervisor:
             if pid == self.cmd_pid:
                 self.cmd_status = status
                 self.stopping = True
+                continue
+            if self.pusher is not None and self.pusher.ended(pid, status):
                 continue
             child = self.children.pop(pid, None)
             if child is None:
@@ -415,8 +429,12 @@ class Supervisor:
                 continue
             if pid == self.cmd_pid:
                 self.cmd_status = status
+            elif self.pusher is not None and self.pusher.ended(pid, status, restart=False):
+                pass
             elif (child := self.children.pop(pid, None)) is not None:
                 self._check_final(child, self._retire(child, status))
+        if self.pusher is not None:
+            self.pusher.stop()  # after the final checkpoint: the last slices are closed
 
 
 def _size_of(qdir: QDir) -> int | None:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from qtools.qformat import QDir, QFormatError, read_info
 from qtools.qformat.data import GZIP_MAGIC
+from qtools.qformat.pushstate import STATE_NAME, read_sent
 from qtools.qformat.store import TEMP_PREFIX
 
 from ..clock import SYSTEM, Clock, Stamp
@@ -97,6 +98,7 @@ class Copy:
 class Report:
     compressed: int = 0
     removed: list[str] = field(default_factory=list)
+    unsent_removed: list[str] = field(default_factory=list)  # --max-size forced them
     collected: list[str] = field(default_factory=list)
     size: int = 0
     sets: int = 0
@@ -121,6 +123,8 @@ class Index:
         self.wanted: set[str] = set()  # copies the known sets name
         self.uncompressed: list[SetFiles] = []
         self.size = 0
+        self.sent: set[str] | None = None  # with --push: the slices q-push delivered
+        self._sent_key: Key | None = None
 
     # ------------------------------------------------------------ looking
 
@@ -128,7 +132,8 @@ class Index:
         """Note what an earlier run left, before this run writes anything:
         only those sets and copies are aged by their recorded times."""
         self.earlier = {n for n in qdir.names()
-                        if ".info#" in n or (n.startswith(".") and not n.startswith(TEMP_PREFIX))}
+                        if ".info#" in n or (n.startswith(".") and not n.startswith(TEMP_PREFIX)
+                                             and n != STATE_NAME)}
         return self.earlier
 
     def refresh(self, qdir: QDir) -> None:
@@ -157,7 +162,7 @@ class Index:
         unreadable: dict[str, Key] = {}
         data_names: list[str] = []
         for name in names:
-            if name.startswith(TEMP_PREFIX):
+            if name.startswith(TEMP_PREFIX) or name == STATE_NAME:
                 continue
             if name.startswith("."):
                 try:
@@ -243,30 +248,51 @@ class Index:
 
     # ------------------------------------------------------------ deciding
 
+    def read_push_state(self, qdir: QDir) -> None:
+        """What q-push has delivered (``.push-state``), read again when it changed;
+        a state file that cannot be read counts as nothing sent (keeps more)."""
+        try:
+            key = _key(qdir.lstat(STATE_NAME))
+        except OSError:
+            key = None
+        if key is not None and key == self._sent_key and self.sent is not None:
+            return
+        try:
+            self.sent = (read_sent(qdir) or set()) if key is not None else set()
+        except QFormatError:
+            self.sent = set()
+        self._sent_key = key
+
+    def unsent(self, s: SetFiles) -> bool:
+        return self.sent is not None and s.info not in self.sent
+
     def removals(self, mono: float, stale_after: float, max_size: int | None,
                  max_age: float | None) -> list[SetFiles]:
         """Closed sets to remove, oldest first: all beyond ``max_age``, then
         as many more as it takes to get under ``max_size`` (once every
-        `.info` is known: until then the size is not)."""
+        `.info` is known: until then the size is not). With --push
+        (``self.sent`` known) a slice not pushed yet is kept past
+        ``max_age``, and removed for ``max_size`` only after every pushed one."""
         remove: list[SetFiles] = []
         if max_age is not None:
             for s in self.by_birth:
                 if s.age(mono) <= max_age:
                     break
-                if s.closed(mono, stale_after):
+                if s.closed(mono, stale_after) and not self.unsent(s):
                     remove.append(s)
         if max_size is None or self.pending:
             return remove
         size = self.size - sum(s.size for s in remove)
-        if size <= max_size:
-            return remove
         chosen = {s.info for s in remove}
-        for s in self.by_birth:
-            if size <= max_size:
-                break
-            if s.info not in chosen and s.closed(mono, stale_after):
-                remove.append(s)
-                size -= s.size
+        for unsent_too in (False, True):
+            for s in self.by_birth:
+                if size <= max_size:
+                    return remove
+                if s.info not in chosen and s.closed(mono, stale_after) \
+                        and (unsent_too or not self.unsent(s)):
+                    remove.append(s)
+                    chosen.add(s.info)
+                    size -= s.size
         return remove
 
     def unreferenced_copies(self, mono: float, grace: float) -> list[str]:
@@ -308,12 +334,16 @@ class Index:
 
     def maintain(self, qdir: QDir, *, stale_after: float, grace: float,
                  max_size: int | None = None, max_age: float | None = None,
-                 compress: bool = False) -> Report:
-        """One round of upkeep; raises OSError only from writing (a full disk)."""
+                 compress: bool = False, push: bool = False) -> Report:
+        """One round of upkeep; raises OSError only from writing (a full disk).
+        ``push``: keep slices q-push has not delivered (see ``removals``)."""
         self.refresh(qdir)
+        if push:
+            self.read_push_state(qdir)
         mono = self.clock.mono()
         report = Report()
         removals = self.removals(mono, stale_after, max_size, max_age)
+        report.unsent_removed = [s.info for s in removals if self.unsent(s)]
         for s in removals:
             qdir.remove(s.info)  # the .info first: a reader never finds it without its data
             for f in s.data:
