@@ -85,8 +85,10 @@ def _label(value: str) -> str:
 
 
 def series_name(app: str, ts: StoredSet, service: str | None) -> str:
-    """``APP{host=..,program=..,service=..}``: only labels that are known."""
-    pairs = [("host", ts.host), ("program", ts.comm), ("service", service)]
+    """``APP{host=..,program=..,service=..}``: only labels that are known;
+    the service is ``--service`` if given, else the systemd unit the set's
+    samples ran in (q:unit)."""
+    pairs = [("host", ts.host), ("program", ts.comm), ("service", service or ts.service)]
     labels = ",".join(f"{k}={_label(v)}" for k, v in pairs if v)
     return f"{_label(app)}{{{labels}}}"
 
