@@ -98,7 +98,8 @@ def parser() -> argparse.ArgumentParser:
                      help="Python frames only, as py-spy shows them (NAME (FILE)); native "
                           "and kernel frames fold into the Python function that called them")
     rep.add_argument("--by", choices=BY_CHOICES, default="function",
-                     help="what a node is: a function (default), an object, an address")
+                     help="what a node is: a function (default), an object, an address, or a "
+                          "source line (FILE:LINE with its function, from DWARF line tables)")
     rep.add_argument("--format", choices=list(FORMATS), default=DEFAULT_FORMAT,
                      help=formats_help())
     rep.add_argument("-o", "--output", metavar="FILE",

@@ -75,3 +75,10 @@ def stripped_plain(build_dir) -> tuple[Binary, Binary]:
     out = build_dir / "calls-fde-stripped"
     subprocess.run(["strip", "-o", str(out), str(full)], check=True)
     return Binary.read(full), Binary.read(out)
+
+
+@pytest.fixture(scope="session")
+def hotline(build_dir) -> Binary:
+    """hotline.c built with -g -O2: one hot line in spin(), square() inlined."""
+    _need("cc")
+    return Binary.read(compile_c(SRC / "hotline.c", build_dir / "hotline", "-g", "-fPIE", "-pie"))

@@ -129,6 +129,18 @@ class AddressSpace:
         roots = self.symbols.roots(self.directory, mapping.copy) if vaddr is not None else None
         return bool(roots and roots.lookup(vaddr))  # type: ignore[arg-type]
 
+    def line(self, address: int, is_return: bool = False) -> tuple[str, int] | None:
+        """(source path, line) of a user address, from its object's DWARF line
+        table (or its debug file's); None where there is none."""
+        target = address - 1 if is_return and address > 0 else address
+        m = None if is_synthetic(target) else self._mapping_at(target)
+        if m is None or m.copy is None:
+            return None
+        obj = self.symbols.object(self.directory, m.ref, m.copy)
+        vaddr = obj.vaddr_of(m.map.file_offset(target)) if obj else None
+        lines = self.symbols.lines(self.directory, m.ref, m.copy) if vaddr is not None else None
+        return lines.lookup(vaddr) if lines is not None else None  # type: ignore[arg-type]
+
     def _resolve(self, address: int) -> Symbolized:
         if is_synthetic(address):
             return self._jit(address)

@@ -29,6 +29,7 @@ from qtools.qformat.stores import Store
 from .elf import ElfObject, ElfProblem, Segment, read_elf
 from .fde import read_fde_ranges, read_root_ranges
 from .jitnames import JitNames, load_jitdump
+from .lines import LineIndex, LineProblem, ObjectLines, has_lines, read_index
 from .symcache import SymbolCache
 from .symtab import RawSymbol, SymbolTable
 
@@ -103,9 +104,13 @@ class Symbols:
         self._digests: dict[tuple[object, ...], str] = {}
         self._jitdumps: dict[tuple[str, str], JitNames | None] = {}
         self._qdirs: dict[str, QDir] = {}
+        self._lines: dict[tuple[str, str], ObjectLines | None] = {}
         self.stores = stores or {}  # by label: directories inside archives (their owner closes them)
 
     def close(self) -> None:
+        for lines in self._lines.values():
+            if lines is not None:
+                lines.flush()
         for q in self._qdirs.values():
             q.close()
         self._qdirs.clear()
@@ -272,6 +277,56 @@ class Symbols:
             return dbg, dbg.symbols
         return None
 
+    # ------------------------------------------------------------ source lines
+
+    def lines(self, directory: str, ref: ObjectRef, copy: str | None) -> ObjectLines | None:
+        """The source lines of an object copy: from its own DWARF, else from
+        its separate debug file (build-id, debuglink); None without either."""
+        if copy is None:
+            return None
+        key = _content_key(directory, copy)
+        if key not in self._lines:
+            self._lines[key] = None
+            with self._verified(directory, copy) as source:
+                if source is not None:
+                    self._lines[key] = self._load_lines(directory, ref, copy, source)
+        return self._lines[key]
+
+    def _load_lines(self, directory: str, ref: ObjectRef, copy: str,
+                    source: str) -> ObjectLines | None:
+        cache_key = self._cache_key(source, copy, "lines")
+        opener: Any = None
+        label = os.path.join(directory, copy)
+        if has_lines(source):
+            opener = lambda: self._verified(directory, copy)  # noqa: E731
+        else:
+            try:
+                elf = read_elf(source, symbols=False)
+            except ElfProblem:
+                return None
+            for path, _how in self._debug_candidates(directory, ref, elf.build_id
+                                                     or ref.build_id, elf.debuglink):
+                if has_lines(path):
+                    opener, label = _path_opener(path), path
+                    cache_key = cache_key and f"{cache_key}-{_path_tag(path)}"
+                    break
+        if opener is None:
+            return None
+        hit = self.cache.load(cache_key) if cache_key else None
+        index = LineIndex.from_meta(*hit) if hit is not None else None
+        if index is None:
+            try:
+                with opener() as path:
+                    if path is None:
+                        return None
+                    index = read_index(path)
+            except LineProblem as e:
+                self.warn(f"{label}: {e}; its source lines are unknown")
+                return None
+        store = (lambda ix: self.cache.store(cache_key, ix.table, ix.meta())) if cache_key \
+            else (lambda ix: None)
+        return ObjectLines(index, opener, label, store, self.warn)
+
     def roots(self, directory: str, copy: str) -> SymbolTable | None:
         """Where stacks end in the object ``copy`` (fde.read_root_ranges); None
         where there is no trustworthy copy to read them from."""
@@ -431,6 +486,25 @@ def _crc_matches(path: str, expected: int) -> bool:
     except OSError:
         return False
     return crc == expected
+
+
+@contextmanager
+def _path_opener_cm(path: str) -> Iterator[str]:
+    yield path
+
+
+def _path_opener(path: str) -> Callable[[], Any]:
+    return lambda: _path_opener_cm(path)
+
+
+def _path_tag(path: str) -> str:
+    """Which debug file lines came from, in their cache key (another debug
+    file for the same copy is another entry)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "0"
+    return hashlib.sha256(f"{path}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
 
 
 def _content_key(directory: str, copy: str) -> tuple[str, str]:

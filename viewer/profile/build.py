@@ -14,6 +14,7 @@ named in its own address space. Counts are converted to output units
 from __future__ import annotations
 
 import math
+import os
 from typing import Callable
 
 from qtools.qformat import DEFAULT_LIMITS
@@ -27,7 +28,7 @@ from .model import Frame, FrameTable, InterpreterQuality, Samples, SetSummary, S
 from ..naming.symbols import Symbolized, Symbols, Warn
 from .pyview import is_python
 
-BY_CHOICES = ("function", "object", "address")
+BY_CHOICES = ("function", "object", "address", "line")
 
 # Where a `.stack` file's remainder line (``WEIGHT -``: stacks the collector
 # did not keep) goes when its `.hist` cannot say which functions it hit.
@@ -36,10 +37,23 @@ UNKEPT = ("[stacks not kept]", "[q-syscollect]")
 Escape = Callable[[str], str]
 
 
+SourceLine = tuple[str, int] | None  # (path, line) of a location, --by line
+
+
+def line_frame(loc: Symbolized, line: SourceLine, escape: Escape = printable) -> Frame:
+    """``--by line``: FILE:LINE (the file's base name, as perf's srcline
+    shows it) with the function beside it; no line known, the function's
+    name alone, as ``--by function`` shows it."""
+    if line is None:
+        return Frame(escape(loc.name), escape(loc.object), loc.kernel)
+    return Frame(escape(f"{os.path.basename(line[0])}:{line[1]}"), escape(loc.object),
+                 loc.kernel, escape(loc.name))
+
+
 def frame_maker(by: str, escape: Escape = printable) -> Callable[[Symbolized], Frame]:
     """How a named address becomes a call-graph node for ``--by``; ``escape``
     makes names safe for the report (JSON escapes by itself)."""
-    if by == "function":
+    if by in ("function", "line"):  # a line without its source line is its function
         return lambda loc: Frame(escape(loc.name), escape(loc.object), loc.kernel)
     if by == "object":
         return lambda loc: Frame(escape(loc.object), escape(loc.object), loc.kernel)
@@ -250,6 +264,7 @@ class _Names:
         self.kernel: list[bool] = [False] * n
         self.objects: list[str] = [""] * n
         self.python: list[bool] = [False] * n
+        self.by_line = builder.by == "line"
 
     def name_all(self, count: int) -> None:
         """Name the first ``count`` locations."""
@@ -261,7 +276,12 @@ class _Names:
         if fid < 0:
             loc = self.sl.locations[lid]
             sym = self.sl.space.lookup(loc.address, loc.is_return)
-            fid = self.fids[lid] = self.builder._id(sym)
+            if self.by_line and not sym.kernel:
+                line = self.sl.space.line(loc.address, loc.is_return)
+                fid = self.builder.table.id(line_frame(sym, line, self.builder.escape))
+                self.fids[lid] = fid
+            else:
+                fid = self.fids[lid] = self.builder._id(sym)
             self.kernel[lid] = sym.kernel
             self.objects[lid] = sym.object
             self.python[lid] = is_python(sym.name)

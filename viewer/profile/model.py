@@ -37,6 +37,8 @@ class Frame(NamedTuple):
     name: str
     object: str
     kernel: bool = False
+    # --by line: the function the line is in (the name is FILE:LINE)
+    function: str = ""
 
 
 class FrameTable:

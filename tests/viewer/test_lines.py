@@ -1,0 +1,115 @@
+"""Source lines (--by line) and annotation (--annotate) from DWARF, through
+the installed q-view, on a program built with -g -O2 at test time."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from tests.conftest import q_view
+from qsynth import QBuilder, Binary
+
+SRC = Path(__file__).resolve().parent.parent / "data" / "src" / "hotline.c"
+
+
+def source_line(marker: str) -> int:
+    """The line of hotline.c that holds ``marker``."""
+    for number, text in enumerate(SRC.read_text().splitlines(), 1):
+        if marker in text:
+            return number
+    raise AssertionError(marker)
+
+
+def line_rows(binary: Path) -> list[tuple[int, int]]:
+    """(address, line) rows of hotline.c, as binutils decodes them (an
+    independent reader)."""
+    text = subprocess.run(["objdump", "--dwarf=decodedline", str(binary)], check=True,
+                          capture_output=True, text=True).stdout
+    rows = []
+    for m in re.finditer(r"^hotline\.c\s+(\d+)\s+0x([0-9a-f]+)", text, re.M):
+        rows.append((int(m[2], 16), int(m[1])))
+    return rows
+
+
+def address_of_line(binary: Binary, line: int) -> int:
+    """A link-time address inside spin() that the line table gives ``line``
+    (``binary`` unstripped)."""
+    start, size = binary.functions["spin"]
+    for address, at in line_rows(binary.path):
+        if at == line and start <= address < start + size:
+            return address
+    raise AssertionError(f"no address for line {line}")
+
+
+def hot_q(tmp_path: Path, binary: Binary, full: Binary | None = None, hot: int = 90,
+          cold: int = 10) -> tuple[QBuilder, str]:
+    """A set whose samples fall on the HOT line (``hot``) and the loop's
+    condition line (``cold``), with main() as the caller; ``full``: the
+    unstripped build of ``binary``."""
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(binary, path="/nonexistent/hotline")
+    hot_at = o.link(address_of_line(full or binary, source_line("/* HOT */")))
+    cold_at = o.link(address_of_line(full or binary, source_line("for (long")))
+    caller = o.ret("main")
+    name = q.task("hotline", 7, 0, stacks=[(hot * 1_000_000, [hot_at, caller]),
+                                           (cold * 1_000_000, [cold_at, caller])])
+    return q, name
+
+
+def test_by_line_names_the_hot_line_with_its_function(tmp_path, hotline):
+    q, name = hot_q(tmp_path, hotline)
+    r = q_view("--flat", "--by", "line", "--no-cache", q.info_path(name))
+    assert r.returncode == 0, r.stderr
+    rows = [l for l in r.stdout.splitlines() if "hotline.c:" in l]
+    assert rows, r.stdout
+    hot = f"hotline.c:{source_line('/* HOT */')} (spin)"
+    assert hot in rows[0], r.stdout  # the first row: most self time
+    assert "90.0" in rows[0] or "90.00" in rows[0], rows[0]
+    assert any(f"hotline.c:{source_line('for (long')} (spin)" in l for l in rows[1:])
+    assert not r.stderr
+
+
+def test_by_line_json_gives_file_line_and_function(tmp_path, hotline):
+    q, name = hot_q(tmp_path, hotline)
+    for cache in ("--no-cache", None):  # cold, then cached (Q_CACHE_DIR below)
+        args = ["--format", "json", "--by", "line", q.info_path(name)]
+        env_args = [cache] if cache else []
+        r = q_view(*env_args, *args, env={**_env(tmp_path)})
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        assert doc["by"] == "line"
+        top = max(doc["functions"], key=lambda f: f["self"])
+        assert top["name"] == f"hotline.c:{source_line('/* HOT */')}"
+        assert top["function"] == "spin"
+        assert abs(top["self"] - 0.09) < 1e-9
+    # the warm run read the lines from the cache
+    assert any(p.name.endswith("-lines.sym") for p in (tmp_path / "cache").iterdir())
+
+
+def test_stripped_copy_takes_its_lines_from_the_debug_file_by_build_id(tmp_path, hotline):
+    bare_path = tmp_path / "hotline-stripped"
+    debug = tmp_path / "hotline.debug"
+    subprocess.run(["objcopy", "--only-keep-debug", str(hotline.path), str(debug)], check=True)
+    subprocess.run(["objcopy", "--strip-all", str(hotline.path), str(bare_path)], check=True)
+    bare = Binary.read(bare_path)
+    bare.functions.update(hotline.functions)  # where spin is, from the unstripped build
+    q, name = hot_q(tmp_path, bare, hotline)
+    hot = f"hotline.c:{source_line('/* HOT */')}"
+    r = q_view("--flat", "--by", "line", "--no-cache", q.info_path(name))
+    assert r.returncode == 0 and hot not in r.stdout, r.stdout
+    root = tmp_path / "debugroot"
+    target = root / ".build-id" / bare.build_id[:2] / (bare.build_id[2:] + ".debug")
+    target.parent.mkdir(parents=True)
+    shutil.copy(debug, target)
+    r = q_view("--flat", "--by", "line", "--no-cache", "--debug-root", str(root),
+               q.info_path(name))
+    assert r.returncode == 0, r.stderr
+    assert f"{hot} (spin)" in r.stdout, r.stdout
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    import os
+    return {**os.environ, "Q_CACHE_DIR": str(tmp_path / "cache")}
