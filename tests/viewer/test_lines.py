@@ -113,3 +113,63 @@ def test_stripped_copy_takes_its_lines_from_the_debug_file_by_build_id(tmp_path,
 def _env(tmp_path: Path) -> dict[str, str]:
     import os
     return {**os.environ, "Q_CACHE_DIR": str(tmp_path / "cache")}
+
+
+def _annotated(tmp_path: Path, binary: Binary, *args: str) -> tuple[str, str, int, int]:
+    q, name = hot_q(tmp_path, binary, hot=60, cold=40)
+    r = q_view("--annotate", "spin", "--no-cache", *args, q.info_path(name))
+    assert r.returncode == 0, r.stderr
+    return (r.stdout, r.stderr, address_of_line(binary, source_line("/* HOT */")),
+            address_of_line(binary, source_line("for (long")))
+
+
+def _row(text: str, address: int) -> str:
+    rows = [l for l in text.splitlines() if re.search(rf"\s{address:x}:\s", l)]
+    assert len(rows) == 1, text
+    return rows[0]
+
+
+def test_annotate_gives_each_instruction_its_share_and_marks_the_hot_line(tmp_path, hotline):
+    text, err, hot_at, cold_at = _annotated(tmp_path, hotline)
+    assert not err
+    assert _row(text, hot_at).split(":")[0].strip() == "60.00"
+    assert _row(text, cold_at).split(":")[0].strip() == "40.00"
+    # every other instruction of spin is there, with no samples
+    start, size = hotline.functions["spin"]
+    listed = [l for l in text.splitlines() if re.search(r"^\s+0\.00 :\s+[0-9a-f]+:", l)]
+    assert len(listed) >= 10
+    hot_line = source_line("/* HOT */")
+    sources = [l for l in text.splitlines() if f"hotline.c:{hot_line} " in l and "HOT" in l]
+    assert sources and all(l.startswith("*  60.00 :") for l in sources), text
+    assert f"  60.00   hotline.c:{hot_line}" in text  # the summary at the top
+
+
+def test_annotate_finds_moved_sources_below_source_root(tmp_path, build_dir):
+    from qsynth import compile_c
+    built = tmp_path / "build" / "src"
+    built.mkdir(parents=True)
+    shutil.copy(SRC, built / "hotline.c")
+    binary = Binary.read(compile_c(built / "hotline.c", tmp_path / "hotline-moved", "-g",
+                                   "-fPIE", "-pie"))
+    moved = tmp_path / "elsewhere" / "src"
+    moved.parent.mkdir()
+    shutil.move(built, moved)
+    text, err, hot_at, _ = _annotated(tmp_path, binary)
+    assert "source file not found" in err and "--source-root" in err
+    assert "HOT" not in text and _row(text, hot_at).split(":")[0].strip() == "60.00"
+    text, err, _, _ = _annotated(tmp_path / "again", binary, "--source-root",
+                                 str(tmp_path / "elsewhere"))
+    assert not err, err
+    assert "/* HOT */" in text
+
+
+def test_annotate_without_debug_info_is_disassembly_alone(tmp_path, calls_pie):
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    name = q.task("calls", 1, 0, hist={o.at("leaf1"): 5_000_000})
+    r = q_view("--annotate", "leaf1", "--no-cache", q.info_path(name))
+    assert r.returncode == 0, r.stderr
+    assert "no line table" in r.stderr
+    assert re.search(r"^\s+100\.00 :\s+[0-9a-f]+:\s+\S", r.stdout, re.M), r.stdout
+    r = q_view("--annotate", "no_such_function", "--no-cache", q.info_path(name))
+    assert r.returncode == 1 and "no samples in a function" in r.stderr
