@@ -135,6 +135,11 @@ def parser() -> argparse.ArgumentParser:
     sym.add_argument("--debug-root", action="append", default=[], metavar="DIR",
                      help="look for DIR/.build-id/xx/rest.debug and debuglink files here "
                           "(before $Q_DEBUG_ROOT and /usr/lib/debug)")
+    sym.add_argument("--inline", action="store_true",
+                     help="credit self time to the innermost inlined function (DWARF "
+                          "inlined subroutines), not to the symbol it was inlined into; "
+                          "call chains show inlined functions as 'NAME (inlined)' frames "
+                          "either way")
     sym.add_argument("--source-root", action="append", default=[], metavar="DIR",
                      help="with --annotate: look for source files below DIR (the longest "
                           "tail of the path the line table gives that exists there) before "

@@ -173,3 +173,56 @@ def test_annotate_without_debug_info_is_disassembly_alone(tmp_path, calls_pie):
     assert re.search(r"^\s+100\.00 :\s+[0-9a-f]+:\s+\S", r.stdout, re.M), r.stdout
     r = q_view("--annotate", "no_such_function", "--no-cache", q.info_path(name))
     assert r.returncode == 1 and "no samples in a function" in r.stderr
+
+
+def _inlined_q(tmp_path: Path, binary: Binary) -> str:
+    """Samples in spin's loop (70) and in square(), inlined into spin (30)."""
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(binary, path="/nonexistent/hotline")
+    loop = o.link(address_of_line(binary, source_line("/* HOT */")))
+    inlined = o.link(address_of_line(binary, source_line("/* INLINED */")))
+    caller = o.ret("main")
+    return q.info_path(q.task("hotline", 9, 0, stacks=[(70_000_000, [loop, caller]),
+                                                       (30_000_000, [inlined, caller])]))
+
+
+def _self(doc: dict, name: str) -> float:
+    return sum(f["self"] for f in doc["functions"] if f["name"] == name)
+
+
+def test_inlined_function_keeps_self_on_its_container_unless_inline(tmp_path, hotline):
+    info = _inlined_q(tmp_path, hotline)
+    r = q_view("--format", "json", "--no-cache", info)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert abs(_self(doc, "spin") - 0.1) < 1e-9  # as perf's Self column
+    r = q_view("--format", "json", "--inline", "--no-cache", info)
+    doc = json.loads(r.stdout)
+    assert abs(_self(doc, "square (inlined)") - 0.03) < 1e-9, doc["functions"]
+    assert abs(_self(doc, "spin") - 0.07) < 1e-9
+    r = q_view("--format", "collapsed", "--inline", "--no-cache", info)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r";main;spin;square \(inlined\) 30000000$", r.stdout, re.M), r.stdout
+
+
+def _return_after_call(binary: Binary, caller: str, callee: str) -> int:
+    """Link-time return address of ``caller``'s call to ``callee`` (objdump)."""
+    text = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(binary.path)],
+                          check=True, capture_output=True, text=True).stdout
+    body = text.split(f"<{caller}>:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    for here, after in zip(body, body[1:]):
+        if re.search(rf"call.*<{callee}>", here):
+            return int(after.split(":")[0], 16)
+    raise AssertionError(f"no call of {callee} in {caller}")
+
+
+def test_call_chains_show_inlined_callers_as_frames_of_their_own(tmp_path, hotline):
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(hotline, path="/nonexistent/hotline")
+    back = o.link(_return_after_call(hotline, "main", "leafwork"))
+    info = q.info_path(q.task("hotline", 11, 0, stacks=[(5_000_000, [o.at("leafwork"), back])]))
+    r = q_view("--format", "collapsed", "--no-cache", info)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r";main;step \(inlined\);leafwork 5000000$", r.stdout, re.M), r.stdout
+    r = q_view("--graph", "--no-cache", info)
+    assert "step (inlined)" in r.stdout

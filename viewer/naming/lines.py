@@ -44,6 +44,9 @@ class LineIndex:
     ranges: list[tuple[int, int, int]]  # (start, end, unit offset), sorted by start
     parsed: set[int] = field(default_factory=set)
     complete: bool = False
+    # Inlined code: disjoint ranges, each named by its chain of inlined
+    # functions, innermost first (``encode_chain``).
+    inlines: SymbolTable = field(default_factory=SymbolTable.empty)
 
     def unit_of(self, address: int) -> int | None:
         i = bisect_right(self.ranges, (address, 1 << 64, 0)) - 1
@@ -58,13 +61,35 @@ class LineIndex:
                 "complete": self.complete}
 
     @classmethod
-    def from_meta(cls, table: SymbolTable, meta: dict[str, Any]) -> LineIndex | None:
+    def from_meta(cls, table: SymbolTable, meta: dict[str, Any],
+                  inlines: tuple[SymbolTable, dict[str, Any]] | None) -> LineIndex | None:
+        """The index cached as ``table`` and ``meta``, with the inlined
+        ranges cached beside it for the same units (else None: re-read)."""
         try:
             ranges = [(int(a), int(b), int(c)) for a, b, c in meta["ranges"]]
             parsed = {int(u) for u in meta["parsed"]}
-            return cls(table, sorted(ranges), parsed, bool(meta["complete"]))
+            if inlines is None or {int(u) for u in inlines[1]["parsed"]} != parsed:
+                return None
+            return cls(table, sorted(ranges), parsed, bool(meta["complete"]), inlines[0])
         except (KeyError, TypeError, ValueError):
             return None
+
+
+InlineFrame = tuple[str, str, int]  # function, and the file and line it is at
+_FRAME, _FIELD = "\x1e", "\x1f"
+
+
+def encode_chain(chain: list[InlineFrame]) -> str:
+    return _FRAME.join(f"{n}{_FIELD}{f}{_FIELD}{line}" for n, f, line in chain)
+
+
+def decode_chain(text: str) -> list[InlineFrame]:
+    out: list[InlineFrame] = []
+    for part in text.split(_FRAME):
+        fields = part.split(_FIELD)
+        if len(fields) == 3:
+            out.append((fields[0], fields[1], int(fields[2]) if fields[2].isdigit() else 0))
+    return out
 
 
 def split_line(name: str) -> tuple[str, int]:
@@ -92,8 +117,8 @@ def read_index(path: str) -> LineIndex:
 def parse_units(path: str, index: LineIndex, units: set[int]) -> LineIndex:
     """``index`` with the rows of ``units`` (None in ``units``: every unit)."""
     def work(dw: Any) -> LineIndex:
-        rows = [RawSymbol(s, e - s, 0, n)
-                for s, e, n in zip(index.table.starts, index.table.ends, index.table.names)]
+        rows = _raw(index.table)
+        inlined = _raw(index.inlines)
         parsed = set(index.parsed)
         if index.complete or not index.ranges:
             todo = [cu for cu in _units(dw) if cu.cu_offset not in parsed]
@@ -103,10 +128,12 @@ def parse_units(path: str, index: LineIndex, units: set[int]) -> LineIndex:
             complete = False
         for cu in todo:
             parsed.add(cu.cu_offset)
-            _unit_rows(dw, cu, rows)
-            if len(rows) > MAX_ROWS:
+            file_name = _unit_rows(dw, cu, rows)
+            _unit_inlines(dw, cu, file_name, inlined)
+            if len(rows) + len(inlined) > MAX_ROWS:
                 raise LineProblem(f"more than {MAX_ROWS} line rows")
-        return LineIndex(SymbolTable.build(rows), index.ranges, parsed, complete)
+        return LineIndex(SymbolTable.build(rows), index.ranges, parsed, complete,
+                         SymbolTable.build(inlined))
     return _with_dwarf(path, work)
 
 
@@ -148,11 +175,16 @@ def _ranges(dw: Any) -> LineIndex:
     return LineIndex(SymbolTable.empty(), ranges, set(), not ranges)
 
 
-def _unit_rows(dw: Any, cu: Any, rows: list[RawSymbol]) -> None:
-    """The rows of one unit's line program: each address range of one line."""
+def _raw(table: SymbolTable) -> list[RawSymbol]:
+    return [RawSymbol(s, e - s, 0, n) for s, e, n in zip(table.starts, table.ends, table.names)]
+
+
+def _unit_rows(dw: Any, cu: Any, rows: list[RawSymbol]) -> Callable[[int], str]:
+    """The rows of one unit's line program (each address range of one
+    line) into ``rows``; returns how the program names its files."""
     program = dw.line_program_for_CU(cu)
     if program is None:
-        return
+        return lambda index: "?"
     top = cu.get_top_DIE()
     comp_dir = _text(top.attributes["DW_AT_comp_dir"].value) \
         if "DW_AT_comp_dir" in top.attributes else ""
@@ -191,6 +223,101 @@ def _unit_rows(dw: Any, cu: Any, rows: list[RawSymbol]) -> None:
             rows.append(RawSymbol(prev[0], state.address - prev[0], 0,
                                   f"{file_name(prev[1])}:{prev[2]}"))
         prev = None if state.end_sequence else (state.address, state.file, state.line)
+    return file_name
+
+
+MAX_ORIGIN_HOPS = 8  # abstract_origin/specification links followed for a name
+
+
+def _unit_inlines(dw: Any, cu: Any, file_name: Callable[[int], str],
+                  out: list[RawSymbol]) -> None:
+    """The unit's inlined subroutines as disjoint ranges named by their
+    chain, innermost first: each range's function with the line it is at
+    (its callee's call site; the innermost's own line comes from the line
+    table, so it is 0 here)."""
+    pieces: list[tuple[int, int, str, str, int]] = []  # start, end, name, call file, line
+    base = _low_pc(cu.get_top_DIE())
+    for die in cu.iter_DIEs():
+        if die.tag != "DW_TAG_inlined_subroutine":
+            continue
+        name = _origin_name(die)
+        attrs = die.attributes
+        call_file = file_name(attrs["DW_AT_call_file"].value) \
+            if "DW_AT_call_file" in attrs else ""
+        call_line = attrs["DW_AT_call_line"].value if "DW_AT_call_line" in attrs else 0
+        for start, end in _die_ranges(dw, cu, die, base):
+            if end > start:
+                pieces.append((start, end, name, call_file, call_line))
+        if len(pieces) > MAX_ROWS:
+            raise LineProblem(f"more than {MAX_ROWS} inlined ranges")
+    if not pieces:
+        return
+    # Sweep the boundaries: each elementary range gets the pieces over it,
+    # the smallest (innermost) first.
+    bounds = sorted({p[0] for p in pieces} | {p[1] for p in pieces})
+    pieces.sort()
+    active: list[tuple[int, int, str, str, int]] = []
+    k = 0
+    for lo, hi in zip(bounds, bounds[1:]):
+        while k < len(pieces) and pieces[k][0] <= lo:
+            active.append(pieces[k])
+            k += 1
+        active = [p for p in active if p[1] > lo]
+        if not active:
+            continue
+        inner = sorted(active, key=lambda p: (p[1] - p[0], -p[0]))
+        # a frame is at the line where the frame inside it was inlined
+        chain = [(inner[0][2], "", 0)] + [
+            (outer[2], inner[i][3], inner[i][4]) for i, outer in enumerate(inner[1:])]
+        # the containing function is at the outermost piece's call site
+        chain.append(("", inner[-1][3], inner[-1][4]))
+        out.append(RawSymbol(lo, hi - lo, 0, encode_chain(chain)))
+
+
+def _origin_name(die: Any) -> str:
+    for _ in range(MAX_ORIGIN_HOPS):
+        attrs = die.attributes
+        for key in ("DW_AT_linkage_name", "DW_AT_MIPS_linkage_name", "DW_AT_name"):
+            if key in attrs:
+                return _text(attrs[key].value)
+        for link in ("DW_AT_abstract_origin", "DW_AT_specification"):
+            if link in attrs:
+                die = die.get_DIE_from_attribute(link)
+                break
+        else:
+            break
+    return "?"
+
+
+def _low_pc(die: Any) -> int:
+    attr = die.attributes.get("DW_AT_low_pc")
+    return int(attr.value) if attr is not None else 0
+
+
+def _die_ranges(dw: Any, cu: Any, die: Any, base: int) -> list[tuple[int, int]]:
+    attrs = die.attributes
+    if "DW_AT_low_pc" in attrs and "DW_AT_high_pc" in attrs:
+        low = attrs["DW_AT_low_pc"].value
+        high = attrs["DW_AT_high_pc"]
+        end = low + high.value if high.form != "DW_FORM_addr" else high.value
+        return [(low, end)]
+    if "DW_AT_ranges" not in attrs:
+        return []
+    lists = dw.range_lists()
+    if lists is None:
+        return []
+    out = []
+    # (a DW_FORM_rnglistx value comes translated to its offset)
+    entries = lists.get_range_list_at_offset(attrs["DW_AT_ranges"].value, cu=cu)
+    for entry in entries:
+        if hasattr(entry, "base_address"):
+            base = entry.base_address
+            continue
+        absolute = getattr(entry, "is_absolute", False)
+        start = entry.begin_offset if absolute else base + entry.begin_offset
+        end = entry.end_offset if absolute else base + entry.end_offset
+        out.append((start, end))
+    return out
 
 
 def _text(value: Any) -> str:
@@ -220,6 +347,20 @@ class ObjectLines:
         if hit is None and self._parse_for(vaddr):
             hit = self.index.table.lookup(vaddr)
         return split_line(hit[0]) if hit is not None else None
+
+    def inlined(self, vaddr: int) -> list[InlineFrame]:
+        """The functions inlined at a link-time address, innermost first,
+        each with the file and line it is at (the innermost's from the line
+        table); the last entry, named "", is where the containing function
+        is. Empty where no inlined code is."""
+        line = self.lookup(vaddr)  # parses the unit
+        hit = self.index.inlines.lookup(vaddr)
+        if hit is None:
+            return []
+        chain = decode_chain(hit[0])
+        if chain and line is not None:
+            chain[0] = (chain[0][0], line[0], line[1])
+        return chain
 
     def _parse_for(self, vaddr: int) -> bool:
         index = self.index

@@ -19,6 +19,7 @@ from qtools.qformat.jitdump import is_synthetic
 
 from ..profile.model import Location
 from .demangle import demangle
+from .lines import InlineFrame, ObjectLines
 from .symbols import (JIT_OBJECT, KERNEL_OBJECT, KERNEL_UNKNOWN, MAX_MEMO, UNKNOWN_OBJECT,
                       Symbolized, Symbols, _crc_of)
 
@@ -133,13 +134,25 @@ class AddressSpace:
         """(source path, line) of a user address, from its object's DWARF line
         table (or its debug file's); None where there is none."""
         target = address - 1 if is_return and address > 0 else address
+        where = self._lines_at(target)
+        return where[0].lookup(where[1]) if where is not None else None
+
+    def inlined(self, address: int, is_return: bool = False) -> list[InlineFrame]:
+        """The functions inlined where a user address is, innermost first,
+        each with its file and line; the last entry (named "") is where the
+        containing function is. Empty where DWARF describes none."""
+        target = address - 1 if is_return and address > 0 else address
+        where = self._lines_at(target)
+        return where[0].inlined(where[1]) if where is not None else []
+
+    def _lines_at(self, target: int) -> tuple[ObjectLines, int] | None:
         m = None if is_synthetic(target) else self._mapping_at(target)
         if m is None or m.copy is None:
             return None
         obj = self.symbols.object(self.directory, m.ref, m.copy)
         vaddr = obj.vaddr_of(m.map.file_offset(target)) if obj else None
         lines = self.symbols.lines(self.directory, m.ref, m.copy) if vaddr is not None else None
-        return lines.lookup(vaddr) if lines is not None else None  # type: ignore[arg-type]
+        return (lines, vaddr) if lines is not None else None  # type: ignore[return-value]
 
     def _resolve(self, address: int) -> Symbolized:
         if is_synthetic(address):

@@ -313,7 +313,8 @@ class Symbols:
         if opener is None:
             return None
         hit = self.cache.load(cache_key) if cache_key else None
-        index = LineIndex.from_meta(*hit) if hit is not None else None
+        inl = self.cache.load(cache_key + "-inl") if cache_key and hit is not None else None
+        index = LineIndex.from_meta(hit[0], hit[1], inl) if hit is not None else None
         if index is None:
             try:
                 with opener() as path:
@@ -323,8 +324,10 @@ class Symbols:
             except LineProblem as e:
                 self.warn(f"{label}: {e}; its source lines are unknown")
                 return None
-        store = (lambda ix: self.cache.store(cache_key, ix.table, ix.meta())) if cache_key \
-            else (lambda ix: None)
+        def store(ix: LineIndex) -> None:
+            if cache_key:
+                self.cache.store(cache_key + "-inl", ix.inlines, ix.meta())
+                self.cache.store(cache_key, ix.table, ix.meta())
         return ObjectLines(index, opener, label, store, self.warn)
 
     def roots(self, directory: str, copy: str) -> SymbolTable | None:

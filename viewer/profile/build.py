@@ -27,6 +27,7 @@ from .model import Frame, FrameTable, InterpreterQuality, Samples, SetSummary, S
     printable
 from ..naming.symbols import Symbolized, Symbols, Warn
 from .pyview import is_python
+from ..naming.demangle import demangle
 
 BY_CHOICES = ("function", "object", "address", "line")
 
@@ -91,8 +92,14 @@ class SampleBuilder:
     into one ``Samples``."""
 
     def __init__(self, by: str, warn: Warn, escape: Escape | None = printable,
-                 max_stacks: int = DEFAULT_LIMITS.stacks) -> None:
+                 max_stacks: int = DEFAULT_LIMITS.stacks, inline: bool = False) -> None:
         self.by = by
+        # Functions DWARF says were inlined are frames of their own in the
+        # stacks (``name (inlined)``); the leaf's only with ``inline``, so
+        # that self time stays on the containing symbol by default, as perf
+        # keeps it.
+        self.inline_frames = by == "function"
+        self.inline = inline
         self.escape = escape or _same
         self.make_frame = frame_maker(by, self.escape)
         self.max_stacks = max_stacks
@@ -134,7 +141,7 @@ class SampleBuilder:
             self._add_stacks(sl, names, factor)
             spread: dict[tuple[int], int] = {}
             for lid, count in sl.spread.items():  # counts summed per frame first
-                leaf_only = (names.frame(lid),)
+                leaf_only = names.leaf(lid)
                 spread[leaf_only] = spread.get(leaf_only, 0) + count
             for leaf_only, count in spread.items():
                 acc[leaf_only] = acc.get(leaf_only, 0.0) + count * factor
@@ -143,7 +150,7 @@ class SampleBuilder:
             if sl.no_stack_file:
                 self.without_stacks.append(ts)
             for (lid,), count in sl.stacks.items():
-                stack = (names.frame(lid),)
+                stack = names.leaf(lid)
                 acc[stack] = acc.get(stack, 0.0) + count * factor
         if sl.calls is not None:
             self._add_calls(sl, names)
@@ -182,8 +189,17 @@ class SampleBuilder:
         quality = self.quality
         cap = self.max_stacks
         rooted: dict[int, bool] = {}  # outermost location -> the stack is complete
+        chains, leaf_inline = names.chains, self.inline
+        any_inline = any(chains)
         for lstack, weight in sl.stacks.items():
-            ids = [fids[lid] for lid in lstack]
+            if any_inline:
+                ids = []
+                for pos, lid in enumerate(lstack):
+                    if chains[lid] and (pos or leaf_inline):
+                        ids.extend(chains[lid])
+                    ids.append(fids[lid])
+            else:
+                ids = [fids[lid] for lid in lstack]
             if self.collapse_runs:
                 ids = [f for i, f in enumerate(ids) if i == 0 or ids[i - 1] != f]
             stack = tuple(ids)
@@ -221,7 +237,8 @@ class SampleBuilder:
         calls = self.calls if self.calls is not None else {}
         frame = names.frame
         for (site, callee), count in (sl.calls or {}).items():
-            pair = (frame(site), frame(callee))
+            # a call from inlined code is a call of the inlined function
+            pair = (names.innermost(site), frame(callee))
             calls[pair] = calls.get(pair, 0.0) + count * factor
         self.calls = calls
 
@@ -265,6 +282,8 @@ class _Names:
         self.objects: list[str] = [""] * n
         self.python: list[bool] = [False] * n
         self.by_line = builder.by == "line"
+        # the frames of the functions inlined at each location, innermost first
+        self.chains: list[tuple[int, ...]] = [()] * n
 
     def name_all(self, count: int) -> None:
         """Name the first ``count`` locations."""
@@ -282,19 +301,38 @@ class _Names:
                 self.fids[lid] = fid
             else:
                 fid = self.fids[lid] = self.builder._id(sym)
+            if self.builder.inline_frames and not sym.kernel:
+                self.chains[lid] = self._inlined(loc.address, loc.is_return, sym)
             self.kernel[lid] = sym.kernel
             self.objects[lid] = sym.object
             self.python[lid] = is_python(sym.name)
         return fid
 
 
+    def _inlined(self, address: int, is_return: bool, sym: Symbolized) -> tuple[int, ...]:
+        chain = self.sl.space.inlined(address, is_return)
+        escape, table = self.builder.escape, self.builder.table
+        return tuple(table.id(Frame(escape(f"{demangle(name)} (inlined)"),
+                                    escape(sym.object), False))
+                     for name, _, _ in chain if name)
+
+    def leaf(self, lid: int) -> tuple[int, ...]:
+        """The frames of a location that ends a stack."""
+        fid = self.frame(lid)
+        return (*self.chains[lid], fid) if self.builder.inline else (fid,)
+
+    def innermost(self, lid: int) -> int:
+        fid = self.frame(lid)
+        return self.chains[lid][0] if self.chains[lid] else fid
+
+
 def build_samples(sets: list[StoredSet], symbols: Symbols, by: str, warn: Warn,
-                  escape: Escape | None = printable) -> Samples:
+                  escape: Escape | None = printable, inline: bool = False) -> Samples:
     """The sets' samples, named and merged: each set is loaded as locations
     (locations.py) and named at once, one set at a time. ``escape`` None
     keeps names as they are (for JSON, which escapes them)."""
     limits = sets[0].limits if sets else DEFAULT_LIMITS
-    builder = SampleBuilder(by, warn, escape, limits.stacks)
+    builder = SampleBuilder(by, warn, escape, limits.stacks, inline)
     for sl in locate(sets, symbols, warn):
         builder.add(sl)
     return builder.result()

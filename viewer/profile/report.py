@@ -42,9 +42,9 @@ def call_graph(sets: list[StoredSet], args: argparse.Namespace, warn: Warn) -> C
     try:
         if report.process_roots:
             samples = processes.by_process(sets, symbols, args.by, warn, args.per_pid,
-                                           args.weight)
+                                           args.weight, args.inline)
         else:
-            samples = build_samples(sets, symbols, args.by, warn, escape)
+            samples = build_samples(sets, symbols, args.by, warn, escape, args.inline)
     finally:
         symbols.close()
     if args.no_kernel:

@@ -1,5 +1,6 @@
-/* One line does most of the work (HOT), and square() is always inlined
-   into its caller: the source view and inline tests know both. */
+/* One line of spin() does most of the work, square() is always inlined
+   into it, and step() (inlined into main) calls leafwork(): the source view
+   and inline tests know all three by their marker comments. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -17,9 +18,20 @@ __attribute__((noinline)) double spin(long n)
     return acc + square(acc);
 }
 
+__attribute__((noinline)) double leafwork(double x)
+{
+    return x / 3.0 + 1.0;
+}
+
+static inline __attribute__((always_inline)) double step(double x)
+{
+    return leafwork(x) * 0.5; /* CALLS */
+}
+
 int main(int argc, char **argv)
 {
     long n = argc > 1 ? atol(argv[1]) : 100000000L;
-    printf("%f\n", spin(n));
+    double r = spin(n);
+    printf("%f\n", r + step(r));
     return 0;
 }
