@@ -226,3 +226,22 @@ def test_call_chains_show_inlined_callers_as_frames_of_their_own(tmp_path, hotli
     assert re.search(r";main;step \(inlined\);leafwork 5000000$", r.stdout, re.M), r.stdout
     r = q_view("--graph", "--no-cache", info)
     assert "step (inlined)" in r.stdout
+
+
+def test_pprof_location_in_inlined_code_has_its_lines_innermost_first(tmp_path, hotline):
+    from exports import pprof_profile
+    info = _inlined_q(tmp_path, hotline)
+    out = tmp_path / "p.pb.gz"
+    r = q_view("--format", "pprof", "-o", str(out), "--no-cache", info)
+    assert r.returncode == 0, r.stderr
+    p = pprof_profile(out)
+    names = {f.id: (p.string_table[f.name], p.string_table[f.filename]) for f in p.function}
+    chains = [[(names[l.function_id][0], l.line) for l in loc.line] for loc in p.location]
+    inlined = [c for c in chains if len(c) > 1]
+    assert inlined == [[("square", source_line("/* INLINED */")),
+                        ("spin", source_line("square(acc)"))]], chains
+    assert [("spin", source_line("/* HOT */"))] in chains
+    assert all(name[1].endswith("hotline.c") for name in names.values()
+               if name[0] in ("spin", "square"))
+    mapping = p.mapping[0]
+    assert mapping.has_line_numbers and mapping.has_inline_frames
