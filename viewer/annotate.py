@@ -18,13 +18,14 @@ import argparse
 import os
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Iterator, TextIO
 
 from qtools.qformat import ObjectRef
 
 from .errors import ViewError
 from .inputs.load import StoredSet
 from .inputs.locations import locate
+from .naming.debuginfod import Debuginfod
 from .naming.disasm import DisasmProblem, Instruction, disassemble, read_code
 from .naming.lines import ObjectLines
 from .naming.symbols import Symbols, Warn
@@ -138,9 +139,12 @@ class SourceFiles:
     """Source text by path, as the line table names it, or below
     ``--source-root`` (the path's longest tail that exists there)."""
 
-    def __init__(self, roots: list[str], warn: Warn) -> None:
+    def __init__(self, roots: list[str], warn: Warn, fetcher: Debuginfod | None = None,
+                 build_id: str | None = None) -> None:
         self.roots = roots
         self.warn = warn
+        self.fetcher = fetcher  # sources not found here, by the object's build-id
+        self.build_id = build_id
         self.files: dict[str, list[str] | None] = {}
 
     def line(self, path: str, number: int) -> str | None:
@@ -151,11 +155,18 @@ class SourceFiles:
             return None
         return text[number - 1]  # type: ignore[index]
 
+    def _fetched(self, candidates: list[str], path: str) -> Iterator[str]:
+        yield from candidates
+        if self.fetcher is not None and self.build_id:
+            got = self.fetcher.source(self.build_id, path)
+            if got:
+                yield got
+
     def _read(self, path: str) -> list[str] | None:
         parts = [p for p in path.split("/") if p and p != ".."]
         candidates = [os.path.join(root, *parts[i:]) for root in self.roots
                       for i in range(len(parts))] + [path]
-        for candidate in candidates:
+        for candidate in self._fetched(candidates, path):
             try:
                 with open(candidate, "rb") as f:
                     if not os.path.isfile(candidate):
@@ -217,7 +228,8 @@ def show(sets: list[StoredSet], args: argparse.Namespace, out: TextIO, warn: War
         if lines is None:
             warn(f"{t.object}: no line table (DWARF) for it or a debug file; "
                  "disassembly alone")
-        rows = rows_of(t, instructions, lines, SourceFiles(list(args.source_root), warn))
+        sources = SourceFiles(list(args.source_root), warn, symbols.debuginfod, t.ref.build_id)
+        rows = rows_of(t, instructions, lines, sources)
     finally:
         symbols.close()
     events = ",".join(dict.fromkeys(ts.event for ts in sets))

@@ -135,6 +135,10 @@ def parser() -> argparse.ArgumentParser:
     sym.add_argument("--debug-root", action="append", default=[], metavar="DIR",
                      help="look for DIR/.build-id/xx/rest.debug and debuglink files here "
                           "(before $Q_DEBUG_ROOT and /usr/lib/debug)")
+    sym.add_argument("--debuginfod", action="append", default=[], metavar="URL",
+                     help="fetch debug files missing locally by build-id from this "
+                          "debuginfod server (repeatable; default: $DEBUGINFOD_URLS, and "
+                          "none when it is unset), into the q-tools cache directory")
     sym.add_argument("--inline", action="store_true",
                      help="credit self time to the innermost inlined function (DWARF "
                           "inlined subroutines), not to the symbol it was inlined into; "

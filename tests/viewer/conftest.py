@@ -24,6 +24,7 @@ def _private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("Q_CACHE_DIR", str(tmp_path / "symcache"))
     monkeypatch.delenv("Q_DEBUG_ROOT", raising=False)
     monkeypatch.delenv("Q_DIR", raising=False)
+    monkeypatch.delenv("DEBUGINFOD_URLS", raising=False)
 
 
 @pytest.fixture(scope="session")

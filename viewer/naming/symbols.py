@@ -26,6 +26,7 @@ from qtools.qformat import Info, ObjectRef, QDir, check_plain_name, open_regular
 from qtools.qformat.errors import QFormatError
 from qtools.qformat.stores import Store
 
+from .debuginfod import Debuginfod
 from .elf import ElfObject, ElfProblem, Segment, read_elf
 from .fde import read_fde_ranges, read_root_ranges
 from .jitnames import JitNames, load_jitdump
@@ -92,8 +93,10 @@ class Symbols:
     """Loads symbol sources for a whole run; each copy once."""
 
     def __init__(self, cache: SymbolCache, debug_roots: list[str], warn: Warn,
-                 max_copy: int | None = None, stores: dict[str, Store] | None = None) -> None:
+                 max_copy: int | None = None, stores: dict[str, Store] | None = None,
+                 debuginfod: Debuginfod | None = None) -> None:
         self.cache = cache
+        self.debuginfod = debuginfod  # fetches debug files by build-id when servers are named
         self.max_copy = max_copy  # bytes of one copy checksummed (--limits copy-size)
         self.debug_roots = debug_roots
         self.warn = warn
@@ -114,6 +117,8 @@ class Symbols:
         for q in self._qdirs.values():
             q.close()
         self._qdirs.clear()
+        if self.debuginfod is not None:
+            self.debuginfod.close()
 
     # ------------------------------------------------------------ copies
 
@@ -260,7 +265,12 @@ class Symbols:
                     dirs += [orig, os.path.join(orig, ".debug")]
                     dirs += [root + orig for root in self.debug_roots]
                 out += [(os.path.join(d, name), "debuglink") for d in dirs]
-        return [(p, how) for p, how in out if os.path.isfile(p)]
+        found = [(p, how) for p, how in out if os.path.isfile(p)]
+        if not found and build_id and self.debuginfod is not None:
+            fetched = self.debuginfod.debuginfo(build_id, lambda p: _has_build_id(p, build_id))
+            if fetched:
+                found.append((fetched, "build-id"))
+        return found
 
     def _debug_symbols(self, directory: str, ref: ObjectRef, build_id: str | None,
                        debuglink: tuple[str, int] | None) -> tuple[ElfObject, SymbolTable] | None:
@@ -478,6 +488,13 @@ def _merge(a: SymbolTable, b: SymbolTable) -> SymbolTable:
     raw = [RawSymbol(s, e - s, 1, n) for s, e, n in zip(a.starts, a.ends, a.names)]
     raw += [RawSymbol(s, e - s, 0, n) for s, e, n in zip(b.starts, b.ends, b.names)]
     return SymbolTable.build(raw)
+
+
+def _has_build_id(path: str, build_id: str) -> bool:
+    try:
+        return read_elf(path, symbols=False).build_id == build_id
+    except ElfProblem:
+        return False
 
 
 def _crc_matches(path: str, expected: int) -> bool:
