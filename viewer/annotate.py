@@ -146,6 +146,7 @@ class SourceFiles:
         self.fetcher = fetcher  # sources not found here, by the object's build-id
         self.build_id = build_id
         self.files: dict[str, list[str] | None] = {}
+        self.missing: list[str] = []
 
     def line(self, path: str, number: int) -> str | None:
         text = self.files.get(path, False)
@@ -178,9 +179,15 @@ class SourceFiles:
                 self.warn(f"{candidate}: larger than {MAX_SOURCE >> 20} MiB; not shown")
                 return None
             return data.decode("utf-8", "replace").splitlines()
-        self.warn(f"{path}: source file not found; disassembly without source text "
-                  "(--source-root DIR looks for it below DIR)")
+        self.missing.append(path)
         return None
+
+    def report(self) -> None:
+        """One warning for the source files not found."""
+        if self.missing:
+            more = f" and {len(self.missing) - 1} more" if len(self.missing) > 1 else ""
+            self.warn(f"{self.missing[0]}{more}: source file not found; their lines show "
+                      "without text (--source-root DIR looks for them below DIR)")
 
 
 def _range(symbols: Symbols, t: Target) -> tuple[int, int, str] | None:
@@ -230,6 +237,7 @@ def show(sets: list[StoredSet], args: argparse.Namespace, out: TextIO, warn: War
                  "disassembly alone")
         sources = SourceFiles(list(args.source_root), warn, symbols.debuginfod, t.ref.build_id)
         rows = rows_of(t, instructions, lines, sources)
+        sources.report()
     finally:
         symbols.close()
     events = ",".join(dict.fromkeys(ts.event for ts in sets))

@@ -18,7 +18,8 @@ from __future__ import annotations
 import os
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from contextlib import ExitStack
+from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
 from elftools.elf.elffile import ELFFile
 
@@ -47,6 +48,8 @@ class LineIndex:
     # Inlined code: disjoint ranges, each named by its chain of inlined
     # functions, innermost first (``encode_chain``).
     inlines: SymbolTable = field(default_factory=SymbolTable.empty)
+    # the functions (their ranges) whose inlined code ``inlines`` holds
+    inline_done: list[tuple[int, int]] = field(default_factory=list)
 
     def unit_of(self, address: int) -> int | None:
         i = bisect_right(self.ranges, (address, 1 << 64, 0)) - 1
@@ -58,7 +61,7 @@ class LineIndex:
 
     def meta(self) -> dict[str, Any]:
         return {"ranges": [list(r) for r in self.ranges], "parsed": sorted(self.parsed),
-                "complete": self.complete}
+                "complete": self.complete, "inline_done": [list(r) for r in self.inline_done]}
 
     @classmethod
     def from_meta(cls, table: SymbolTable, meta: dict[str, Any],
@@ -70,7 +73,8 @@ class LineIndex:
             parsed = {int(u) for u in meta["parsed"]}
             if inlines is None or {int(u) for u in inlines[1]["parsed"]} != parsed:
                 return None
-            return cls(table, sorted(ranges), parsed, bool(meta["complete"]), inlines[0])
+            done = sorted((int(a), int(b)) for a, b in inlines[1]["inline_done"])
+            return cls(table, sorted(ranges), parsed, bool(meta["complete"]), inlines[0], done)
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -114,36 +118,102 @@ def read_index(path: str) -> LineIndex:
     return _with_dwarf(path, lambda dw: _ranges(dw))
 
 
-def parse_units(path: str, index: LineIndex, units: set[int]) -> LineIndex:
-    """``index`` with the rows of ``units`` (None in ``units``: every unit)."""
-    def work(dw: Any) -> LineIndex:
-        rows = _raw(index.table)
-        inlined = _raw(index.inlines)
-        parsed = set(index.parsed)
-        if index.complete or not index.ranges:
-            todo = [cu for cu in _units(dw) if cu.cu_offset not in parsed]
-            complete = True
-        else:
-            todo = [dw.get_CU_at(u) for u in sorted(units - parsed)]
-            complete = False
+def parse_rows(units: set[int] | None) -> Callable[[Any], tuple[SymbolTable, set[int]]]:
+    """The line rows of ``units`` (None: of every unit) and the units read."""
+    def work(dw: Any) -> tuple[SymbolTable, set[int]]:
+        rows: list[RawSymbol] = []
+        todo = _units(dw) if units is None else [dw.get_CU_at(u) for u in sorted(units)]
         for cu in todo:
-            parsed.add(cu.cu_offset)
-            file_name = _unit_rows(dw, cu, rows)
-            _unit_inlines(dw, cu, file_name, inlined)
-            if len(rows) + len(inlined) > MAX_ROWS:
+            _unit_rows(dw, cu, rows)
+            if len(rows) > MAX_ROWS:
                 raise LineProblem(f"more than {MAX_ROWS} line rows")
-        return LineIndex(SymbolTable.build(rows), index.ranges, parsed, complete,
-                         SymbolTable.build(inlined))
-    return _with_dwarf(path, work)
+        return SymbolTable.build(rows), {cu.cu_offset for cu in todo}
+    return work
+
+
+Functions = dict[int, list[tuple[int, int, Any]]]  # unit -> (start, end, DIE) sorted
+
+
+def parse_inlines(unit: int, vaddr: int, functions: Functions
+                  ) -> Callable[[Any], tuple[list[tuple[int, int]], SymbolTable]]:
+    """The inlined code of the function of ``unit`` that holds ``vaddr``:
+    its ranges, and its inlined ranges named by their chains. Only that
+    function's entries are read (the others are skipped by their
+    DW_AT_sibling), so a view pays for the functions it shows."""
+    def work(dw: Any) -> tuple[list[tuple[int, int]], SymbolTable]:
+        cu = dw.get_CU_at(unit)
+        top = cu.get_top_DIE()
+        base = _low_pc(top)
+        program = dw.line_program_for_CU(cu)
+        file_name = _file_names(cu, program) if program is not None else (lambda i: "?")
+        known = functions.get(unit)
+        if known is None:
+            known = functions[unit] = sorted(_functions(dw, cu, top, base),
+                                             key=lambda f: f[0])
+        i = bisect_right(known, vaddr, key=lambda f: f[0]) - 1
+        die = next((known[j][2] for j in range(i, max(i - 8, -1), -1)
+                    if known[j][0] <= vaddr < known[j][1]), None)
+        if die is None:
+            return [(vaddr, vaddr + 1)], SymbolTable.empty()
+        spans = [r for r in _die_ranges(dw, cu, die, base) if r[1] > r[0]]
+        out: list[RawSymbol] = []
+        _unit_inlines(dw, cu, file_name, out, _subtree(die))
+        return spans, SymbolTable.build(out)
+    return work
+
+
+SCOPES = ("DW_TAG_namespace", "DW_TAG_class_type", "DW_TAG_structure_type",
+          "DW_TAG_union_type", "DW_TAG_module")
+
+
+def _functions(dw: Any, cu: Any, parent: Any, base: int) -> Iterator[tuple[int, int, Any]]:
+    """The subprogram DIEs with code (below ``parent``, through namespaces
+    and classes), by each of their ranges; their children are skipped."""
+    for die in parent.iter_children():
+        if die.tag == "DW_TAG_subprogram":
+            for lo, hi in _die_ranges(dw, cu, die, base):
+                if hi > lo:
+                    yield lo, hi, die
+        elif die.tag in SCOPES and die.has_children:
+            yield from _functions(dw, cu, die, base)
+
+
+def _subtree(die: Any) -> Iterator[Any]:
+    stack = [die]
+    count = 0
+    while stack:
+        d = stack.pop()
+        yield d
+        count += 1
+        if count > MAX_ROWS:
+            raise LineProblem(f"more than {MAX_ROWS} entries in one function")
+        if d.has_children:
+            stack.extend(d.iter_children())
 
 
 def _with_dwarf(path: str, work: Callable[[Any], Any]) -> Any:
     try:
         with os.fdopen(open_regular(path), "rb") as f:
-            elf = ELFFile(f)
-            if not elf.has_dwarf_info():
-                raise LineProblem("no DWARF")
-            return work(elf.get_dwarf_info(relocate_dwarf_sections=False))
+            return _guarded(work, _dwarf_of(f))
+    except OSError as e:
+        raise LineProblem(f"cannot read: {e.strerror or e}") from None
+
+
+def _dwarf_of(f: BinaryIO) -> Any:
+    try:
+        elf = ELFFile(f)
+        if not elf.has_dwarf_info():
+            raise LineProblem("no DWARF")
+        return elf.get_dwarf_info(relocate_dwarf_sections=False)
+    except LineProblem:
+        raise
+    except Exception as e:  # pyelftools raises ELFError, DWARFError, struct errors, ...
+        raise LineProblem(f"unreadable DWARF ({type(e).__name__}: {e})"[:200]) from None
+
+
+def _guarded(work: Callable[[Any], Any], dw: Any) -> Any:
+    try:
+        return work(dw)
     except LineProblem:
         raise
     except OSError as e:
@@ -185,6 +255,21 @@ def _unit_rows(dw: Any, cu: Any, rows: list[RawSymbol]) -> Callable[[int], str]:
     program = dw.line_program_for_CU(cu)
     if program is None:
         return lambda index: "?"
+    file_name = _file_names(cu, program)
+    prev = None  # (address, file, line) of the row open
+    for entry in program.get_entries():
+        state = entry.state
+        if state is None:
+            continue
+        if prev is not None and state.address > prev[0] and prev[2] > 0:
+            rows.append(RawSymbol(prev[0], state.address - prev[0], 0,
+                                  f"{file_name(prev[1])}:{prev[2]}"))
+        prev = None if state.end_sequence else (state.address, state.file, state.line)
+    return file_name
+
+
+def _file_names(cu: Any, program: Any) -> Callable[[int], str]:
+    """How the unit's line program names its files (by index), as paths."""
     top = cu.get_top_DIE()
     comp_dir = _text(top.attributes["DW_AT_comp_dir"].value) \
         if "DW_AT_comp_dir" in top.attributes else ""
@@ -214,15 +299,6 @@ def _unit_rows(dw: Any, cu: Any, rows: list[RawSymbol]) -> Callable[[int], str]:
             names[index] = name
         return name
 
-    prev = None  # (address, file, line) of the row open
-    for entry in program.get_entries():
-        state = entry.state
-        if state is None:
-            continue
-        if prev is not None and state.address > prev[0] and prev[2] > 0:
-            rows.append(RawSymbol(prev[0], state.address - prev[0], 0,
-                                  f"{file_name(prev[1])}:{prev[2]}"))
-        prev = None if state.end_sequence else (state.address, state.file, state.line)
     return file_name
 
 
@@ -230,14 +306,14 @@ MAX_ORIGIN_HOPS = 8  # abstract_origin/specification links followed for a name
 
 
 def _unit_inlines(dw: Any, cu: Any, file_name: Callable[[int], str],
-                  out: list[RawSymbol]) -> None:
+                  out: list[RawSymbol], dies: Iterable[Any]) -> None:
     """The unit's inlined subroutines as disjoint ranges named by their
     chain, innermost first: each range's function with the line it is at
     (its callee's call site; the innermost's own line comes from the line
     table, so it is 0 here)."""
     pieces: list[tuple[int, int, str, str, int]] = []  # start, end, name, call file, line
     base = _low_pc(cu.get_top_DIE())
-    for die in cu.iter_DIEs():
+    for die in dies:
         if die.tag != "DW_TAG_inlined_subroutine":
             continue
         name = _origin_name(die)
@@ -338,51 +414,128 @@ class ObjectLines:
         self.label = label  # the file the lines come from, for warnings
         self.store = store
         self.warn = warn
-        self.dirty = False
         self.failed = False
+        # read since the cache entry: rows per unit, inlined code per function
+        self.units: dict[int, SymbolTable] = {}
+        self.functions: list[tuple[int, int, SymbolTable]] = []  # (start, end, chains)
+        # The file stays open, its DWARF parsed once, until ``flush``:
+        # pyelftools keeps the units and entries it has read.
+        self._open = ExitStack()
+        self._dw: Any = None
+        self._functions: Functions = {}
 
     def lookup(self, vaddr: int) -> tuple[str, int] | None:
         """(source path, line) of a link-time address, else None."""
         hit = self.index.table.lookup(vaddr)
-        if hit is None and self._parse_for(vaddr):
-            hit = self.index.table.lookup(vaddr)
+        if hit is None:
+            table = self._unit_table(vaddr)
+            hit = table.lookup(vaddr) if table is not None else None
         return split_line(hit[0]) if hit is not None else None
 
-    def inlined(self, vaddr: int) -> list[InlineFrame]:
+    def _unit_table(self, vaddr: int) -> SymbolTable | None:
+        index = self.index
+        if index.complete or self.failed:
+            return None
+        unit = index.unit_of(vaddr)
+        if index.ranges and (unit is None or unit in index.parsed):
+            return None
+        key = unit if unit is not None else -1
+        if key not in self.units:
+            got = self._read(parse_rows({unit} if unit is not None else None))
+            if got is None:
+                return None
+            table, units = got
+            if unit is None:  # no aranges: every unit was read
+                self.index = LineIndex(table, [], units, True, index.inlines,
+                                       index.inline_done)
+                self.units[key] = SymbolTable.empty()
+                return table
+            self.units[key] = table
+        return self.units[key]
+
+    def _read(self, work: Callable[[Any], Any]) -> Any:
+        try:
+            if self._dw is None:
+                path = self._open.enter_context(self.opener())
+                if path is None:
+                    self.failed = True
+                    return None
+                f = self._open.enter_context(os.fdopen(open_regular(path), "rb"))
+                self._dw = _dwarf_of(f)
+            return _guarded(work, self._dw)
+        except OSError as e:
+            self.warn(f"{self.label}: cannot read: {e.strerror or e}; its source lines "
+                      "are unknown")
+            self.failed = True
+            return None
+        except LineProblem as e:
+            self.warn(f"{self.label}: {e}; its source lines are unknown")
+            self.failed = True
+            return None
+
+    def inlined(self, vaddr: int, with_line: bool = True) -> list[InlineFrame]:
         """The functions inlined at a link-time address, innermost first,
         each with the file and line it is at (the innermost's from the line
         table); the last entry, named "", is where the containing function
-        is. Empty where no inlined code is."""
-        line = self.lookup(vaddr)  # parses the unit
-        hit = self.index.inlines.lookup(vaddr)
+        is. Empty where no inlined code is (or the object has no
+        ``.debug_aranges`` to find its unit by). Without ``with_line`` the
+        innermost's line is 0 (and no line table is read)."""
+        hit = self._chain(vaddr)
         if hit is None:
             return []
-        chain = decode_chain(hit[0])
+        chain = decode_chain(hit)
+        line = self.lookup(vaddr) if with_line else None
         if chain and line is not None:
             chain[0] = (chain[0][0], line[0], line[1])
         return chain
 
-    def _parse_for(self, vaddr: int) -> bool:
-        index = self.index
-        if self.failed or index.complete:
-            return False
-        unit = index.unit_of(vaddr)
-        if index.ranges and (unit is None or unit in index.parsed):
-            return False
-        try:
-            with self.opener() as path:
-                if path is None:
-                    self.failed = True
-                    return False
-                self.index = parse_units(path, index, {unit} if unit is not None else set())
-        except LineProblem as e:
-            self.warn(f"{self.label}: {e}; its source lines are unknown")
-            self.failed = True
-            return False
-        self.dirty = True
-        return True
+    def _chain(self, vaddr: int) -> str | None:
+        if _covered(self.index.inline_done, vaddr):
+            hit = self.index.inlines.lookup(vaddr)
+            return hit[0] if hit is not None else None
+        for start, end, table in self.functions:
+            if start <= vaddr < end:
+                hit = table.lookup(vaddr)
+                return hit[0] if hit is not None else None
+        unit = self.index.unit_of(vaddr)
+        if unit is None or self.failed:
+            return None
+        got = self._read(parse_inlines(unit, vaddr, self._functions))
+        if got is None:
+            return None
+        spans, table = got
+        for start, end in spans:
+            self.functions.append((start, end, table))
+        if not any(start <= vaddr < end for start, end in spans):
+            self.functions.append((vaddr, vaddr + 1, SymbolTable.empty()))
+        hit = table.lookup(vaddr)
+        return hit[0] if hit is not None else None
 
     def flush(self) -> None:
-        if self.dirty:
-            self.store(self.index)
-            self.dirty = False
+        """Store what was read, merged into the cached entry; close the file."""
+        self._open.close()
+        self._dw = None
+        self._functions.clear()
+        if not self.units and not self.functions:
+            return
+        index = self.index
+        rows = _raw(index.table)
+        for table in self.units.values():
+            rows += _raw(table)
+        chains = _raw(index.inlines)
+        seen: set[int] = set()
+        for _start, _end, table in self.functions:
+            if id(table) not in seen:
+                seen.add(id(table))
+                chains += _raw(table)
+        parsed = index.parsed | {u for u in self.units if u >= 0}
+        done = sorted(set(index.inline_done) | {(s, e) for s, e, _t in self.functions})
+        self.store(LineIndex(SymbolTable.build(rows), index.ranges, parsed, index.complete,
+                             SymbolTable.build(chains), done))
+        self.units.clear()
+        self.functions.clear()
+
+
+def _covered(spans: list[tuple[int, int]], vaddr: int) -> bool:
+    i = bisect_right(spans, (vaddr, 1 << 64)) - 1
+    return any(spans[j][0] <= vaddr < spans[j][1] for j in range(max(i - 8, 0), i + 1))

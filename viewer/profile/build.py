@@ -189,14 +189,15 @@ class SampleBuilder:
         quality = self.quality
         cap = self.max_stacks
         rooted: dict[int, bool] = {}  # outermost location -> the stack is complete
-        chains, leaf_inline = names.chains, self.inline
-        any_inline = any(chains)
+        chains, chain, leaf_inline = names.chains, names.chain, self.inline
+        with_inline = self.inline_frames and names.may_inline()
         for lstack, weight in sl.stacks.items():
-            if any_inline:
+            if with_inline:
                 ids = []
                 for pos, lid in enumerate(lstack):
-                    if chains[lid] and (pos or leaf_inline):
-                        ids.extend(chains[lid])
+                    if pos or leaf_inline:
+                        c = chains[lid]
+                        ids.extend(c if c is not None else chain(lid))
                     ids.append(fids[lid])
             else:
                 ids = [fids[lid] for lid in lstack]
@@ -282,8 +283,10 @@ class _Names:
         self.objects: list[str] = [""] * n
         self.python: list[bool] = [False] * n
         self.by_line = builder.by == "line"
-        # the frames of the functions inlined at each location, innermost first
-        self.chains: list[tuple[int, ...]] = [()] * n
+        # the frames of the functions inlined at each location, innermost
+        # first (None: not looked up yet); looked up only where a stack
+        # needs them: callers, and leaves with --inline
+        self.chains: list[tuple[int, ...] | None] = [None] * n
 
     def name_all(self, count: int) -> None:
         """Name the first ``count`` locations."""
@@ -301,13 +304,26 @@ class _Names:
                 self.fids[lid] = fid
             else:
                 fid = self.fids[lid] = self.builder._id(sym)
-            if self.builder.inline_frames and not sym.kernel:
-                self.chains[lid] = self._inlined(loc.address, loc.is_return, sym)
             self.kernel[lid] = sym.kernel
             self.objects[lid] = sym.object
             self.python[lid] = is_python(sym.name)
         return fid
 
+
+    def may_inline(self) -> bool:
+        """Whether any object of the set has DWARF to say what was inlined."""
+        return self.sl.space.has_lines()
+
+    def chain(self, lid: int) -> tuple[int, ...]:
+        """The frames of the functions inlined at a location, innermost first."""
+        c = self.chains[lid]
+        if c is None:
+            self.frame(lid)
+            loc = self.sl.locations[lid]
+            c = () if self.kernel[lid] else self._inlined(
+                loc.address, loc.is_return, self.sl.space.lookup(loc.address, loc.is_return))
+            self.chains[lid] = c
+        return c
 
     def _inlined(self, address: int, is_return: bool, sym: Symbolized) -> tuple[int, ...]:
         chain = self.sl.space.inlined(address, is_return)
@@ -319,11 +335,14 @@ class _Names:
     def leaf(self, lid: int) -> tuple[int, ...]:
         """The frames of a location that ends a stack."""
         fid = self.frame(lid)
-        return (*self.chains[lid], fid) if self.builder.inline else (fid,)
+        if not (self.builder.inline and self.builder.inline_frames):
+            return (fid,)
+        return (*self.chain(lid), fid)
 
     def innermost(self, lid: int) -> int:
         fid = self.frame(lid)
-        return self.chains[lid][0] if self.chains[lid] else fid
+        c = self.chain(lid) if self.builder.inline_frames else ()
+        return c[0] if c else fid
 
 
 def build_samples(sets: list[StoredSet], symbols: Symbols, by: str, warn: Warn,

@@ -262,7 +262,7 @@ class _Builder:
     def _lines(self, space: AddressSpace, address: int, is_return: bool,
                sym: Symbolized) -> tuple[tuple[int, int], ...]:
         """pprof's Line entries of a user location, innermost first."""
-        chain = space.inlined(address, is_return)
+        chain = space.inlined(address, is_return, with_line=True)
         if not chain:
             line = space.line(address, is_return)
             if line is None:
