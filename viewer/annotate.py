@@ -57,7 +57,7 @@ class Target:
 
 def gather(sets: list[StoredSet], symbols: Symbols, name: str, warn: Warn) -> list[Target]:
     """The function's self samples per object, most first."""
-    targets: dict[tuple[str | None, int], Target] = {}
+    targets: dict[tuple[int | str, int], Target] = {}
     for sl in locate(sets, symbols, warn):
         leaves: dict[int, int] = dict(sl.spread)
         for stack, count in sl.stacks.items():
@@ -75,7 +75,7 @@ def gather(sets: list[StoredSet], symbols: Symbols, name: str, warn: Warn) -> li
             mapping = sl.space.mapping(loc.address, loc.is_return)
             if mapping is None:
                 continue
-            key = (loc.crc if loc.crc is not None else loc.copy, sym.start)  # type: ignore
+            key = (loc.crc if loc.crc is not None else loc.copy, sym.start)
             t = targets.get(key)
             if t is None:
                 t = targets[key] = Target(sym.name, sym.object, sl.stored.directory,

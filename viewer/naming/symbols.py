@@ -30,7 +30,8 @@ from .debuginfod import Debuginfod
 from .elf import ElfObject, ElfProblem, Segment, read_elf
 from .fde import read_fde_ranges, read_root_ranges
 from .jitnames import JitNames, load_jitdump
-from .lines import LineIndex, LineProblem, ObjectLines, has_lines, read_index
+from .lines import (LineIndex, LineProblem, ObjectLines, has_lines, path_opener, path_tag,
+                    read_index)
 from .symcache import SymbolCache
 from .symtab import RawSymbol, SymbolTable
 
@@ -317,8 +318,8 @@ class Symbols:
             for path, _how in self._debug_candidates(directory, ref, elf.build_id
                                                      or ref.build_id, elf.debuglink):
                 if has_lines(path):
-                    opener, label = _path_opener(path), path
-                    cache_key = cache_key and f"{cache_key}-{_path_tag(path)}"
+                    opener, label = path_opener(path), path
+                    cache_key = cache_key and f"{cache_key}-{path_tag(path)}"
                     break
         if opener is None:
             return None
@@ -506,25 +507,6 @@ def _crc_matches(path: str, expected: int) -> bool:
     except OSError:
         return False
     return crc == expected
-
-
-@contextmanager
-def _path_opener_cm(path: str) -> Iterator[str]:
-    yield path
-
-
-def _path_opener(path: str) -> Callable[[], Any]:
-    return lambda: _path_opener_cm(path)
-
-
-def _path_tag(path: str) -> str:
-    """Which debug file lines came from, in their cache key (another debug
-    file for the same copy is another entry)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return "0"
-    return hashlib.sha256(f"{path}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
 
 
 def _content_key(directory: str, copy: str) -> tuple[str, str]:

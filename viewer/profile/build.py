@@ -139,7 +139,7 @@ class SampleBuilder:
         if sl.from_stacks:
             self.with_stacks += 1
             self._add_stacks(sl, names, factor)
-            spread: dict[tuple[int], int] = {}
+            spread: dict[tuple[int, ...], int] = {}
             for lid, count in sl.spread.items():  # counts summed per frame first
                 leaf_only = names.leaf(lid)
                 spread[leaf_only] = spread.get(leaf_only, 0) + count
@@ -193,7 +193,7 @@ class SampleBuilder:
         with_inline = self.inline_frames and names.may_inline()
         for lstack, weight in sl.stacks.items():
             if with_inline:
-                ids = []
+                ids: list[int] = []
                 for pos, lid in enumerate(lstack):
                     if pos or leaf_inline:
                         c = chains[lid]
