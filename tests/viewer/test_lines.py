@@ -245,3 +245,29 @@ def test_pprof_location_in_inlined_code_has_its_lines_innermost_first(tmp_path, 
                if name[0] in ("spin", "square"))
     mapping = p.mapping[0]
     assert mapping.has_line_numbers and mapping.has_inline_frames
+
+
+def _section(path: Path, name: str) -> tuple[int, int]:
+    from elftools.elf.elffile import ELFFile
+    with open(path, "rb") as f:
+        sec = ELFFile(f).get_section_by_name(name)
+        return sec["sh_offset"], sec["sh_size"]
+
+
+def test_damaged_dwarf_is_one_warning_and_the_profile_goes_on(tmp_path, hotline):
+    damaged = tmp_path / "hotline-damaged"
+    data = bytearray(hotline.path.read_bytes())
+    for section in (".debug_line", ".debug_info"):
+        offset, size = _section(hotline.path, section)
+        data[offset:offset + size] = b"\xff" * size
+    damaged.write_bytes(bytes(data))
+    bad = Binary.read(damaged)
+    q, name = hot_q(tmp_path, bad, hotline)
+    for args in (["--by", "line", "--flat"], ["--inline"], ["--annotate", "spin"],
+                 ["--format", "pprof", "-o", str(tmp_path / "p.pb.gz")]):
+        r = q_view(*args, "--no-cache", q.info_path(name))
+        assert r.returncode == 0, (args, r.stderr)
+        assert "Traceback" not in r.stderr
+        assert r.stderr.count("warning") <= 2, (args, r.stderr)
+    r = q_view("--by", "line", "--flat", "--no-cache", q.info_path(name))
+    assert "spin" in r.stdout and "hotline.c:" not in r.stdout
