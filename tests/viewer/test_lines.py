@@ -199,6 +199,9 @@ def test_inlined_function_keeps_self_on_its_container_unless_inline(tmp_path, ho
     r = q_view("--format", "json", "--inline", "--no-cache", info)
     doc = json.loads(r.stdout)
     assert abs(_self(doc, "square (inlined)") - 0.03) < 1e-9, doc["functions"]
+    square = next(f for f in doc["functions"] if f["name"] == "square (inlined)")
+    assert square["inlined"] is True
+    assert all("inlined" not in f for f in doc["functions"] if f is not square)
     assert abs(_self(doc, "spin") - 0.07) < 1e-9
     r = q_view("--format", "collapsed", "--inline", "--no-cache", info)
     assert r.returncode == 0, r.stderr

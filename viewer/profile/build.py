@@ -329,7 +329,7 @@ class _Names:
         chain = self.sl.space.inlined(address, is_return)
         escape, table = self.builder.escape, self.builder.table
         return tuple(table.id(Frame(escape(f"{demangle(name)} (inlined)"),
-                                    escape(sym.object), False))
+                                    escape(sym.object), False, inlined=True))
                      for name, _, _ in chain if name)
 
     def leaf(self, lid: int) -> tuple[int, ...]:

@@ -61,7 +61,8 @@ def document(profile: CallGraph, with_stacks: bool = False) -> dict[str, Any]:
                        "inclusive": _num(f.inclusive) if stacks else None,
                        "calls": _num(f.calls), "recursive_calls": _num(f.recursive_calls),
                        "kernel": f.frame.kernel, "cycle": f.cycle,
-                       **({"function": f.frame.function} if s.by == "line" else {})}
+                       **({"function": f.frame.function} if s.by == "line" else {}),
+                       **({"inlined": True} if f.frame.inlined else {})}
                       for f in fns],
         "arcs": [{"caller": a.caller.name, "callee": a.callee.name,
                   "self": _num(a.self) if stacks else None,
