@@ -88,6 +88,11 @@ def test_debug_file_is_fetched_by_build_id_and_cached(tmp_path, stripped_hotline
     r = q_view("--flat", "--by", "line", q.info_path(name), env=env)
     assert r.returncode == 0 and hot not in r.stdout, r.stdout
     assert not (cache / "debuginfod").exists()
+    # a file over DEBUGINFOD_MAXSIZE is not kept (and asked again later)
+    r = q_view("--flat", "--by", "line", q.info_path(name),
+               env={**env, "DEBUGINFOD_URLS": server, "DEBUGINFOD_MAXSIZE": "1000"})
+    assert r.returncode == 0 and hot not in r.stdout, r.stdout
+    assert "larger than 1000 bytes" in r.stderr, r.stderr
     # DEBUGINFOD_URLS: fetched, and the symbols and lines come from it
     r = q_view("--flat", "--by", "line", q.info_path(name),
                env={**env, "DEBUGINFOD_URLS": server})

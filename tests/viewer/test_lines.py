@@ -274,3 +274,10 @@ def test_damaged_dwarf_is_one_warning_and_the_profile_goes_on(tmp_path, hotline)
         assert r.stderr.count("warning") <= 2, (args, r.stderr)
     r = q_view("--by", "line", "--flat", "--no-cache", q.info_path(name))
     assert "spin" in r.stdout and "hotline.c:" not in r.stdout
+
+
+def test_annotate_is_text_only(tmp_path, hotline):
+    q, name = hot_q(tmp_path, hotline)
+    for other in (["--format", "json"], ["--watch"]):
+        r = q_view("--annotate", "spin", *other, q.info_path(name))
+        assert r.returncode == 2 and "--annotate prints text" in r.stderr, r.stderr

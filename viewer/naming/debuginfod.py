@@ -58,6 +58,7 @@ class Debuginfod:
         self.directory = directory or tempfile.mkdtemp(prefix="q-view-debuginfod-")
         self.failed: set[str] = set()
         self.asked: dict[str, str | None] = {}
+        self._last_404 = False  # the last fetch was answered "not here"
 
     def close(self) -> None:
         if self._own:
@@ -101,11 +102,14 @@ class Debuginfod:
         except OSError as e:
             self.warn(f"{folder}: cannot create: {e.strerror}; nothing fetched from debuginfod")
             return None
+        answered = True  # every server said it has not got it (404)
         for server in self.servers:
             if server in self.failed:
+                answered = False
                 continue
             got = self._fetch(server, f"{server}/buildid/{build_id}/{what}", folder)
             if got is None:
+                answered = answered and self._last_404
                 continue
             if not check(got):
                 os.unlink(got)
@@ -115,16 +119,18 @@ class Debuginfod:
             os.replace(got, target)
             self.asked[key] = target
             return target
-        try:
-            with open(missing, "w"):
+        if answered:  # not a failure, which the next view retries
+            try:
+                with open(missing, "w"):
+                    pass
+            except OSError:
                 pass
-        except OSError:
-            pass
         return None
 
     def _fetch(self, server: str, url: str, folder: str) -> str | None:
         """The body of ``url`` in a temporary file of ``folder``; None when the
         server has not got it (404) or fails (one warning per server)."""
+        self._last_404 = False
         fd, tmp = tempfile.mkstemp(prefix=".fetch-", dir=folder)
         try:
             with os.fdopen(fd, "wb") as out, \
@@ -141,7 +147,9 @@ class Debuginfod:
             return tmp
         except urllib.error.HTTPError as e:
             os.unlink(tmp)
-            if e.code != 404:
+            if e.code == 404:
+                self._last_404 = True
+            else:
                 self._failed(server, f"HTTP {e.code}")
             return None
         except _TooLarge:
