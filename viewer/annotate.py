@@ -20,7 +20,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Iterator, TextIO
 
-from qtools.qformat import ObjectRef
+from qtools.qformat import ObjectRef, open_regular
 
 from .errors import ViewError
 from .inputs.load import StoredSet
@@ -169,9 +169,8 @@ class SourceFiles:
                       for i in range(len(parts))] + [path]
         for candidate in self._fetched(candidates, path):
             try:
-                with open(candidate, "rb") as f:
-                    if not os.path.isfile(candidate):
-                        continue
+                # a regular file only: a FIFO named by hostile DWARF must not block
+                with os.fdopen(open_regular(candidate), "rb") as f:
                     data = f.read(MAX_SOURCE + 1)
             except OSError:
                 continue

@@ -281,3 +281,14 @@ def test_annotate_is_text_only(tmp_path, hotline):
     for other in (["--format", "json"], ["--watch"]):
         r = q_view("--annotate", "spin", *other, q.info_path(name))
         assert r.returncode == 2 and "--annotate prints text" in r.stderr, r.stderr
+
+
+def test_a_fifo_where_the_source_should_be_does_not_block(tmp_path, hotline):
+    import os
+    root = tmp_path / "root"
+    where = root / "tests" / "data" / "src"
+    where.mkdir(parents=True)
+    os.mkfifo(where / "hotline.c")
+    q, name = hot_q(tmp_path, hotline)
+    r = q_view("--annotate", "spin", "--source-root", str(root), q.info_path(name), timeout=60)
+    assert r.returncode == 0, r.stderr
