@@ -22,7 +22,7 @@ from qtools.qformat import QFormatError
 from qtools.qformat.archive import looks_like_archive
 from qtools.qformat.version import package_version
 
-from . import overview
+from . import annotate, overview
 from .errors import UsageError, ViewError
 from .inputs import hints, runs
 from .profile import diff, filters, processes
@@ -98,7 +98,13 @@ def parser() -> argparse.ArgumentParser:
                      help="Python frames only, as py-spy shows them (NAME (FILE)); native "
                           "and kernel frames fold into the Python function that called them")
     rep.add_argument("--by", choices=BY_CHOICES, default="function",
-                     help="what a node is: a function (default), an object, an address")
+                     help="what a node is: a function (default), an object, an address, or a "
+                          "source line (FILE:LINE with its function, from DWARF line tables)")
+    rep.add_argument("--annotate", metavar="NAME",
+                     help="one function's disassembly, each instruction with its share of "
+                          "the function's samples and source lines between them where the "
+                          "DWARF line table and the source file are there (as perf annotate "
+                          "--stdio); NAME<object> picks among functions of one name")
     rep.add_argument("--format", choices=list(FORMATS), default=DEFAULT_FORMAT,
                      help=formats_help())
     rep.add_argument("-o", "--output", metavar="FILE",
@@ -129,6 +135,19 @@ def parser() -> argparse.ArgumentParser:
     sym.add_argument("--debug-root", action="append", default=[], metavar="DIR",
                      help="look for DIR/.build-id/xx/rest.debug and debuglink files here "
                           "(before $Q_DEBUG_ROOT and /usr/lib/debug)")
+    sym.add_argument("--debuginfod", action="append", default=[], metavar="URL",
+                     help="fetch debug files missing locally by build-id from this "
+                          "debuginfod server (repeatable; default: $DEBUGINFOD_URLS, and "
+                          "none when it is unset), into the q-tools cache directory")
+    sym.add_argument("--inline", action="store_true",
+                     help="credit self time to the innermost inlined function (DWARF "
+                          "inlined subroutines), not to the symbol it was inlined into; "
+                          "call chains show inlined functions as 'NAME (inlined)' frames "
+                          "either way")
+    sym.add_argument("--source-root", action="append", default=[], metavar="DIR",
+                     help="with --annotate: look for source files below DIR (the longest "
+                          "tail of the path the line table gives that exists there) before "
+                          "the path itself")
     sym.add_argument("--no-cache", action="store_true",
                      help="do not read or write the symbol cache")
     p.add_argument("--limits", metavar="KEY=VALUE,...", type=_limits,
@@ -183,6 +202,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
         return 2
     if args.min_percent is not None and not 0 <= args.min_percent <= 100:
         err.write(f"{PROG}: --min-percent must be between 0 and 100\n")
+        return 2
+    if args.annotate is not None and (args.format != DEFAULT_FORMAT or args.diff
+                                      or args.watch):
+        err.write(f"{PROG}: --annotate prints text; it goes with neither --format, "
+                  "--diff nor --watch\n")
         return 2
     if args.weight != "event" and args.format != "collapsed":
         err.write(f"{PROG}: --weight {args.weight} goes with --format collapsed\n")
@@ -266,6 +290,8 @@ def _show(args: argparse.Namespace, inputs: list[Source], selection: Selection,
         return 0
     sets = select_inputs(inputs, selection, args.all_versions, run, args.limits)
     _note_runs(sets, run is None and any(is_directory(i) for i in inputs), err)
+    if args.annotate is not None:
+        return annotate.show(sets, args, out, _Warnings(err))
     encode = FORMATS[args.format].export
     if encode is not None and export_to is not None:
         _write(export_to, exported(sets, args, _Warnings(err), encode))
@@ -312,7 +338,7 @@ def _time(option: str, text: str | None, now: float) -> float | None:
 
 def _report_asked(args: argparse.Namespace) -> bool:
     """A directory with one of these is a whole-machine report, not the overview."""
-    return bool(args.flat or args.graph or args.stack_quality or args.format != DEFAULT_FORMAT
+    return bool(args.annotate or args.flat or args.graph or args.stack_quality or args.format != DEFAULT_FORMAT
                 or args.focus or args.ignore or args.hide or args.min_percent is not None)
 
 

@@ -24,6 +24,7 @@ def _private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("Q_CACHE_DIR", str(tmp_path / "symcache"))
     monkeypatch.delenv("Q_DEBUG_ROOT", raising=False)
     monkeypatch.delenv("Q_DIR", raising=False)
+    monkeypatch.delenv("DEBUGINFOD_URLS", raising=False)
 
 
 @pytest.fixture(scope="session")
@@ -75,3 +76,10 @@ def stripped_plain(build_dir) -> tuple[Binary, Binary]:
     out = build_dir / "calls-fde-stripped"
     subprocess.run(["strip", "-o", str(out), str(full)], check=True)
     return Binary.read(full), Binary.read(out)
+
+
+@pytest.fixture(scope="session")
+def hotline(build_dir) -> Binary:
+    """hotline.c built with -g -O2: one hot line in spin(), square() inlined."""
+    _need("cc")
+    return Binary.read(compile_c(SRC / "hotline.c", build_dir / "hotline", "-g", "-fPIE", "-pie"))

@@ -148,7 +148,7 @@ def test_usage_errors_exit_2(capsys):
     assert run("--format", "xml")[0] == 2
     assert run("--no-kernel", "--kernel-only")[0] == 2
     assert run("--min-percent", "200", "x")[0] == 2
-    assert run("--by", "line")[0] == 2
+    assert run("--by", "statement")[0] == 2
 
 
 def test_console_script_entry_point(tmp_path, calls_pie):

@@ -19,6 +19,7 @@ from qtools.qformat.jitdump import is_synthetic
 
 from ..profile.model import Location
 from .demangle import demangle
+from .lines import InlineFrame, ObjectLines
 from .symbols import (JIT_OBJECT, KERNEL_OBJECT, KERNEL_UNKNOWN, MAX_MEMO, UNKNOWN_OBJECT,
                       Symbolized, Symbols, _crc_of)
 
@@ -61,6 +62,7 @@ class AddressSpace:
         self._jitdumps = [j.file for j in info.jitdumps]
         self._info_pid = info.task.pid
         self._memo: dict[int, Symbolized] = {}
+        self._has_lines: bool | None = None
 
     def locate(self, address: int, is_return: bool = False, set_index: int = 0) -> Location:
         """Where ``address`` is without naming it: its mapping and file offset
@@ -126,6 +128,42 @@ class AddressSpace:
         vaddr = obj.vaddr_of(mapping.map.file_offset(target)) if obj else None
         roots = self.symbols.roots(self.directory, mapping.copy) if vaddr is not None else None
         return bool(roots and roots.lookup(vaddr))  # type: ignore[arg-type]
+
+    def line(self, address: int, is_return: bool = False) -> tuple[str, int] | None:
+        """(source path, line) of a user address, from its object's DWARF line
+        table (or its debug file's); None where there is none."""
+        target = address - 1 if is_return and address > 0 else address
+        where = self._lines_at(target)
+        return where[0].lookup(where[1]) if where is not None else None
+
+    def inlined(self, address: int, is_return: bool = False,
+                with_line: bool = False) -> list[InlineFrame]:
+        """The functions inlined where a user address is, innermost first,
+        each with its file and line; the last entry (named "") is where the
+        containing function is. Empty where DWARF describes none. The
+        innermost's line is 0 unless ``with_line`` (which reads the line
+        table too)."""
+        target = address - 1 if is_return and address > 0 else address
+        where = self._lines_at(target)
+        return where[0].inlined(where[1], with_line) if where is not None else []
+
+    def has_lines(self) -> bool:
+        """Whether an object of the set has a line table (its own or a debug
+        file's): where none has, no stack has inlined frames to look up."""
+        if self._has_lines is None:
+            self._has_lines = any(
+                self.symbols.lines(self.directory, m.ref, m.copy) is not None
+                for m in {m.copy: m for m in self._maps if m.copy}.values())
+        return self._has_lines
+
+    def _lines_at(self, target: int) -> tuple[ObjectLines, int] | None:
+        m = None if is_synthetic(target) else self._mapping_at(target)
+        if m is None or m.copy is None:
+            return None
+        obj = self.symbols.object(self.directory, m.ref, m.copy)
+        vaddr = obj.vaddr_of(m.map.file_offset(target)) if obj else None
+        lines = self.symbols.lines(self.directory, m.ref, m.copy) if vaddr is not None else None
+        return (lines, vaddr) if lines is not None else None  # type: ignore[return-value]
 
     def _resolve(self, address: int) -> Symbolized:
         if is_synthetic(address):

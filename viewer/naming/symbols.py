@@ -26,9 +26,12 @@ from qtools.qformat import Info, ObjectRef, QDir, check_plain_name, open_regular
 from qtools.qformat.errors import QFormatError
 from qtools.qformat.stores import Store
 
+from .debuginfod import Debuginfod
 from .elf import ElfObject, ElfProblem, Segment, read_elf
 from .fde import read_fde_ranges, read_root_ranges
 from .jitnames import JitNames, load_jitdump
+from .lines import (LineIndex, LineProblem, ObjectLines, has_lines, path_opener, path_tag,
+                    read_index)
 from .symcache import SymbolCache
 from .symtab import RawSymbol, SymbolTable
 
@@ -91,8 +94,10 @@ class Symbols:
     """Loads symbol sources for a whole run; each copy once."""
 
     def __init__(self, cache: SymbolCache, debug_roots: list[str], warn: Warn,
-                 max_copy: int | None = None, stores: dict[str, Store] | None = None) -> None:
+                 max_copy: int | None = None, stores: dict[str, Store] | None = None,
+                 debuginfod: Debuginfod | None = None) -> None:
         self.cache = cache
+        self.debuginfod = debuginfod  # fetches debug files by build-id when servers are named
         self.max_copy = max_copy  # bytes of one copy checksummed (--limits copy-size)
         self.debug_roots = debug_roots
         self.warn = warn
@@ -103,12 +108,18 @@ class Symbols:
         self._digests: dict[tuple[object, ...], str] = {}
         self._jitdumps: dict[tuple[str, str], JitNames | None] = {}
         self._qdirs: dict[str, QDir] = {}
+        self._lines: dict[tuple[str, str], ObjectLines | None] = {}
         self.stores = stores or {}  # by label: directories inside archives (their owner closes them)
 
     def close(self) -> None:
+        for lines in self._lines.values():
+            if lines is not None:
+                lines.flush()
         for q in self._qdirs.values():
             q.close()
         self._qdirs.clear()
+        if self.debuginfod is not None:
+            self.debuginfod.close()
 
     # ------------------------------------------------------------ copies
 
@@ -255,7 +266,12 @@ class Symbols:
                     dirs += [orig, os.path.join(orig, ".debug")]
                     dirs += [root + orig for root in self.debug_roots]
                 out += [(os.path.join(d, name), "debuglink") for d in dirs]
-        return [(p, how) for p, how in out if os.path.isfile(p)]
+        found = [(p, how) for p, how in out if os.path.isfile(p)]
+        if not found and build_id and self.debuginfod is not None:
+            fetched = self.debuginfod.debuginfo(build_id, lambda p: _has_build_id(p, build_id))
+            if fetched:
+                found.append((fetched, "build-id"))
+        return found
 
     def _debug_symbols(self, directory: str, ref: ObjectRef, build_id: str | None,
                        debuglink: tuple[str, int] | None) -> tuple[ElfObject, SymbolTable] | None:
@@ -271,6 +287,59 @@ class Symbols:
                     continue
             return dbg, dbg.symbols
         return None
+
+    # ------------------------------------------------------------ source lines
+
+    def lines(self, directory: str, ref: ObjectRef, copy: str | None) -> ObjectLines | None:
+        """The source lines of an object copy: from its own DWARF, else from
+        its separate debug file (build-id, debuglink); None without either."""
+        if copy is None:
+            return None
+        key = _content_key(directory, copy)
+        if key not in self._lines:
+            self._lines[key] = None
+            with self._verified(directory, copy) as source:
+                if source is not None:
+                    self._lines[key] = self._load_lines(directory, ref, copy, source)
+        return self._lines[key]
+
+    def _load_lines(self, directory: str, ref: ObjectRef, copy: str,
+                    source: str) -> ObjectLines | None:
+        cache_key = self._cache_key(source, copy, "lines")
+        opener: Any = None
+        label = os.path.join(directory, copy)
+        if has_lines(source):
+            opener = lambda: self._verified(directory, copy)  # noqa: E731
+        else:
+            try:
+                elf = read_elf(source, symbols=False)
+            except ElfProblem:
+                return None
+            for path, _how in self._debug_candidates(directory, ref, elf.build_id
+                                                     or ref.build_id, elf.debuglink):
+                if has_lines(path):
+                    opener, label = path_opener(path), path
+                    cache_key = cache_key and f"{cache_key}-{path_tag(path)}"
+                    break
+        if opener is None:
+            return None
+        hit = self.cache.load(cache_key) if cache_key else None
+        inl = self.cache.load(cache_key + "-inl") if cache_key and hit is not None else None
+        index = LineIndex.from_meta(hit[0], hit[1], inl) if hit is not None else None
+        if index is None:
+            try:
+                with opener() as path:
+                    if path is None:
+                        return None
+                    index = read_index(path)
+            except LineProblem as e:
+                self.warn(f"{label}: {e}; its source lines are unknown")
+                return None
+        def store(ix: LineIndex) -> None:
+            if cache_key:
+                self.cache.store(cache_key + "-inl", ix.inlines, ix.meta())
+                self.cache.store(cache_key, ix.table, ix.meta())
+        return ObjectLines(index, opener, label, store, self.warn)
 
     def roots(self, directory: str, copy: str) -> SymbolTable | None:
         """Where stacks end in the object ``copy`` (fde.read_root_ranges); None
@@ -420,6 +489,13 @@ def _merge(a: SymbolTable, b: SymbolTable) -> SymbolTable:
     raw = [RawSymbol(s, e - s, 1, n) for s, e, n in zip(a.starts, a.ends, a.names)]
     raw += [RawSymbol(s, e - s, 0, n) for s, e, n in zip(b.starts, b.ends, b.names)]
     return SymbolTable.build(raw)
+
+
+def _has_build_id(path: str, build_id: str) -> bool:
+    try:
+        return read_elf(path, symbols=False).build_id == build_id
+    except ElfProblem:
+        return False
 
 
 def _crc_matches(path: str, expected: int) -> bool:

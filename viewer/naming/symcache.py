@@ -40,6 +40,16 @@ def cache_dir() -> str | None:
     return os.path.join(base, "q-tools", "symbols")
 
 
+def fetch_dir() -> str | None:
+    """Where files fetched from debuginfod servers go: beside the symbol
+    tables (``$Q_CACHE_DIR/debuginfod``, else ``.../q-tools/debuginfod``)."""
+    explicit = os.environ.get("Q_CACHE_DIR")
+    if explicit is not None:
+        return os.path.join(explicit, "debuginfod") if explicit else None
+    symbols = cache_dir()
+    return os.path.join(os.path.dirname(symbols), "debuginfod") if symbols else None
+
+
 class SymbolCache:
     """Load and store ``(SymbolTable, metadata)`` by key; never raises."""
 

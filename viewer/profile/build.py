@@ -14,6 +14,7 @@ named in its own address space. Counts are converted to output units
 from __future__ import annotations
 
 import math
+import os
 from typing import Callable
 
 from qtools.qformat import DEFAULT_LIMITS
@@ -26,8 +27,9 @@ from .model import Frame, FrameTable, InterpreterQuality, Samples, SetSummary, S
     printable
 from ..naming.symbols import Symbolized, Symbols, Warn
 from .pyview import is_python
+from ..naming.demangle import demangle
 
-BY_CHOICES = ("function", "object", "address")
+BY_CHOICES = ("function", "object", "address", "line")
 
 # Where a `.stack` file's remainder line (``WEIGHT -``: stacks the collector
 # did not keep) goes when its `.hist` cannot say which functions it hit.
@@ -36,10 +38,23 @@ UNKEPT = ("[stacks not kept]", "[q-syscollect]")
 Escape = Callable[[str], str]
 
 
+SourceLine = tuple[str, int] | None  # (path, line) of a location, --by line
+
+
+def line_frame(loc: Symbolized, line: SourceLine, escape: Escape = printable) -> Frame:
+    """``--by line``: FILE:LINE (the file's base name, as perf's srcline
+    shows it) with the function beside it; no line known, the function's
+    name alone, as ``--by function`` shows it."""
+    if line is None:
+        return Frame(escape(loc.name), escape(loc.object), loc.kernel)
+    return Frame(escape(f"{os.path.basename(line[0])}:{line[1]}"), escape(loc.object),
+                 loc.kernel, escape(loc.name))
+
+
 def frame_maker(by: str, escape: Escape = printable) -> Callable[[Symbolized], Frame]:
     """How a named address becomes a call-graph node for ``--by``; ``escape``
     makes names safe for the report (JSON escapes by itself)."""
-    if by == "function":
+    if by in ("function", "line"):  # a line without its source line is its function
         return lambda loc: Frame(escape(loc.name), escape(loc.object), loc.kernel)
     if by == "object":
         return lambda loc: Frame(escape(loc.object), escape(loc.object), loc.kernel)
@@ -77,8 +92,14 @@ class SampleBuilder:
     into one ``Samples``."""
 
     def __init__(self, by: str, warn: Warn, escape: Escape | None = printable,
-                 max_stacks: int = DEFAULT_LIMITS.stacks) -> None:
+                 max_stacks: int = DEFAULT_LIMITS.stacks, inline: bool = False) -> None:
         self.by = by
+        # Functions DWARF says were inlined are frames of their own in the
+        # stacks (``name (inlined)``); the leaf's only with ``inline``, so
+        # that self time stays on the containing symbol by default, as perf
+        # keeps it.
+        self.inline_frames = by == "function"
+        self.inline = inline
         self.escape = escape or _same
         self.make_frame = frame_maker(by, self.escape)
         self.max_stacks = max_stacks
@@ -118,9 +139,9 @@ class SampleBuilder:
         if sl.from_stacks:
             self.with_stacks += 1
             self._add_stacks(sl, names, factor)
-            spread: dict[tuple[int], int] = {}
+            spread: dict[tuple[int, ...], int] = {}
             for lid, count in sl.spread.items():  # counts summed per frame first
-                leaf_only = (names.frame(lid),)
+                leaf_only = names.leaf(lid)
                 spread[leaf_only] = spread.get(leaf_only, 0) + count
             for leaf_only, count in spread.items():
                 acc[leaf_only] = acc.get(leaf_only, 0.0) + count * factor
@@ -129,7 +150,7 @@ class SampleBuilder:
             if sl.no_stack_file:
                 self.without_stacks.append(ts)
             for (lid,), count in sl.stacks.items():
-                stack = (names.frame(lid),)
+                stack = names.leaf(lid)
                 acc[stack] = acc.get(stack, 0.0) + count * factor
         if sl.calls is not None:
             self._add_calls(sl, names)
@@ -168,8 +189,18 @@ class SampleBuilder:
         quality = self.quality
         cap = self.max_stacks
         rooted: dict[int, bool] = {}  # outermost location -> the stack is complete
+        chains, chain, leaf_inline = names.chains, names.chain, self.inline
+        with_inline = self.inline_frames and names.may_inline()
         for lstack, weight in sl.stacks.items():
-            ids = [fids[lid] for lid in lstack]
+            if with_inline:
+                ids: list[int] = []
+                for pos, lid in enumerate(lstack):
+                    if pos or leaf_inline:
+                        c = chains[lid]
+                        ids.extend(c if c is not None else chain(lid))
+                    ids.append(fids[lid])
+            else:
+                ids = [fids[lid] for lid in lstack]
             if self.collapse_runs:
                 ids = [f for i, f in enumerate(ids) if i == 0 or ids[i - 1] != f]
             stack = tuple(ids)
@@ -207,7 +238,8 @@ class SampleBuilder:
         calls = self.calls if self.calls is not None else {}
         frame = names.frame
         for (site, callee), count in (sl.calls or {}).items():
-            pair = (frame(site), frame(callee))
+            # a call from inlined code is a call of the inlined function
+            pair = (names.innermost(site), frame(callee))
             calls[pair] = calls.get(pair, 0.0) + count * factor
         self.calls = calls
 
@@ -250,6 +282,11 @@ class _Names:
         self.kernel: list[bool] = [False] * n
         self.objects: list[str] = [""] * n
         self.python: list[bool] = [False] * n
+        self.by_line = builder.by == "line"
+        # the frames of the functions inlined at each location, innermost
+        # first (None: not looked up yet); looked up only where a stack
+        # needs them: callers, and leaves with --inline
+        self.chains: list[tuple[int, ...] | None] = [None] * n
 
     def name_all(self, count: int) -> None:
         """Name the first ``count`` locations."""
@@ -261,20 +298,60 @@ class _Names:
         if fid < 0:
             loc = self.sl.locations[lid]
             sym = self.sl.space.lookup(loc.address, loc.is_return)
-            fid = self.fids[lid] = self.builder._id(sym)
+            if self.by_line and not sym.kernel:
+                line = self.sl.space.line(loc.address, loc.is_return)
+                fid = self.builder.table.id(line_frame(sym, line, self.builder.escape))
+                self.fids[lid] = fid
+            else:
+                fid = self.fids[lid] = self.builder._id(sym)
             self.kernel[lid] = sym.kernel
             self.objects[lid] = sym.object
             self.python[lid] = is_python(sym.name)
         return fid
 
 
+    def may_inline(self) -> bool:
+        """Whether any object of the set has DWARF to say what was inlined."""
+        return self.sl.space.has_lines()
+
+    def chain(self, lid: int) -> tuple[int, ...]:
+        """The frames of the functions inlined at a location, innermost first."""
+        c = self.chains[lid]
+        if c is None:
+            self.frame(lid)
+            loc = self.sl.locations[lid]
+            c = () if self.kernel[lid] else self._inlined(
+                loc.address, loc.is_return, self.sl.space.lookup(loc.address, loc.is_return))
+            self.chains[lid] = c
+        return c
+
+    def _inlined(self, address: int, is_return: bool, sym: Symbolized) -> tuple[int, ...]:
+        chain = self.sl.space.inlined(address, is_return)
+        escape, table = self.builder.escape, self.builder.table
+        return tuple(table.id(Frame(escape(f"{demangle(name)} (inlined)"),
+                                    escape(sym.object), False, inlined=True))
+                     for name, _, _ in chain if name)
+
+    def leaf(self, lid: int) -> tuple[int, ...]:
+        """The frames of a location that ends a stack."""
+        fid = self.frame(lid)
+        if not (self.builder.inline and self.builder.inline_frames):
+            return (fid,)
+        return (*self.chain(lid), fid)
+
+    def innermost(self, lid: int) -> int:
+        fid = self.frame(lid)
+        c = self.chain(lid) if self.builder.inline_frames else ()
+        return c[0] if c else fid
+
+
 def build_samples(sets: list[StoredSet], symbols: Symbols, by: str, warn: Warn,
-                  escape: Escape | None = printable) -> Samples:
+                  escape: Escape | None = printable, inline: bool = False) -> Samples:
     """The sets' samples, named and merged: each set is loaded as locations
     (locations.py) and named at once, one set at a time. ``escape`` None
     keeps names as they are (for JSON, which escapes them)."""
     limits = sets[0].limits if sets else DEFAULT_LIMITS
-    builder = SampleBuilder(by, warn, escape, limits.stacks)
+    builder = SampleBuilder(by, warn, escape, limits.stacks, inline)
     for sl in locate(sets, symbols, warn):
         builder.add(sl)
     return builder.result()

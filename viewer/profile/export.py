@@ -26,7 +26,9 @@ from qtools.qformat.limits import exceeded
 from ..errors import UsageError, ViewError
 from ..inputs.load import StoredSet
 from ..inputs.locations import SetLocations, locate
-from ..naming.symbols import KERNEL_OBJECT, Symbols, Warn
+from ..naming.demangle import demangle
+from ..naming.space import AddressSpace
+from ..naming.symbols import KERNEL_OBJECT, Symbolized, Symbols, Warn
 from ..render.units import SECONDS
 from .build import one_unit
 from .model import printable
@@ -57,15 +59,19 @@ class Mapping:
 @dataclass(frozen=True)
 class Function:
     name: str
-    object: str  # where it is (q-view's frame); no source file: q-view reads no line tables
+    object: str  # where it is (q-view's frame)
     kernel: bool
+    filename: str = ""  # its source file, where DWARF names it
 
 
 @dataclass(frozen=True)
 class Location:
     mapping: int | None  # index into ``Tables.mappings``; None: no mapping (JIT, unknown)
     address: int  # of the instruction: a return address less one, inside the call
-    function: int  # index into ``Tables.functions``
+    function: int  # index into ``Tables.functions``: the symbol the address is in
+    # (function index, source line) from DWARF, innermost first: the
+    # functions inlined here, then ``function`` (empty: no line table)
+    lines: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -232,8 +238,9 @@ class _Builder:
         where = sl.locations[lid]
         space = sl.space
         sym = space.lookup(where.address, where.is_return)
-        function = self.functions.id(Function(printable(sym.name), printable(sym.object),
-                                              sym.kernel))
+        lines = () if sym.kernel else self._lines(space, where.address, where.is_return, sym)
+        function = lines[-1][0] if lines else self.functions.id(
+            Function(printable(sym.name), printable(sym.object), sym.kernel))
         mapping: int | None = None
         if sym.kernel:
             # locations are written where they are named (a return address less one)
@@ -248,7 +255,23 @@ class _Builder:
                                                    printable(ref.path or ref.name),
                                                    printable(ref.build_id or "")))
         address = where.address - 1 if where.is_return and where.address > 0 else where.address
-        return self._add_location(Location(mapping, address, function), sym.kernel)
+        return self._add_location(Location(mapping, address, function, lines), sym.kernel)
+
+    def _lines(self, space: AddressSpace, address: int, is_return: bool,
+               sym: Symbolized) -> tuple[tuple[int, int], ...]:
+        """pprof's Line entries of a user location, innermost first."""
+        chain = space.inlined(address, is_return, with_line=True)
+        if not chain:
+            line = space.line(address, is_return)
+            if line is None:
+                return ()
+            chain = [("", line[0], line[1])]
+        out = []
+        for name, path, number in chain:
+            shown = printable(demangle(name) if name else sym.name)
+            out.append((self.functions.id(Function(shown, printable(sym.object), False,
+                                                   printable(path))), number))
+        return tuple(out)
 
     def _add_location(self, location: Location, kernel: bool) -> int:
         i = self.locations.id(location)

@@ -37,6 +37,9 @@ class Frame(NamedTuple):
     name: str
     object: str
     kernel: bool = False
+    # --by line: the function the line is in (the name is FILE:LINE)
+    function: str = ""
+    inlined: bool = False  # a function DWARF says was inlined here ("NAME (inlined)")
 
 
 class FrameTable:

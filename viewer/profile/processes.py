@@ -49,9 +49,9 @@ def process_frame(label: str) -> Frame:
 
 
 def by_process(sets: Iterable[StoredSet], symbols: Symbols, by: str, warn: Warn,
-               per_pid: bool = False, weight: str = "event") -> Samples:
+               per_pid: bool = False, weight: str = "event", inline: bool = False) -> Samples:
     """The stacks of ``sets``, each under its process frame, merged."""
-    parts = [(ts, build_samples([ts], symbols, by, warn)) for ts in sets]
+    parts = [(ts, build_samples([ts], symbols, by, warn, inline=inline)) for ts in sets]
     if not parts:
         raise ViewError("no task sets to show")
     if weight == "samples":

@@ -13,7 +13,8 @@ import argparse
 
 from ..inputs.load import StoredSet
 from ..naming.symbols import Symbols, Warn, debug_roots_from_env
-from ..naming.symcache import SymbolCache, cache_dir
+from ..naming.debuginfod import Debuginfod, servers_from
+from ..naming.symcache import SymbolCache, cache_dir, fetch_dir
 from ..render import FORMATS
 from . import filters, processes, processors
 from .build import build_samples
@@ -27,9 +28,13 @@ def symbolizer(args: argparse.Namespace, warn: Warn, sets: list[StoredSet]) -> S
     the object copies of ``sets`` read from archives are opened through
     their archive."""
     cache = SymbolCache(None if args.no_cache else cache_dir())
+    servers = servers_from(getattr(args, "debuginfod", None) or [])
+    fetcher = Debuginfod(servers, None if args.no_cache else fetch_dir(), warn) \
+        if servers else None
     return Symbols(cache, list(args.debug_root) + debug_roots_from_env(), warn,
                    args.limits.copy_size,
-                   {ts.directory: ts.store for ts in sets if ts.store and ts.store.is_archive})
+                   {ts.directory: ts.store for ts in sets if ts.store and ts.store.is_archive},
+                   fetcher)
 
 
 def call_graph(sets: list[StoredSet], args: argparse.Namespace, warn: Warn) -> CallGraph:
@@ -42,9 +47,9 @@ def call_graph(sets: list[StoredSet], args: argparse.Namespace, warn: Warn) -> C
     try:
         if report.process_roots:
             samples = processes.by_process(sets, symbols, args.by, warn, args.per_pid,
-                                           args.weight)
+                                           args.weight, args.inline)
         else:
-            samples = build_samples(sets, symbols, args.by, warn, escape)
+            samples = build_samples(sets, symbols, args.by, warn, escape, args.inline)
     finally:
         symbols.close()
     if args.no_kernel:

@@ -60,7 +60,10 @@ def document(profile: CallGraph, with_stacks: bool = False) -> dict[str, Any]:
         "functions": [{"name": f.frame.name, "object": f.frame.object, "self": _num(f.self),
                        "inclusive": _num(f.inclusive) if stacks else None,
                        "calls": _num(f.calls), "recursive_calls": _num(f.recursive_calls),
-                       "kernel": f.frame.kernel, "cycle": f.cycle} for f in fns],
+                       "kernel": f.frame.kernel, "cycle": f.cycle,
+                       **({"function": f.frame.function} if s.by == "line" else {}),
+                       **({"inlined": True} if f.frame.inlined else {})}
+                      for f in fns],
         "arcs": [{"caller": a.caller.name, "callee": a.callee.name,
                   "self": _num(a.self) if stacks else None,
                   "children": _num(a.children) if stacks else None,

@@ -18,9 +18,12 @@ class Namer:
         self.ambiguous = {name for name, objs in owners.items() if len(objs) > 1}
 
     def plain(self, frame: Frame) -> str:
-        if frame.name in self.ambiguous and not frame.name.endswith(">"):
-            return f"{frame.name}<{frame.object}>"
-        return frame.name
+        name = frame.name
+        if name in self.ambiguous and not name.endswith(">"):
+            name = f"{name}<{frame.object}>"
+        if frame.function:  # --by line: FILE:LINE (function)
+            name += f" ({frame.function})"
+        return name
 
     def __call__(self, frame: Frame) -> str:
         name = self.plain(frame)

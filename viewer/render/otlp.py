@@ -65,11 +65,13 @@ def message(t: Tables) -> Any:
                             attribute_indices=[attribute(BUILD_ID, m.build_id)]
                             if m.build_id else [])
     for f in t.functions:
-        d.function_table.add(name_strindex=s(f.name), system_name_strindex=s(f.name))
+        d.function_table.add(name_strindex=s(f.name), system_name_strindex=s(f.name),
+                             filename_strindex=s(f.filename))
     for loc in t.locations:
         entry = d.location_table.add(address=loc.address,
                                      mapping_index=0 if loc.mapping is None else loc.mapping + 1)
-        entry.lines.add(function_index=loc.function + 1)
+        for function, line in loc.lines or ((loc.function, 0),):  # innermost first
+            entry.lines.add(function_index=function + 1, line=line)
     stacks: dict[tuple[int, ...], int] = {}
     for sample in t.samples:
         if sample.locations not in stacks:

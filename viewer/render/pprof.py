@@ -115,15 +115,21 @@ def message(t: Tables) -> Any:
         p.time_nanos = t.time_nanos
     if t.duration_nanos is not None:
         p.duration_nanos = t.duration_nanos
-    for i, m in enumerate(t.mappings, 1):
-        p.mapping.add(id=i, memory_start=m.start, memory_limit=m.limit, file_offset=m.offset,
-                      filename=s(m.file), build_id=s(m.build_id), has_functions=True)
+    with_lines = {loc.mapping for loc in t.locations if loc.lines}
+    with_inline = {loc.mapping for loc in t.locations if len(loc.lines) > 1}
+    for i, m in enumerate(t.mappings):
+        p.mapping.add(id=i + 1, memory_start=m.start, memory_limit=m.limit,
+                      file_offset=m.offset, filename=s(m.file), build_id=s(m.build_id),
+                      has_functions=True, has_filenames=i in with_lines,
+                      has_line_numbers=i in with_lines, has_inline_frames=i in with_inline)
     for i, f in enumerate(t.functions, 1):
-        p.function.add(id=i, name=s(f.name), system_name=s(f.name))
+        p.function.add(id=i, name=s(f.name), system_name=s(f.name), filename=s(f.filename))
     for i, loc in enumerate(t.locations, 1):
         entry = p.location.add(id=i, address=loc.address,
                                mapping_id=0 if loc.mapping is None else loc.mapping + 1)
-        entry.line.add(function_id=loc.function + 1)
+        # innermost first, as pprof expects: the inlined functions, then the symbol
+        for function, line in loc.lines or ((loc.function, 0),):
+            entry.line.add(function_id=function + 1, line=line)
     labels = [[(s(key), s(value)) for key, value in lb.pairs()] for lb in t.labels]
     for sample in t.samples:
         out = p.sample.add(location_id=[i + 1 for i in sample.locations],

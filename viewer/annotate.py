@@ -1,0 +1,265 @@
+"""``q-view --annotate NAME``: one function's instructions with their share of
+its samples, source lines between them, as ``perf annotate --stdio`` shows.
+
+The sets' samples are taken as locations (``locations.locate``), before
+any report: only the leaves (self time) of the function named count, each
+at its link-time address, so the sets of several processes (a library
+mapped at different places) add up instruction by instruction. Where the
+function is in several objects, the one with the most samples is shown
+(the others are named). The code comes from the object copy
+(``naming.disasm``), the lines from its DWARF (``naming.lines``), the
+source text from the paths the line table gives, or below
+``--source-root DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from typing import Iterator, TextIO
+
+from qtools.qformat import ObjectRef, open_regular
+
+from .errors import ViewError
+from .inputs.load import StoredSet
+from .inputs.locations import locate
+from .naming.debuginfod import Debuginfod
+from .naming.disasm import DisasmProblem, Instruction, disassemble, read_code
+from .naming.lines import ObjectLines
+from .naming.symbols import Symbols, Warn
+from .profile.build import one_unit
+from .profile.model import printable
+from .profile.report import symbolizer
+
+MAX_SOURCE = 16 << 20  # bytes of one source file read
+HOTTEST = 3  # source lines marked as the hottest
+
+
+@dataclass
+class Target:
+    """The samples of the function in one object (by the copy's content)."""
+
+    name: str
+    object: str
+    directory: str
+    ref: ObjectRef
+    copy: str
+    start: int  # link-time
+    weights: dict[int, float] = field(default_factory=dict)  # link-time address -> weight
+    counts: dict[int, int] = field(default_factory=dict)  # link-time address -> samples' events
+
+    @property
+    def total(self) -> float:
+        return sum(self.weights.values())
+
+
+def gather(sets: list[StoredSet], symbols: Symbols, name: str, warn: Warn) -> list[Target]:
+    """The function's self samples per object, most first."""
+    targets: dict[tuple[int | str, int], Target] = {}
+    for sl in locate(sets, symbols, warn):
+        leaves: dict[int, int] = dict(sl.spread)
+        for stack, count in sl.stacks.items():
+            leaves[stack[0]] = leaves.get(stack[0], 0) + count
+        factor = sl.factor
+        for lid, count in leaves.items():
+            loc = sl.locations[lid]
+            if loc.kernel or loc.copy is None or loc.object is None:
+                continue
+            sym = sl.space.lookup(loc.address, loc.is_return)
+            if sym.name != name and f"{sym.name}<{sym.object}>" != name:
+                continue
+            if sym.start is None:
+                continue
+            mapping = sl.space.mapping(loc.address, loc.is_return)
+            if mapping is None:
+                continue
+            key = (loc.crc if loc.crc is not None else loc.copy, sym.start)
+            t = targets.get(key)
+            if t is None:
+                t = targets[key] = Target(sym.name, sym.object, sl.stored.directory,
+                                          mapping[1], loc.copy, sym.start)
+            t.weights[sym.offset] = t.weights.get(sym.offset, 0.0) + count * factor
+            t.counts[sym.offset] = t.counts.get(sym.offset, 0) + count
+    return sorted(targets.values(), key=lambda t: -t.total)
+
+
+@dataclass(frozen=True)
+class Row:
+    """A line of the annotation: an instruction or a source line."""
+
+    percent: float | None  # None: no samples column
+    text: str
+    hot: bool = False
+
+
+def rows_of(t: Target, code: list[Instruction], lines: ObjectLines | None,
+            source: SourceFiles) -> list[Row]:
+    total = t.total or 1.0
+    where = {i.address: lines.lookup(i.address) if lines else None for i in code}
+    weights = _per_instruction(t.weights, code)
+    per_line: dict[tuple[str, int], float] = {}
+    for i in code:
+        w = weights.get(i.address, 0.0)
+        line = where[i.address]
+        if line is not None and w:
+            per_line[line] = per_line.get(line, 0.0) + w
+    hottest = {k for k, _ in sorted(per_line.items(), key=lambda kv: -kv[1])[:HOTTEST]}
+    rows: list[Row] = []
+    last = None
+    for i in code:
+        line = where[i.address]
+        if line is not None and line != last:
+            text = source.line(line[0], line[1])
+            tag = f"{os.path.basename(line[0])}:{line[1]}"
+            share = per_line.get(line, 0.0) / total * 100
+            rows.append(Row(share if line in per_line else None,
+                            f"{tag:<20} {printable(text.rstrip()) if text is not None else ''}",
+                            line in hottest))
+        last = line
+        w = weights.get(i.address, 0.0)
+        rows.append(Row(w / total * 100, f"  {i.address:8x}:   {printable(i.text)}"))
+    return rows
+
+
+def _per_instruction(weights: dict[int, float], code: list[Instruction]) -> dict[int, float]:
+    """Weights by the start of the instruction holding their address (a
+    sample's pc is one, but a hand-made or foreign histogram may not be)."""
+    starts = [i.address for i in code]
+    out: dict[int, float] = {}
+    for address, w in weights.items():
+        k = bisect_right(starts, address) - 1
+        if k >= 0:
+            out[starts[k]] = out.get(starts[k], 0.0) + w
+    return out
+
+
+class SourceFiles:
+    """Source text by path, as the line table names it, or below
+    ``--source-root`` (the path's longest tail that exists there)."""
+
+    def __init__(self, roots: list[str], warn: Warn, fetcher: Debuginfod | None = None,
+                 build_id: str | None = None) -> None:
+        self.roots = roots
+        self.warn = warn
+        self.fetcher = fetcher  # sources not found here, by the object's build-id
+        self.build_id = build_id
+        self.files: dict[str, list[str] | None] = {}
+        self.missing: list[str] = []
+
+    def line(self, path: str, number: int) -> str | None:
+        text = self.files.get(path, False)
+        if text is False:
+            text = self.files[path] = self._read(path)
+        if text is None or not 1 <= number <= len(text):  # type: ignore[arg-type]
+            return None
+        return text[number - 1]  # type: ignore[index]
+
+    def _fetched(self, candidates: list[str], path: str) -> Iterator[str]:
+        yield from candidates
+        if self.fetcher is not None and self.build_id:
+            got = self.fetcher.source(self.build_id, path)
+            if got:
+                yield got
+
+    def _read(self, path: str) -> list[str] | None:
+        parts = [p for p in path.split("/") if p and p != ".."]
+        candidates = [os.path.join(root, *parts[i:]) for root in self.roots
+                      for i in range(len(parts))] + [path]
+        for candidate in self._fetched(candidates, path):
+            try:
+                # a regular file only: a FIFO named by hostile DWARF must not block
+                with os.fdopen(open_regular(candidate), "rb") as f:
+                    data = f.read(MAX_SOURCE + 1)
+            except OSError:
+                continue
+            if len(data) > MAX_SOURCE:
+                self.warn(f"{candidate}: larger than {MAX_SOURCE >> 20} MiB; not shown")
+                return None
+            return data.decode("utf-8", "replace").splitlines()
+        self.missing.append(path)
+        return None
+
+    def report(self) -> None:
+        """One warning for the source files not found."""
+        if self.missing:
+            more = f" and {len(self.missing) - 1} more" if len(self.missing) > 1 else ""
+            self.warn(f"{self.missing[0]}{more}: source file not found; their lines show "
+                      "without text (--source-root DIR looks for them below DIR)")
+
+
+def _range(symbols: Symbols, t: Target) -> tuple[int, int, str] | None:
+    """The function's link-time [start, end) and a path reading its copy."""
+    obj = symbols.object(t.directory, t.ref, t.copy)
+    if obj is None:
+        return None
+    table = obj.table
+    i = bisect_right(table.starts, t.start) - 1
+    if i >= 0 and table.starts[i] == t.start:
+        return t.start, table.ends[i], ""
+    fdes = obj.fdes
+    if fdes is not None:
+        j = bisect_right(fdes.starts, t.start) - 1
+        if j >= 0 and fdes.starts[j] == t.start:
+            return t.start, fdes.ends[j], ""
+    return None
+
+
+def show(sets: list[StoredSet], args: argparse.Namespace, out: TextIO, warn: Warn) -> int:
+    unit = one_unit(sets)
+    symbols = symbolizer(args, warn, sets)
+    try:
+        targets = gather(sets, symbols, args.annotate, warn)
+        if not targets:
+            raise ViewError(f"--annotate {args.annotate}: no samples in a function of that "
+                            "name in the sets selected")
+        t = targets[0]
+        for other in targets[1:]:
+            warn(f"{args.annotate} in {other.object} too ({f'{other.total:.6g}'} {unit}); "
+                 f"showing the one in {t.object}")
+        span = _range(symbols, t)
+        if span is None:
+            raise ViewError(f"--annotate {args.annotate}: its extent in {t.object} is unknown")
+        obj = symbols.object(t.directory, t.ref, t.copy)
+        with symbols._verified(t.directory, t.copy) as path:
+            if path is None:
+                raise ViewError(f"--annotate {args.annotate}: no readable copy of {t.object}")
+            try:
+                machine, code = read_code(path, obj.segments, span[0], span[1])  # type: ignore
+                instructions = disassemble(machine, code, span[0])
+            except DisasmProblem as e:
+                raise ViewError(f"{os.path.join(t.directory, t.copy)}: {e}") from None
+        lines = symbols.lines(t.directory, t.ref, t.copy)
+        if lines is None:
+            warn(f"{t.object}: no line table (DWARF) for it or a debug file; "
+                 "disassembly alone")
+        sources = SourceFiles(list(args.source_root), warn, symbols.debuginfod, t.ref.build_id)
+        rows = rows_of(t, instructions, lines, sources)
+        sources.report()
+    finally:
+        symbols.close()
+    events = ",".join(dict.fromkeys(ts.event for ts in sets))
+    _print(t, rows, events, unit, out)
+    return 0
+
+
+def _print(t: Target, rows: list[Row], event: str, unit: str, out: TextIO) -> None:
+    title = (f" Percent |  Source code & Disassembly of {printable(t.object)} for {event} "
+             f"({t.total:.6g} {unit}, percent: local period)")
+    out.write(title + "\n" + "-" * len(title) + "\n")
+    hot = [r for r in rows if r.hot]
+    if hot:
+        out.write(" Hottest source lines:\n")
+        seen: set[str] = set()
+        for r in sorted(hot, key=lambda r: -(r.percent or 0.0)):
+            tag = r.text.split(" ", 1)[0]
+            if tag not in seen:
+                seen.add(tag)
+                out.write(f" {r.percent or 0.0:7.2f}   {tag}\n")
+        out.write("\n")
+    out.write(f"         :  {t.start:016x} <{printable(t.name)}>:\n")
+    for row in rows:
+        mark = "*" if row.hot else " "
+        pct = f"{row.percent:7.2f}" if row.percent is not None else " " * 7
+        out.write(f"{mark}{pct} : {row.text}\n")

@@ -1,0 +1,399 @@
+"""DWARF read with pyelftools: line programs and inlined subroutines.
+
+Reading a whole line program of a large library (libpython: hundreds of
+compilation units) costs seconds in pyelftools, so only the units that
+hold addresses a view asks about are read: ``.debug_aranges`` says which
+unit holds an address, and each unit is parsed when an address first falls
+in it. What was read is kept as a ``SymbolTable`` of rows (start, end,
+``PATH:LINE``) in the symbol cache, with the address ranges of the units
+and which were parsed, so a warm view opens no DWARF at all. Without
+``.debug_aranges`` every unit is parsed once.
+
+Nothing in the file is trusted: pyelftools errors of any kind make the
+object's lines unknown (one warning), and the rows kept are capped.
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, Callable, Iterable, Iterator
+
+from elftools.elf.elffile import ELFFile
+
+from qtools.qformat import open_regular
+
+from .symtab import RawSymbol, SymbolTable
+
+MAX_ROWS = 4_000_000  # line rows kept for one object (libpython has ~1M)
+MAX_UNITS = 200_000  # compilation units listed for one object
+
+
+class LineProblem(Exception):
+    """The DWARF of a file cannot be read."""
+
+
+@dataclass
+class LineIndex:
+    """What is known of one object's lines: the rows of the units parsed,
+    the address ranges of all units (``.debug_aranges``) and which units
+    were parsed; ``complete`` when every unit was (no aranges)."""
+
+    table: SymbolTable
+    ranges: list[tuple[int, int, int]]  # (start, end, unit offset), sorted by start
+    parsed: set[int] = field(default_factory=set)
+    complete: bool = False
+    # Inlined code: disjoint ranges, each named by its chain of inlined
+    # functions, innermost first (``encode_chain``).
+    inlines: SymbolTable = field(default_factory=SymbolTable.empty)
+    # the functions (their ranges) whose inlined code ``inlines`` holds
+    inline_done: list[tuple[int, int]] = field(default_factory=list)
+
+    def unit_of(self, address: int) -> int | None:
+        i = bisect_right(self.ranges, (address, 1 << 64, 0)) - 1
+        for j in range(i, max(i - 8, -1), -1):
+            start, end, unit = self.ranges[j]
+            if start <= address < end:
+                return unit
+        return None
+
+    def meta(self) -> dict[str, Any]:
+        return {"ranges": [list(r) for r in self.ranges], "parsed": sorted(self.parsed),
+                "complete": self.complete, "inline_done": [list(r) for r in self.inline_done]}
+
+    @classmethod
+    def from_meta(cls, table: SymbolTable, meta: dict[str, Any],
+                  inlines: tuple[SymbolTable, dict[str, Any]] | None) -> LineIndex | None:
+        """The index cached as ``table`` and ``meta``, with the inlined
+        ranges cached beside it for the same units (else None: re-read)."""
+        try:
+            ranges = [(int(a), int(b), int(c)) for a, b, c in meta["ranges"]]
+            parsed = {int(u) for u in meta["parsed"]}
+            if inlines is None or {int(u) for u in inlines[1]["parsed"]} != parsed:
+                return None
+            done = sorted((int(a), int(b)) for a, b in inlines[1]["inline_done"])
+            return cls(table, sorted(ranges), parsed, bool(meta["complete"]), inlines[0], done)
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+InlineFrame = tuple[str, str, int]  # function, and the file and line it is at
+_FRAME, _FIELD = "\x1e", "\x1f"
+
+
+def encode_chain(chain: list[InlineFrame]) -> str:
+    return _FRAME.join(f"{n}{_FIELD}{f}{_FIELD}{line}" for n, f, line in chain)
+
+
+def decode_chain(text: str) -> list[InlineFrame]:
+    out: list[InlineFrame] = []
+    for part in text.split(_FRAME):
+        fields = part.split(_FIELD)
+        if len(fields) == 3:
+            out.append((fields[0], fields[1], int(fields[2]) if fields[2].isdigit() else 0))
+    return out
+
+
+def split_line(name: str) -> tuple[str, int]:
+    """``PATH:LINE`` of a row into its parts."""
+    path, _, line = name.rpartition(":")
+    return path, int(line) if line.isdigit() else 0
+
+
+def has_lines(path: str) -> bool:
+    """Whether the ELF file at ``path`` has a DWARF line table."""
+    try:
+        with os.fdopen(open_regular(path), "rb") as f:
+            elf = ELFFile(f)
+            return elf.get_section_by_name(".debug_line") is not None \
+                or elf.get_section_by_name(".zdebug_line") is not None
+    except Exception:  # not ELF, unreadable: no lines from it
+        return False
+
+
+def read_index(path: str) -> LineIndex:
+    """The unit ranges of the file at ``path``; no rows yet."""
+    return _with_dwarf(path, lambda dw: _ranges(dw))
+
+
+def parse_rows(units: set[int] | None) -> Callable[[Any], tuple[SymbolTable, set[int]]]:
+    """The line rows of ``units`` (None: of every unit) and the units read."""
+    def work(dw: Any) -> tuple[SymbolTable, set[int]]:
+        rows: list[RawSymbol] = []
+        todo = _units(dw) if units is None else [dw.get_CU_at(u) for u in sorted(units)]
+        for cu in todo:
+            _unit_rows(dw, cu, rows)
+            if len(rows) > MAX_ROWS:
+                raise LineProblem(f"more than {MAX_ROWS} line rows")
+        return SymbolTable.build(rows), {cu.cu_offset for cu in todo}
+    return work
+
+
+Functions = dict[int, list[tuple[int, int, Any]]]  # unit -> (start, end, DIE) sorted
+
+
+def parse_inlines(unit: int, vaddr: int, functions: Functions
+                  ) -> Callable[[Any], tuple[list[tuple[int, int]], SymbolTable]]:
+    """The inlined code of the function of ``unit`` that holds ``vaddr``:
+    its ranges, and its inlined ranges named by their chains. Only that
+    function's entries are read (the others are skipped by their
+    DW_AT_sibling), so a view pays for the functions it shows."""
+    def work(dw: Any) -> tuple[list[tuple[int, int]], SymbolTable]:
+        cu = dw.get_CU_at(unit)
+        top = cu.get_top_DIE()
+        base = _low_pc(top)
+        program = dw.line_program_for_CU(cu)
+        file_name = _file_names(cu, program) if program is not None else (lambda i: "?")
+        known = functions.get(unit)
+        if known is None:
+            known = functions[unit] = sorted(_functions(dw, cu, top, base),
+                                             key=lambda f: f[0])
+        i = bisect_right(known, vaddr, key=lambda f: f[0]) - 1
+        die = next((known[j][2] for j in range(i, max(i - 8, -1), -1)
+                    if known[j][0] <= vaddr < known[j][1]), None)
+        if die is None:
+            return [(vaddr, vaddr + 1)], SymbolTable.empty()
+        spans = [r for r in _die_ranges(dw, cu, die, base) if r[1] > r[0]]
+        out: list[RawSymbol] = []
+        _unit_inlines(dw, cu, file_name, out, _subtree(die))
+        return spans, SymbolTable.build(out)
+    return work
+
+
+SCOPES = ("DW_TAG_namespace", "DW_TAG_class_type", "DW_TAG_structure_type",
+          "DW_TAG_union_type", "DW_TAG_module")
+
+
+def _functions(dw: Any, cu: Any, parent: Any, base: int) -> Iterator[tuple[int, int, Any]]:
+    """The subprogram DIEs with code (below ``parent``, through namespaces
+    and classes), by each of their ranges; their children are skipped."""
+    for die in parent.iter_children():
+        if die.tag == "DW_TAG_subprogram":
+            for lo, hi in _die_ranges(dw, cu, die, base):
+                if hi > lo:
+                    yield lo, hi, die
+        elif die.tag in SCOPES and die.has_children:
+            yield from _functions(dw, cu, die, base)
+
+
+def _subtree(die: Any) -> Iterator[Any]:
+    stack = [die]
+    count = 0
+    while stack:
+        d = stack.pop()
+        yield d
+        count += 1
+        if count > MAX_ROWS:
+            raise LineProblem(f"more than {MAX_ROWS} entries in one function")
+        if d.has_children:
+            stack.extend(d.iter_children())
+
+
+def _with_dwarf(path: str, work: Callable[[Any], Any]) -> Any:
+    try:
+        with os.fdopen(open_regular(path), "rb") as f:
+            return guarded(work, dwarf_of(f))
+    except OSError as e:
+        raise LineProblem(f"cannot read: {e.strerror or e}") from None
+
+
+def dwarf_of(f: BinaryIO) -> Any:
+    try:
+        elf = ELFFile(f)
+        if not elf.has_dwarf_info():
+            raise LineProblem("no DWARF")
+        return elf.get_dwarf_info(relocate_dwarf_sections=False)
+    except LineProblem:
+        raise
+    except Exception as e:  # pyelftools raises ELFError, DWARFError, struct errors, ...
+        raise LineProblem(f"unreadable DWARF ({type(e).__name__}: {e})"[:200]) from None
+
+
+def guarded(work: Callable[[Any], Any], dw: Any) -> Any:
+    try:
+        return work(dw)
+    except LineProblem:
+        raise
+    except OSError as e:
+        raise LineProblem(f"cannot read: {e.strerror or e}") from None
+    except Exception as e:  # pyelftools raises ELFError, DWARFError, struct errors, ...
+        raise LineProblem(f"unreadable DWARF ({type(e).__name__}: {e})"[:200]) from None
+
+
+def _units(dw: Any) -> list[Any]:
+    units = []
+    for cu in dw.iter_CUs():
+        units.append(cu)
+        if len(units) > MAX_UNITS:
+            raise LineProblem(f"more than {MAX_UNITS} compilation units")
+    return units
+
+
+def _ranges(dw: Any) -> LineIndex:
+    aranges = dw.get_aranges() if dw.has_debug_info else None
+    ranges: list[tuple[int, int, int]] = []
+    if aranges is not None:
+        for entry in aranges.entries:
+            if entry.length > 0:
+                ranges.append((entry.begin_addr, entry.begin_addr + entry.length,
+                               entry.info_offset))
+            if len(ranges) > MAX_UNITS * 16:
+                raise LineProblem("too many address ranges")
+    ranges.sort()
+    return LineIndex(SymbolTable.empty(), ranges, set(), not ranges)
+
+
+def raw_rows(table: SymbolTable) -> list[RawSymbol]:
+    return [RawSymbol(s, e - s, 0, n) for s, e, n in zip(table.starts, table.ends, table.names)]
+
+
+def _unit_rows(dw: Any, cu: Any, rows: list[RawSymbol]) -> Callable[[int], str]:
+    """The rows of one unit's line program (each address range of one
+    line) into ``rows``; returns how the program names its files."""
+    program = dw.line_program_for_CU(cu)
+    if program is None:
+        return lambda index: "?"
+    file_name = _file_names(cu, program)
+    prev = None  # (address, file, line) of the row open
+    for entry in program.get_entries():
+        state = entry.state
+        if state is None:
+            continue
+        if prev is not None and state.address > prev[0] and prev[2] > 0:
+            rows.append(RawSymbol(prev[0], state.address - prev[0], 0,
+                                  f"{file_name(prev[1])}:{prev[2]}"))
+        prev = None if state.end_sequence else (state.address, state.file, state.line)
+    return file_name
+
+
+def _file_names(cu: Any, program: Any) -> Callable[[int], str]:
+    """How the unit's line program names its files (by index), as paths."""
+    top = cu.get_top_DIE()
+    comp_dir = _text(top.attributes["DW_AT_comp_dir"].value) \
+        if "DW_AT_comp_dir" in top.attributes else ""
+    header = program.header
+    version = header["version"]
+    dirs = [_text(d) for d in header["include_directory"]]
+    files = header["file_entry"]
+    names: dict[int, str] = {}
+
+    def file_name(index: int) -> str:
+        name = names.get(index)
+        if name is None:
+            i = index if version >= 5 else index - 1
+            if not 0 <= i < len(files):
+                name = "?"
+            else:
+                entry = files[i]
+                base = _text(entry.name)
+                d = entry.dir_index
+                if version >= 5:
+                    directory = dirs[d] if 0 <= d < len(dirs) else ""
+                else:
+                    directory = dirs[d - 1] if 1 <= d <= len(dirs) else comp_dir
+                if directory and not os.path.isabs(directory) and comp_dir:
+                    directory = os.path.join(comp_dir, directory)
+                name = os.path.normpath(os.path.join(directory, base))
+            names[index] = name
+        return name
+
+    return file_name
+
+
+MAX_ORIGIN_HOPS = 8  # abstract_origin/specification links followed for a name
+
+
+def _unit_inlines(dw: Any, cu: Any, file_name: Callable[[int], str],
+                  out: list[RawSymbol], dies: Iterable[Any]) -> None:
+    """The unit's inlined subroutines as disjoint ranges named by their
+    chain, innermost first: each range's function with the line it is at
+    (its callee's call site; the innermost's own line comes from the line
+    table, so it is 0 here)."""
+    pieces: list[tuple[int, int, str, str, int]] = []  # start, end, name, call file, line
+    base = _low_pc(cu.get_top_DIE())
+    for die in dies:
+        if die.tag != "DW_TAG_inlined_subroutine":
+            continue
+        name = _origin_name(die)
+        attrs = die.attributes
+        call_file = file_name(attrs["DW_AT_call_file"].value) \
+            if "DW_AT_call_file" in attrs else ""
+        call_line = attrs["DW_AT_call_line"].value if "DW_AT_call_line" in attrs else 0
+        for start, end in _die_ranges(dw, cu, die, base):
+            if end > start:
+                pieces.append((start, end, name, call_file, call_line))
+        if len(pieces) > MAX_ROWS:
+            raise LineProblem(f"more than {MAX_ROWS} inlined ranges")
+    if not pieces:
+        return
+    # Sweep the boundaries: each elementary range gets the pieces over it,
+    # the smallest (innermost) first.
+    bounds = sorted({p[0] for p in pieces} | {p[1] for p in pieces})
+    pieces.sort()
+    active: list[tuple[int, int, str, str, int]] = []
+    k = 0
+    for lo, hi in zip(bounds, bounds[1:]):
+        while k < len(pieces) and pieces[k][0] <= lo:
+            active.append(pieces[k])
+            k += 1
+        active = [p for p in active if p[1] > lo]
+        if not active:
+            continue
+        inner = sorted(active, key=lambda p: (p[1] - p[0], -p[0]))
+        # a frame is at the line where the frame inside it was inlined
+        chain = [(inner[0][2], "", 0)] + [
+            (outer[2], inner[i][3], inner[i][4]) for i, outer in enumerate(inner[1:])]
+        # the containing function is at the outermost piece's call site
+        chain.append(("", inner[-1][3], inner[-1][4]))
+        out.append(RawSymbol(lo, hi - lo, 0, encode_chain(chain)))
+
+
+def _origin_name(die: Any) -> str:
+    for _ in range(MAX_ORIGIN_HOPS):
+        attrs = die.attributes
+        for key in ("DW_AT_linkage_name", "DW_AT_MIPS_linkage_name", "DW_AT_name"):
+            if key in attrs:
+                return _text(attrs[key].value)
+        for link in ("DW_AT_abstract_origin", "DW_AT_specification"):
+            if link in attrs:
+                die = die.get_DIE_from_attribute(link)
+                break
+        else:
+            break
+    return "?"
+
+
+def _low_pc(die: Any) -> int:
+    attr = die.attributes.get("DW_AT_low_pc")
+    return int(attr.value) if attr is not None else 0
+
+
+def _die_ranges(dw: Any, cu: Any, die: Any, base: int) -> list[tuple[int, int]]:
+    attrs = die.attributes
+    if "DW_AT_low_pc" in attrs and "DW_AT_high_pc" in attrs:
+        low = attrs["DW_AT_low_pc"].value
+        high = attrs["DW_AT_high_pc"]
+        end = low + high.value if high.form != "DW_FORM_addr" else high.value
+        return [(low, end)]
+    if "DW_AT_ranges" not in attrs:
+        return []
+    lists = dw.range_lists()
+    if lists is None:
+        return []
+    out = []
+    # (a DW_FORM_rnglistx value comes translated to its offset)
+    entries = lists.get_range_list_at_offset(attrs["DW_AT_ranges"].value, cu=cu)
+    for entry in entries:
+        if hasattr(entry, "base_address"):
+            base = entry.base_address
+            continue
+        absolute = getattr(entry, "is_absolute", False)
+        start = entry.begin_offset if absolute else base + entry.begin_offset
+        end = entry.end_offset if absolute else base + entry.end_offset
+        out.append((start, end))
+    return out
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
