@@ -18,6 +18,7 @@ from qtools.qformat import QDir
 from .clock import SYSTEM, Clock
 from .decode.records import Lost, Record, RecordError, Sample, Switch, split_callchain
 from .decode.routes import handlers
+from .decode.tracepoints import SchedSwitch, SchedWaking
 from .frames.jitdump import JitTracker
 from .kernel import abi
 from .kernel.source import EventSource
@@ -28,6 +29,7 @@ from .machine.tasks import Process, TaskTable
 from .messages import Tally, tell
 from .sets.aggregate import MAX_STACKS, CollectedSet, SetBook
 from .sets.checkpoint import RunInfo, write_sets
+from .sets.offcpu import OffCpu
 from .sets.tally import NO_KERNEL
 from .sets.objects import KallsymsCopy, ObjectCopier
 
@@ -65,6 +67,8 @@ class Options:
     compress: bool = False  # write data files of closed sets gzip-compressed
     cpu_stats: bool = True  # keep the CPU's busy share and clock in kernel-cpuN
     max_stacks: int = MAX_STACKS  # distinct stacks per set and slice; the rest: one remainder
+    off_cpu: bool = False  # sched_switch/sched_waking come: account waits (sets/offcpu.py)
+    off_cpu_min_ns: int = 0
 
 
 @dataclass
@@ -114,6 +118,7 @@ class CpuCollector:
         self._tick_samples = 0
         self._tick_lost = 0
         self._write_error: str | None = None
+        self.offcpu = OffCpu(min_stack_ns=opts.off_cpu_min_ns)
 
     # ------------------------------------------------------------ tasks
 
@@ -189,7 +194,7 @@ class CpuCollector:
         Each record goes to the handler routes.ROUTES names for its kind
         (``on_*`` here or on the task table), in time order."""
         raw = self.source.read()
-        decoded: list[Record] = []
+        decoded: list[Record | SchedSwitch | SchedWaking] = []
         decode = self.layout.decode
         for data in raw:
             try:
@@ -213,6 +218,57 @@ class CpuCollector:
     def on_switch(self, rec: Switch) -> None:
         """Counted only, until the off-CPU profile uses them."""
         self.switches += 1
+
+    def on_sched_switch(self, rec: SchedSwitch) -> None:
+        """A switch on any CPU ends the wait of the thread coming in; one on
+        this CPU (with its stack) starts the wait of the thread leaving."""
+        self.offcpu.switch_in(rec.next_tid, rec.time)
+        s = rec.sample
+        if s is None or s.pid == 0 or rec.prev_tid == 0 or self.opts.kernel_only:
+            return
+        proc = self._process(s.pid, s.time)
+        ts = self.book.process_set(proc)
+        tally = ts.data.tally
+        tally.switches += 1
+        kernel, user = split_callchain(s.callchain) if s.callchain else ([], [])
+        if self.opts.stacks:
+            user = self.user_frames.frames(proc, s, user)
+            stack = tuple(kernel + user) or (s.ip,)
+            low = min(kernel) if kernel else s.ip
+            if min(low, s.ip) < tally.kernel_from:
+                tally.kernel_from = min(low, s.ip)
+            self._note_mappings(proc, ts, user, [])
+        else:
+            stack = ()
+        self.offcpu.switch_out(rec.prev_tid, rec.prev_state, rec.time, proc, stack)
+
+    def on_sched_waking(self, rec: SchedWaking) -> None:
+        self.offcpu.wake(rec.tid, rec.time)
+
+    def _take_waits(self, now: int | None) -> None:
+        """Waits that ended, and those still going counted up to ``now``,
+        into their process's set (docs/q-format.md 4.9)."""
+        if not self.opts.off_cpu:
+            return
+        if now is not None:
+            self.offcpu.checkpoint(now)
+        for (proc, kind, tid, frames), ns in self.offcpu.take().items():
+            assert isinstance(proc, Process)
+            ts = self.book.by_process.get(proc)
+            if ts is None:
+                if proc.ended:
+                    continue  # its set is written and gone; a thread exits running
+                ts = self.book.process_set(proc)
+            ts.data.tally.add_thread(kind, tid, frames, ns)
+            ts.writer.dirty = True
+
+    def _name_threads(self) -> None:
+        for proc, ts in self.book.by_process.items():
+            names = ts.data.tally.thread_names
+            for tid in {key[1] for key in ts.data.tally.thread_stacks} - names.keys():
+                t = proc.threads.get(tid)
+                if t is not None:
+                    names[tid] = t.name
 
     def _sample(self, s: Sample) -> None:
         self.samples += 1
@@ -344,6 +400,8 @@ class CpuCollector:
         ``final`` closes every set: the end of the run, or of a time slice.
         """
         self._update_stats()
+        self._take_waits(time.monotonic_ns())
+        self._name_threads()
         if self.jit is not None:
             self.jit.resolve_pending(final_all=final)
         sets, folded = self.book.plan(final)
@@ -478,7 +536,7 @@ def _next_boundary(now: float, every: float) -> float:
 
 
 def _time(rec: object) -> int:
-    if isinstance(rec, Sample):
+    if isinstance(rec, (Sample, SchedSwitch, SchedWaking)):
         return rec.time
     sid = getattr(rec, "sid", None)
     return sid.time if sid is not None else 0
