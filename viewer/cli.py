@@ -34,6 +34,7 @@ from .inputs.load import Selection, Source, StoredSet, close_inputs, default_dir
 from .inputs.programs import select_inputs
 from .inputs.timewin import parse_time
 from .profile.report import call_graph
+from .inputs.threadlocs import METRICS
 from .render import DEFAULT_FORMAT, FORMATS, ReportOptions, formats_help
 
 PROG = "q-view"
@@ -97,8 +98,15 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--python", action="store_true",
                      help="Python frames only, as py-spy shows them (NAME (FILE)); native "
                           "and kernel frames fold into the Python function that called them")
-    rep.add_argument("--by", choices=BY_CHOICES, default="function",
-                     help="what a node is: a function (default), an object, an address")
+    rep.add_argument("--by", choices=BY_CHOICES + ("thread",), default="function",
+                     help="what a node is: a function (default), an object, an address; "
+                          "thread: functions, each stack under its thread (name and tid)")
+    rep.add_argument("--event", choices=METRICS, default=None,
+                     help="what time to show: cpu (the samples, default), off-cpu (blocked, "
+                          "by the stack at the switch-out), cpu-wait (runnable, waiting for "
+                          "a CPU), wall (all three); all but cpu need q-syscollect --off-cpu")
+    rep.add_argument("--tid", type=int, action="append", metavar="TID",
+                     help="only this thread (repeat for several)")
     rep.add_argument("--format", choices=list(FORMATS), default=DEFAULT_FORMAT,
                      help=formats_help())
     rep.add_argument("-o", "--output", metavar="FILE",
@@ -313,7 +321,8 @@ def _time(option: str, text: str | None, now: float) -> float | None:
 def _report_asked(args: argparse.Namespace) -> bool:
     """A directory with one of these is a whole-machine report, not the overview."""
     return bool(args.flat or args.graph or args.stack_quality or args.format != DEFAULT_FORMAT
-                or args.focus or args.ignore or args.hide or args.min_percent is not None)
+                or args.focus or args.ignore or args.hide or args.min_percent is not None
+                or args.event or args.tid or args.by == "thread")
 
 
 def _locate(item: str, directory: str) -> str:

@@ -20,6 +20,7 @@ from .build import build_samples
 from .callgraph import analyze
 from .model import CallGraph, printable
 from .pyview import python_only
+from ..inputs.threadlocs import ThreadView
 
 
 def symbolizer(args: argparse.Namespace, warn: Warn, sets: list[StoredSet]) -> Symbols:
@@ -32,6 +33,13 @@ def symbolizer(args: argparse.Namespace, warn: Warn, sets: list[StoredSet]) -> S
                    {ts.directory: ts.store for ts in sets if ts.store and ts.store.is_archive})
 
 
+def thread_view(args: argparse.Namespace) -> ThreadView:
+    """--event, --tid and --by thread: what of the `.threads` files to show."""
+    tids = getattr(args, "tid", None)
+    return ThreadView(getattr(args, "event", None) or "cpu",
+                      frozenset(tids) if tids else None, args.by == "thread")
+
+
 def call_graph(sets: list[StoredSet], args: argparse.Namespace, warn: Warn) -> CallGraph:
     """The checked call graph of ``sets`` for the report ``args`` ask for
     (model.InconsistentGraph where its sums do not hold: a bug)."""
@@ -40,11 +48,13 @@ def call_graph(sets: list[StoredSet], args: argparse.Namespace, warn: Warn) -> C
     # JSON escapes control characters itself: names go to it as they are
     escape = None if report.raw_names else printable
     try:
+        view = thread_view(args)
+        by = "function" if args.by == "thread" else args.by
         if report.process_roots:
-            samples = processes.by_process(sets, symbols, args.by, warn, args.per_pid,
-                                           args.weight)
+            samples = processes.by_process(sets, symbols, by, warn, args.per_pid,
+                                           args.weight, view)
         else:
-            samples = build_samples(sets, symbols, args.by, warn, escape)
+            samples = build_samples(sets, symbols, by, warn, escape, view)
     finally:
         symbols.close()
     if args.no_kernel:
