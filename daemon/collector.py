@@ -207,6 +207,8 @@ class CpuCollector:
             handler = route(type(rec))
             if handler is not None:
                 handler(rec)
+        if self.offcpu.accrued:
+            self._take_waits(None)  # now, while their processes' sets are still here
         self.source.release()
         return len(raw)
 
@@ -216,8 +218,11 @@ class CpuCollector:
         self.book.lost = self.lost
 
     def on_switch(self, rec: Switch) -> None:
-        """Counted only, until the off-CPU profile uses them."""
+        """A switch-in (its sample_id names the thread coming in) ends that
+        thread's wait, whichever CPU it comes back on (--off-cpu)."""
         self.switches += 1
+        if not rec.out and rec.sid is not None:
+            self.offcpu.switch_in(rec.sid.tid, rec.sid.time)
 
     def on_sched_switch(self, rec: SchedSwitch) -> None:
         """A switch on any CPU ends the wait of the thread coming in; one on

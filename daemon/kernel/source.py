@@ -97,6 +97,10 @@ class SourceSpec:
         flags = abi.FLAG_DISABLED | SIDEBAND_FLAGS | abi.FLAG_WATERMARK
         if self.cgroups:
             flags |= abi.FLAG_CGROUP
+        if self.sched_switch:
+            # switch-ins of every CPU: the tracepoints miss those from the
+            # idle task (observed on 6.18: no sample while swapper is current)
+            flags |= abi.FLAG_CONTEXT_SWITCH
         if self.exclude_kernel:
             flags |= abi.FLAG_EXCLUDE_KERNEL | abi.FLAG_EXCLUDE_HV | \
                 abi.FLAG_EXCLUDE_CALLCHAIN_KERNEL
@@ -146,7 +150,8 @@ class SourceSpec:
 
     def switch_attr(self) -> abi.Attr:
         """sched_switch on this CPU, with the stack of the thread leaving."""
-        flags = self._common_flags() & ~(SIDEBAND_FLAGS | abi.FLAG_CGROUP)
+        flags = self._common_flags() & ~(SIDEBAND_FLAGS | abi.FLAG_CGROUP
+                                         | abi.FLAG_CONTEXT_SWITCH)
         flags |= abi.FLAG_SAMPLE_ID_ALL | abi.FLAG_USE_CLOCKID
         flags &= ~(abi.FLAG_EXCLUDE_KERNEL | abi.FLAG_EXCLUDE_HV)  # a tracepoint is the kernel's
         return abi.Attr(abi.TYPE_TRACEPOINT, self.sched_switch, 1, self.switch_sample_type,
