@@ -108,8 +108,6 @@ static void *spinner(void *arg) {
     CPU_ZERO(&set);
     CPU_SET(0, &set);
     sched_setaffinity(0, sizeof set, &set);
-    /* ahead of other load on CPU 0, so the two share it between them */
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), -15);
     pthread_setname_np(pthread_self(), name);
     double start = now();
     spin(start);
