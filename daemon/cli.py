@@ -171,9 +171,10 @@ def parser() -> argparse.ArgumentParser:
                    help="also record, per thread, the time off the CPU (blocked, by the stack "
                         "at the switch-out) and waiting for a CPU (sched:sched_switch and "
                         "sched:sched_waking; needs root or CAP_PERFMON and tracefs)")
-    p.add_argument("--off-cpu-min", type=_age_us, default=0, metavar="USECS",
-                   help="waits shorter than this many microseconds are counted without "
-                        "their stack (default 0: every stack kept)")
+    p.add_argument("--off-cpu-min", type=_age_us, default=1_000_000, metavar="USECS",
+                   help="with --off-cpu, waits shorter than this many microseconds are "
+                        "counted without their stack, which is then not unwound (default "
+                        "1000; 0 keeps every stack)")
     p.add_argument("--switch-stack-size", type=_stack_size, default=8192, metavar="BYTES",
                    help="bytes of user stack copied per switch with --off-cpu (default 8192)")
     p.add_argument("--push", metavar="URL",

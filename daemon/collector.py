@@ -216,6 +216,9 @@ class CpuCollector:
         self.lost += rec.lost
         self._tick_lost += rec.lost
         self.book.lost = self.lost
+        if self.opts.off_cpu:  # switch records among them: say so (q:switch-records-lost)
+            for ts in self.book.open_sets():
+                ts.data.tally.switch_lost += rec.lost
 
     def on_switch(self, rec: Switch) -> None:
         """A switch-in (its sample_id names the thread coming in) ends that
@@ -232,20 +235,32 @@ class CpuCollector:
         if s is None or s.pid == 0 or rec.prev_tid == 0 or self.opts.kernel_only:
             return
         proc = self._process(s.pid, s.time)
-        ts = self.book.process_set(proc)
-        tally = ts.data.tally
-        tally.switches += 1
-        kernel, user = split_callchain(s.callchain) if s.callchain else ([], [])
-        if self.opts.stacks:
+        self.book.process_set(proc).data.tally.switches += 1
+        frames = self._switch_frames(proc, s) if self.opts.stacks else ()
+        self.offcpu.switch_out(rec.prev_tid, rec.prev_state, rec.time, proc, frames)
+
+    def _switch_frames(self, proc: Process, s: Sample) -> Callable[[], tuple[int, ...]]:
+        """The stack at a switch-out, unwound only if the wait turns out to
+        be at least --off-cpu-min long (most are far shorter): the cost of
+        a switch is then copying its user stack, not unwinding it."""
+        s = s._replace(stack=bytes(s.stack), raw=b"")  # the ring's bytes are reused
+        memo: list[tuple[int, ...]] = []
+
+        def frames() -> tuple[int, ...]:
+            if memo:
+                return memo[0]
+            kernel, user = split_callchain(s.callchain) if s.callchain else ([], [])
             user = self.user_frames.frames(proc, s, user)
             stack = tuple(kernel + user) or (s.ip,)
-            low = min(kernel) if kernel else s.ip
-            if min(low, s.ip) < tally.kernel_from:
-                tally.kernel_from = min(low, s.ip)
-            self._note_mappings(proc, ts, user, [])
-        else:
-            stack = ()
-        self.offcpu.switch_out(rec.prev_tid, rec.prev_state, rec.time, proc, stack)
+            ts = self.book.by_process.get(proc)
+            if ts is not None:
+                low = min(min(kernel), s.ip) if kernel else s.ip
+                if low < ts.data.tally.kernel_from:
+                    ts.data.tally.kernel_from = low
+                self._note_mappings(proc, ts, user, [])
+            memo.append(stack)
+            return stack
+        return frames
 
     def on_sched_waking(self, rec: SchedWaking) -> None:
         self.offcpu.wake(rec.tid, rec.time)

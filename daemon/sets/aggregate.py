@@ -202,6 +202,11 @@ class SetBook:
         return CollectedSet(data, SetWriter(promoted=promoted),
                             SetStats(self.clock.stamp(), lost_at_start=self.lost))
 
+    def open_sets(self) -> list[CollectedSet]:
+        """Every set still collecting on this CPU."""
+        out = list(self.by_process.values()) + list(self.aggregates.values())
+        return out + ([self.kernel] if self.kernel is not None else [])
+
     def process_ended(self, proc: Process) -> bool:
         """Note that ``proc`` ended; False if it never had a sample here."""
         ts = self.by_process.get(proc)

@@ -135,7 +135,8 @@ def build_info(ts: CollectedSet, run: RunInfo, copier: ObjectCopier, version: in
                                time_unit_label="seconds" if run.off_cpu else None,
                                time_conversion_factor=1e-09 if run.off_cpu else None,
                                min_stack_ns=run.off_cpu_min_ns if run.off_cpu else None,
-                               switches=prof.switches if run.off_cpu else None)
+                               switches=prof.switches if run.off_cpu else None,
+                               switch_records_lost=prof.switch_lost or None)
     if prof.arcs:
         info.call_counts = CallCounts(name.file("edge", version), conversion_factor=1.0)
     info.kallsyms = run.kallsyms

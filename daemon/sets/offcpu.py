@@ -14,7 +14,7 @@ accrued, per (set key, kind, tid, stack), for the tally to add.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Hashable
+from typing import Callable, Hashable, Union
 
 TASK_RUNNING = 0x0
 TASK_INTERRUPTIBLE = 0x1
@@ -23,6 +23,7 @@ TASK_DEAD = 0x10 | 0x20  # EXIT_DEAD, EXIT_ZOMBIE
 STATE_MASK = 0xff  # the report bits sched_switch's print format looks at
 
 Frames = tuple[int, ...]
+LazyFrames = Union[Frames, Callable[[], Frames]]  # unwound when first needed
 Key = tuple[Hashable, str, int, Frames]  # set key, kind (S, D, W), tid, stack
 
 
@@ -46,7 +47,8 @@ class Pending:
     set_key: Hashable
     kind: str  # S, D or W: what the time since ``since`` counts as
     since: int  # ns: the switch-out, the wake-up, or the last checkpoint
-    frames: Frames
+    frames: LazyFrames
+    total: int = 0  # ns counted so far: a wait's stack is kept once it reaches min_stack_ns
 
 
 @dataclass
@@ -54,14 +56,14 @@ class OffCpu:
     """The waits of threads that switched out on this collector's CPU."""
 
     min_stack_ns: int = 0  # shorter waits are counted without their stack
-    max_pending: int = 1 << 20  # threads tracked at once; more: oldest dropped
+    max_pending: int = 1 << 16  # threads tracked at once (each holds its stack copy)
     pending: dict[int, Pending] = field(default_factory=dict)
     accrued: dict[Key, int] = field(default_factory=dict)
     switches: int = 0
     dropped: int = 0
 
     def switch_out(self, tid: int, prev_state: int, time: int, set_key: Hashable,
-                   frames: Frames) -> None:
+                   frames: LazyFrames) -> None:
         """``tid`` left this CPU at ``time`` in ``prev_state`` with ``frames``."""
         if tid == 0:
             return
@@ -115,6 +117,12 @@ class OffCpu:
         ns = time - p.since
         if ns <= 0:
             return
-        frames = p.frames if ns >= self.min_stack_ns else ()
+        p.total += ns
+        if p.total >= self.min_stack_ns:
+            if callable(p.frames):
+                p.frames = p.frames()
+            frames = p.frames
+        else:
+            frames = ()
         key = (p.set_key, p.kind, tid, frames)
         self.accrued[key] = self.accrued.get(key, 0) + ns

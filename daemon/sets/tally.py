@@ -54,6 +54,7 @@ class SampleTally:
     thread_names: dict[int, str] = field(default_factory=dict)
     waits: int = 0  # ns of S/D/W: a set with waits is written even without samples
     switches: int = 0  # switches out of its threads on this CPU (--off-cpu)
+    switch_lost: int = 0  # records the rings lost while it was open (--off-cpu)
     # Lowest address taken in kernel mode (cpumode, PERF_CONTEXT_KERNEL): at or
     # above it every address held is the kernel's (q:kernel-from)
     kernel_from: int = NO_KERNEL
@@ -135,6 +136,7 @@ class SampleTally:
         for (kind, tid, s), w in other.thread_stacks.items():
             self.add_thread(kind, tid, tuple(tr(a) for a in s), w)
         self.switches += other.switches
+        self.switch_lost = max(self.switch_lost, other.switch_lost)
         for tid, name in other.thread_names.items():
             self.thread_names.setdefault(tid, name)
         for tid, (samples, weight) in other.threads.items():
