@@ -130,7 +130,6 @@ class Threads:
     time_conversion_factor: float | None = None
     min_stack_ns: int | None = None
     switches: int | None = None
-    waits_unsplit: int | None = None
     switch_records_lost: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
