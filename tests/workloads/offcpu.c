@@ -10,6 +10,8 @@
  *                        thread flips its affinity between CPUs 0 and 1:
  *                        it sleeps on one CPU and wakes on the other
  *   offcpu long SECS     "dozer" sleeps SECS in one nanosleep
+ *   offcpu pingpong SECS "ping" and "pong" pass a byte back and forth over
+ *                        two pipes as fast as they can (bench/offcpu_vs_perf.py)
  *
  * Every thread prints "thread TID NAME ELAPSED_SECONDS" when it ends.
  */
@@ -136,6 +138,32 @@ static void *dozer(void *arg) {
     return arg;
 }
 
+static int back[2];
+static long trips;
+
+static void *pong(void *arg) {
+    char c;
+    pthread_setname_np(pthread_self(), "pong");
+    while (read(fds[0], &c, 1) == 1 && c != 'q')
+        if (write(back[1], &c, 1) != 1) break;
+    return arg;
+}
+
+static void pingpong(void) {
+    pthread_t t;
+    char c = 'x';
+    if (pipe(fds) || pipe(back)) exit(1);
+    pthread_create(&t, NULL, pong, NULL);
+    double start = now();
+    while (now() - start < secs) {
+        if (write(fds[1], &c, 1) != 1 || read(back[0], &c, 1) != 1) exit(1);
+        trips++;
+    }
+    if (write(fds[1], "q", 1) != 1) exit(1);
+    pthread_join(t, NULL);
+    printf("trips %ld in %.3f s\n", trips, now() - start);
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: offcpu sleeps|pipe|pinned|hop|long SECS\n");
@@ -172,6 +200,8 @@ int main(int argc, char **argv) {
         }
         done = 1;
         pthread_join(a, NULL);
+    } else if (!strcmp(argv[1], "pingpong")) {
+        pingpong();
     } else if (!strcmp(argv[1], "long")) {
         pthread_create(&a, NULL, dozer, NULL);
         pthread_join(a, NULL);
