@@ -63,6 +63,10 @@ def _sched(cfg: Config, source: SourceSpec, note: Callable[[str], None],
     switch = host.tracepoint_id("sched:sched_switch")
     waking = host.tracepoint_id("sched:sched_waking") or \
         host.tracepoint_id("sched:sched_wakeup")
+    if switch is None and cfg.inherit_only:
+        note("--off-cpu: no sched:sched_switch tracepoint readable here (tracefs): "
+             "the CPU profile by thread only")
+        return source
     if switch is None:
         raise CollectError("--off-cpu needs the sched:sched_switch tracepoint, and tracefs "
                            "(mount -t tracefs nodev /sys/kernel/tracing) could not be read")
@@ -73,6 +77,11 @@ def _sched(cfg: Config, source: SourceSpec, note: Callable[[str], None],
             fd = syscalls.perf_event_open(replace(attr, flags=attr.flags & ~abi.FLAG_ENABLE_ON_EXEC),
                                           0 if out.target_pid != -1 else -1, out.cpu)
         except syscalls.PerfError as e:
+            if e.errno in (errno.EACCES, errno.EPERM) and cfg.inherit_only:
+                note("--off-cpu: the scheduler's tracepoints are not permitted here (raw "
+                     "tracepoint fields need root or CAP_PERFMON): no off-CPU or "
+                     "wait-for-CPU time, the CPU profile by thread only")
+                return source
             if e.errno in (errno.EACCES, errno.EPERM):
                 raise CollectError("--off-cpu: the scheduler's tracepoints are not permitted "
                                    "(raw tracepoint fields need root or CAP_PERFMON)") from None

@@ -131,6 +131,8 @@ class Threads:
     min_stack_ns: int | None = None
     switches: int | None = None
     switch_records_lost: int | None = None
+    off_cpu_seconds: float | None = None  # the S and D lines' total, in seconds
+    cpu_wait_seconds: float | None = None  # the W lines' total
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -27,7 +27,7 @@ from ..machine import procfs
 from ..machine.tasks import Mapping
 from ..stopping import uninterrupted
 from .aggregate import CollectedSet
-from .tally import NO_KERNEL
+from .tally import NO_KERNEL, SampleTally
 from .objects import ObjectCopier
 
 
@@ -136,7 +136,11 @@ def build_info(ts: CollectedSet, run: RunInfo, copier: ObjectCopier, version: in
                                time_conversion_factor=1e-09 if run.off_cpu else None,
                                min_stack_ns=run.off_cpu_min_ns if run.off_cpu else None,
                                switches=prof.switches if run.off_cpu else None,
-                               switch_records_lost=prof.switch_lost or None)
+                               switch_records_lost=prof.switch_lost or None,
+                               off_cpu_seconds=_wait_seconds(prof, ("S", "D"))
+                               if run.off_cpu else None,
+                               cpu_wait_seconds=_wait_seconds(prof, ("W",))
+                               if run.off_cpu else None)
     if prof.arcs:
         info.call_counts = CallCounts(name.file("edge", version), conversion_factor=1.0)
     info.kallsyms = run.kallsyms
@@ -148,6 +152,11 @@ def build_info(ts: CollectedSet, run: RunInfo, copier: ObjectCopier, version: in
     info.jitdumps = list(jitdumps or [])
     info.objects = _objects(ts, run, copier)
     return info
+
+
+def _wait_seconds(prof: SampleTally, kinds: tuple[str, ...]) -> float:
+    ns = sum(w for (kind, _tid, _s), w in prof.thread_stacks.items() if kind in kinds)
+    return round(ns * 1e-9, 6)
 
 
 def _prefixed(stats: dict[str, float] | None) -> dict[str, float] | None:
