@@ -36,6 +36,7 @@ from .inputs.timewin import parse_time
 from .profile.report import call_graph
 from .inputs.threadlocs import METRICS
 from .render import DEFAULT_FORMAT, FORMATS, ReportOptions, formats_help
+from .render import metrics as metrics_view
 
 PROG = "q-view"
 
@@ -105,6 +106,9 @@ def parser() -> argparse.ArgumentParser:
                      help="what time to show: cpu (the samples, default), off-cpu (blocked, "
                           "by the stack at the switch-out), cpu-wait (runnable, waiting for "
                           "a CPU), wall (all three); all but cpu need q-syscollect --off-cpu")
+    rep.add_argument("--metrics", type=_metrics, metavar="LIST",
+                     help="several metrics side by side, each self and inclusive, by "
+                          "function: e.g. cpu,off-cpu,wall (text or --format json)")
     rep.add_argument("--tid", type=int, action="append", metavar="TID",
                      help="only this thread (repeat for several)")
     rep.add_argument("--format", choices=list(FORMATS), default=DEFAULT_FORMAT,
@@ -169,6 +173,15 @@ class _Warnings:
         if message not in self.seen:
             self.seen.add(message)
             self.err.write(f"{PROG}: warning: {printable(message)}\n")
+
+
+def _metrics(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in METRICS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"not a metric: {(bad or [text])[0]!r} (choose from "
+                                         + ", ".join(METRICS) + ")")
+    return list(dict.fromkeys(names))
 
 
 def _limits(text: str) -> object:
@@ -279,11 +292,30 @@ def _show(args: argparse.Namespace, inputs: list[Source], selection: Selection,
         _write(export_to, exported(sets, args, _Warnings(err), encode))
         return 0
     try:
+        if args.metrics:
+            return _side_by_side(sets, args, out, err)
         profile = call_graph(sets, args, _Warnings(err))
     except InconsistentGraph as e:  # a bug in q-view, not in the input
         err.write(f"{PROG}: internal error: the profile does not add up: {e}\n")
         return 3
     _report(profile, args, out)
+    return 0
+
+
+def _side_by_side(sets: list[StoredSet], args: argparse.Namespace, out: TextIO,
+                  err: TextIO) -> int:
+    """--metrics: one call graph per metric, shown by function side by side."""
+    if args.format not in ("text", "json"):
+        raise UsageError("--metrics shows text or --format json")
+    warn = _Warnings(err)
+    graphs = {}
+    for metric in args.metrics:
+        args.event = metric
+        graphs[metric] = call_graph(sets, args, warn)
+    if args.format == "json":
+        metrics_view.render_json(graphs, out)
+    else:
+        metrics_view.render_text(graphs, out, args.min_percent or 0.0)
     return 0
 
 
@@ -322,7 +354,7 @@ def _report_asked(args: argparse.Namespace) -> bool:
     """A directory with one of these is a whole-machine report, not the overview."""
     return bool(args.flat or args.graph or args.stack_quality or args.format != DEFAULT_FORMAT
                 or args.focus or args.ignore or args.hide or args.min_percent is not None
-                or args.event or args.tid or args.by == "thread")
+                or args.event or args.tid or args.by == "thread" or args.metrics)
 
 
 def _locate(item: str, directory: str) -> str:

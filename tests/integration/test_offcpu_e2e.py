@@ -12,6 +12,7 @@ thread's start and its first time stamp).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -113,6 +114,16 @@ def test_reader_blocked_on_a_pipe(perf, build, tmp_path):
     assert names.returncode == 0, names.stderr
     assert f'"reader [tid {reader}]"' in names.stdout
     assert f'"writer [tid {writer}]"' in names.stdout
+    side = q_view("-d", str(q), "--comm", comm, "--metrics", "off-cpu,cpu,cpu-wait,wall",
+                  "--format", "json")
+    assert side.returncode == 0, side.stderr
+    data = json.loads(side.stdout)
+    totals = {m["event"]: m["total"] for m in data["metrics"]}
+    assert math.isclose(totals["wall"], totals["cpu"] + totals["off-cpu"] + totals["cpu-wait"],
+                        rel_tol=1e-6)
+    read = next(f for f in data["functions"] if f["name"] == "read_loop")
+    assert read["off-cpu"]["inclusive"] > 0.95 * r_elapsed
+    assert read["wall"]["inclusive"] >= read["off-cpu"]["inclusive"]
 
 
 def test_two_threads_pinned_to_one_cpu_wait_half_the_time(perf, build, tmp_path):
