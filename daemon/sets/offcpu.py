@@ -61,6 +61,11 @@ class OffCpu:
     accrued: dict[Key, int] = field(default_factory=dict)
     switches: int = 0
     dropped: int = 0
+    # Ends seen before their start: each CPU's ring is read in turn, so a
+    # batch may hold another CPU's switch-in (or wake-up) of a thread whose
+    # switch-out on this CPU comes only in the next batch. tid -> time.
+    early_in: dict[int, int] = field(default_factory=dict)
+    early_wake: dict[int, int] = field(default_factory=dict)
 
     def switch_out(self, tid: int, prev_state: int, time: int, set_key: Hashable,
                    frames: LazyFrames) -> None:
@@ -76,12 +81,21 @@ class OffCpu:
             self.pending.pop(next(iter(self.pending)))
             self.dropped += 1
         self.pending[tid] = Pending(set_key, kind, time, frames)
+        back = self.early_in.pop(tid, None)
+        woken = self.early_wake.pop(tid, None)
+        if back is not None and back > time:  # its end came in an earlier batch
+            if woken is not None and time < woken <= back:
+                self.wake(tid, woken)
+            self.switch_in(tid, back)
 
     def wake(self, tid: int, time: int) -> None:
         """``tid`` was woken (on any CPU): its sleep ends, its wait begins."""
         p = self.pending.get(tid)
-        if p is None or p.kind == "W":
-            return  # not ours, or already runnable (a preempted thread woken again)
+        if p is None:
+            _remember(self.early_wake, tid, time, self.max_pending)
+            return  # not ours, or its switch-out is still to come
+        if p.kind == "W":
+            return  # already runnable (a preempted thread woken again)
         self._add(tid, p, time)
         p.kind, p.since = "W", max(p.since, time)
 
@@ -92,6 +106,8 @@ class OffCpu:
         p = self.pending.pop(tid, None)
         if p is not None:
             self._add(tid, p, time)
+        else:
+            _remember(self.early_in, tid, time, self.max_pending)
 
     def exit(self, tid: int) -> None:
         self.pending.pop(tid, None)
@@ -126,3 +142,11 @@ class OffCpu:
             frames = ()
         key = (p.set_key, p.kind, tid, frames)
         self.accrued[key] = self.accrued.get(key, 0) + ns
+
+
+def _remember(times: dict[int, int], tid: int, time: int, cap: int) -> None:
+    """Keep the latest time per tid, at most ``cap`` tids (then start over:
+    an early end is needed for a moment only)."""
+    if len(times) >= cap and tid not in times:
+        times.clear()
+    times[tid] = time

@@ -81,3 +81,17 @@ def test_threads_file_round_trips() -> None:
 def test_bad_threads_lines_name_the_line(line: bytes) -> None:
     with pytest.raises(QFormatError, match=r"x\.threads#0:2: "):
         list(read_threads(io.BytesIO(b"thread 1 a\n" + line + b"\n"), name="x.threads#0"))
+
+
+def test_an_end_read_before_its_start_is_matched() -> None:
+    """Another CPU's wake-up and switch-in in one batch, this CPU's switch-out
+    in the next (each ring is read in turn)."""
+    off = OffCpu()
+    off.wake(7, 5_000)
+    off.switch_in(7, 5_300)
+    off.switch_out(7, 1, 1_000, "set", STACK)
+    assert off.take() == {("set", "S", 7, STACK): 4_000, ("set", "W", 7, STACK): 300}
+    assert not off.pending
+    off.switch_in(8, 100)  # an old switch-in is no end of a later switch-out
+    off.switch_out(8, 1, 200, "set", STACK)
+    assert 8 in off.pending and not off.take()
