@@ -19,6 +19,7 @@ from .clock import SYSTEM, Clock
 from .decode.records import Lost, Record, RecordError, Sample, Switch, split_callchain
 from .decode.routes import handlers
 from .decode.tracepoints import SchedSwitch, SchedWaking
+from .waits import Waits
 from .frames.jitdump import JitTracker
 from .kernel import abi
 from .kernel.source import EventSource
@@ -29,7 +30,6 @@ from .machine.tasks import Process, TaskTable
 from .messages import Tally, tell
 from .sets.aggregate import MAX_STACKS, CollectedSet, SetBook
 from .sets.checkpoint import RunInfo, write_sets
-from .sets.offcpu import OffCpu
 from .sets.tally import NO_KERNEL
 from .sets.objects import KallsymsCopy, ObjectCopier
 
@@ -104,7 +104,9 @@ class CpuCollector:
         # Without PERF_SAMPLE_CGROUP (a kernel before 5.7) a set's cgroup is
         # read from /proc/PID/cgroup at its first sample (so after each exec).
         self.sampled_cgroups = bool(self.layout.sample_type & abi.SAMPLE_CGROUP)
-        self._routes = handlers(self, self.table, self.cgroups)  # record class -> handler
+        self.waits = Waits(self, opts.off_cpu_min_ns)
+        self.offcpu = self.waits.offcpu
+        self._routes = handlers(self, self.table, self.cgroups, self.waits)  # record class -> handler
         self.clock = clock
         self.book = SetBook(opts.cpu, opts.min_samples, opts.max_stacks, clock)
         self.samples = 0
@@ -118,7 +120,6 @@ class CpuCollector:
         self._tick_samples = 0
         self._tick_lost = 0
         self._write_error: str | None = None
-        self.offcpu = OffCpu(min_stack_ns=opts.off_cpu_min_ns)
 
     # ------------------------------------------------------------ tasks
 
@@ -208,7 +209,7 @@ class CpuCollector:
             if handler is not None:
                 handler(rec)
         if self.offcpu.accrued:
-            self._take_waits(None)  # now, while their processes' sets are still here
+            self.waits.take(None)  # now, while their processes' sets are still here
         self.source.release()
         return len(raw)
 
@@ -226,69 +227,6 @@ class CpuCollector:
         self.switches += 1
         if not rec.out and rec.sid is not None:
             self.offcpu.switch_in(rec.sid.tid, rec.sid.time)
-
-    def on_sched_switch(self, rec: SchedSwitch) -> None:
-        """A switch on any CPU ends the wait of the thread coming in; one on
-        this CPU (with its stack) starts the wait of the thread leaving."""
-        self.offcpu.switch_in(rec.next_tid, rec.time)
-        s = rec.sample
-        if s is None or s.pid == 0 or rec.prev_tid == 0 or self.opts.kernel_only:
-            return
-        proc = self._process(s.pid, s.time)
-        self.book.process_set(proc).data.tally.switches += 1
-        frames = self._switch_frames(proc, s) if self.opts.stacks else ()
-        self.offcpu.switch_out(rec.prev_tid, rec.prev_state, rec.time, proc, frames)
-
-    def _switch_frames(self, proc: Process, s: Sample) -> Callable[[], tuple[int, ...]]:
-        """The stack at a switch-out, unwound only if the wait turns out to
-        be at least --off-cpu-min long (most are far shorter): the cost of
-        a switch is then copying its user stack, not unwinding it."""
-        s = s._replace(stack=bytes(s.stack), raw=b"")  # the ring's bytes are reused
-        memo: list[tuple[int, ...]] = []
-
-        def frames() -> tuple[int, ...]:
-            if memo:
-                return memo[0]
-            kernel, user = split_callchain(s.callchain) if s.callchain else ([], [])
-            user = self.user_frames.frames(proc, s, user)
-            stack = tuple(kernel + user) or (s.ip,)
-            ts = self.book.by_process.get(proc)
-            if ts is not None:
-                low = min(min(kernel), s.ip) if kernel else s.ip
-                if low < ts.data.tally.kernel_from:
-                    ts.data.tally.kernel_from = low
-                self._note_mappings(proc, ts, user, [])
-            memo.append(stack)
-            return stack
-        return frames
-
-    def on_sched_waking(self, rec: SchedWaking) -> None:
-        self.offcpu.wake(rec.tid, rec.time)
-
-    def _take_waits(self, now: int | None) -> None:
-        """Waits that ended, and those still going counted up to ``now``,
-        into their process's set (docs/q-format.md 4.9)."""
-        if not self.opts.off_cpu:
-            return
-        if now is not None:
-            self.offcpu.checkpoint(now)
-        for (proc, kind, tid, frames), ns in self.offcpu.take().items():
-            assert isinstance(proc, Process)
-            ts = self.book.by_process.get(proc)
-            if ts is None:
-                if proc.ended:
-                    continue  # its set is written and gone; a thread exits running
-                ts = self.book.process_set(proc)
-            ts.data.tally.add_thread(kind, tid, frames, ns)
-            ts.writer.dirty = True
-
-    def _name_threads(self) -> None:
-        for proc, ts in self.book.by_process.items():
-            names = ts.data.tally.thread_names
-            for tid in {key[1] for key in ts.data.tally.thread_stacks} - names.keys():
-                t = proc.threads.get(tid)
-                if t is not None:
-                    names[tid] = t.name
 
     def _sample(self, s: Sample) -> None:
         self.samples += 1
@@ -420,8 +358,8 @@ class CpuCollector:
         ``final`` closes every set: the end of the run, or of a time slice.
         """
         self._update_stats()
-        self._take_waits(time.monotonic_ns())
-        self._name_threads()
+        self.waits.take(time.monotonic_ns())
+        self.waits.name_threads()
         if self.jit is not None:
             self.jit.resolve_pending(final_all=final)
         sets, folded = self.book.plan(final)
