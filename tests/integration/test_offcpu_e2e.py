@@ -15,14 +15,16 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import q_syscollect, q_syscollect_popen, q_view
+from tests.conftest import command, q_syscollect, q_syscollect_popen, q_view
 
 PERIOD = 1 / 997  # seconds of CPU per cpu-clock sample
 SECS = 3
@@ -217,3 +219,28 @@ def test_killed_while_off_cpu(perf, build, tmp_path):
     dozer = [s for t, s in off.items() if t != w.pid]
     assert len(dozer) == 1, off
     assert 1.5 < dozer[0] <= lived + 0.05, (dozer, lived)
+
+
+def test_unprivileged_i_run_says_what_it_cannot_split(perf, build, request):
+    """As nobody, -i --off-cpu cannot read the scheduler's tracepoints: it
+    says so in one line and records the CPU profile, by thread."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to become nobody")
+    if int(Path("/proc/sys/kernel/perf_event_paranoid").read_text()) > 2:
+        pytest.skip("perf_event_paranoid > 2: no unprivileged sampling at all")
+    work = Path(tempfile.mkdtemp(prefix="qtools-offcpu-nobody-"))
+    request.addfinalizer(lambda: shutil.rmtree(work, ignore_errors=True))
+    exe = work / "offcpu"
+    exe.write_bytes(build("offcpu", "-fno-optimize-sibling-calls").read_bytes())
+    exe.chmod(0o755)
+    os.chown(work, 65534, 65534)
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                        command("q-syscollect"), "-i", "--off-cpu", "-d", str(work / "q"),
+                        "--", str(exe), "pinned", "1"],
+                       cwd=work, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    assert "--off-cpu:" in r.stderr and "the CPU profile by thread only" in r.stderr
+    threads = _threads_of(r.stdout)
+    cpu = per_thread(work / "q", exe.name, "cpu")
+    assert threads["spin-a"][0] in cpu and threads["spin-b"][0] in cpu
