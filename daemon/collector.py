@@ -279,6 +279,8 @@ class CpuCollector:
         self._note_mappings(proc, ts, user if user or in_kernel else [s.ip], arcs)
         if self.jit is not None and user and self.jit.has_dump(proc):
             tally.count_thread(s.tid, weight)  # now: the JIT tracker may hold the sample
+            # by thread with its addresses as sampled (JIT code unnamed there)
+            tally.add_thread("cpu", s.tid, stack or (s.ip,), weight)
             self.jit.sample(proc, s.time, s.ip, weight, kernel, user, arcs, self.opts.stacks,
                             tally.add)
         else:
