@@ -107,3 +107,14 @@ def test_a_bad_threads_line_names_file_and_line(tmp_path, calls_pie):
     tfile.write_bytes(tfile.read_bytes() + b"S 41 12 0xzz\n")
     code, out, err = run(q.info_path(name), "--event", "off-cpu")
     assert code == 1 and f"{tfile.name}:" in err and "bad address" in err
+
+
+def test_no_kernel_keeps_off_cpu_time_with_the_user_code(tmp_path, calls_pie):
+    """Off-CPU stacks all start in the kernel: --no-kernel takes the kernel
+    frames away and leaves the time with the user frames (here there are
+    none to take: the total is the same)."""
+    q, name = _setup(tmp_path, calls_pie)
+    code, out, err = run(q.info_path(name), "--event", "off-cpu", "--no-kernel",
+                         "--format", "json")
+    assert code == 0, err
+    assert abs(json.loads(out)["total"] - 0.907) < 1e-9

@@ -47,8 +47,8 @@ def call_graph(sets: list[StoredSet], args: argparse.Namespace, warn: Warn) -> C
     symbols = symbolizer(args, warn, sets)
     # JSON escapes control characters itself: names go to it as they are
     escape = None if report.raw_names else printable
+    view = thread_view(args)
     try:
-        view = thread_view(args)
         by = "function" if args.by == "thread" else args.by
         if report.process_roots:
             samples = processes.by_process(sets, symbols, by, warn, args.per_pid,
@@ -57,7 +57,9 @@ def call_graph(sets: list[StoredSet], args: argparse.Namespace, warn: Warn) -> C
             samples = build_samples(sets, symbols, by, warn, escape, view)
     finally:
         symbols.close()
-    if args.no_kernel:
+    if args.no_kernel and view.in_time:
+        samples = processors.strip_kernel(samples)
+    elif args.no_kernel:
         samples = processors.hide_kernel(samples)
     elif args.kernel_only:
         samples = processors.kernel_only(samples)
