@@ -20,9 +20,8 @@ from __future__ import annotations
 import errno
 import io
 import os
-import tarfile
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from zlib_ng import gzip_ng, zlib_ng
 
@@ -32,6 +31,9 @@ from .limits import DEFAULT_LIMITS, Limits, exceeded, show
 from .names import check_plain_name, info_versions, parse_copy_name
 from .store import CopyProblem, MissingFile, open_regular
 from .stores import Identity, Store
+
+if TYPE_CHECKING:
+    import tarfile
 
 SUFFIXES = (".tar", ".tar.gz", ".tgz")
 GZIP_MAGIC = b"\x1f\x8b"
@@ -165,6 +167,7 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
 
 def _index(archive: Archive, limits: Limits) -> None:
     """Read every header, check every member, note where each file's data lies."""
+    import tarfile  # only when an archive is read: every q-view run imports this module
     raw = _Window(archive.fd, 0, archive.size, MAX_HEADER_READ)
     seen: set[str] = set()
     count = 0

@@ -70,6 +70,10 @@ def idle_weight(ts: StoredSet) -> float | None:
         return None
     if not kernel_only_run(ts):
         return ts.total()  # only pid 0's samples go there
+    if ts.info.task.samples == 0:
+        # a CPU with no kernel sample (q:purpose cpu-stats): nothing to split,
+        # and no q:idle-weight, which must not hide the other CPUs' idle
+        return 0.0
     value = ts.info.task.extra.get("q:idle-weight")
     return value * ts.factor if isinstance(value, int) and value >= 0 else None
 

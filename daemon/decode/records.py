@@ -282,15 +282,6 @@ class SampleLayout:
 
     # ---------------------------------------------------------------- samples
 
-    def decode_sample(self, rec: bytes | memoryview) -> Sample:
-        try:
-            type_, misc, size = _HEADER.unpack_from(rec, 0)
-            if size > len(rec):
-                raise RecordError("sample shorter than its header says")
-            return self.sample_body(rec, type_, misc, size)
-        except (struct.error, IndexError) as e:  # a field reaches past the bytes there are
-            raise RecordError(f"sample too short for its fields: {e}") from None
-
     def sample_body(self, rec: bytes | memoryview, type_: int, misc: int, size: int) -> Sample:
         """The decoder routes.ROUTES names for PERF_RECORD_SAMPLE: the header is read."""
         fixed = self._gather((misc, *self._prefix.unpack_from(rec, 8), *_DEFAULTS))

@@ -265,7 +265,9 @@ def test_a_full_filesystem_is_survived(perf, build, tmp_path):
         proc = q_syscollect_popen("-d", str(q), "--checkpoint", "1")
         time.sleep(4)  # several checkpoints that find no space
         space_again = time.time()
-        subprocess.run(["mount", "-o", "remount,size=200m", str(mnt)], check=True)
+        # Room for a system-wide run on a busy machine: copies of whatever
+        # else runs meanwhile (compilers, toolchains) once filled 200 MB.
+        subprocess.run(["mount", "-o", "remount,size=4g", str(mnt)], check=True)
         _wait_for(lambda: sets_of(q, pfan.name), 20, proc)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)

@@ -3,13 +3,14 @@ they hold q-view's flat profile, and `go tool pprof -top` agrees with it."""
 
 from __future__ import annotations
 
-import time
+import os
 
 import pytest
 from opentelemetry.proto.profiles.v1development import profiles_pb2 as pb
 
 from exports import flat_of_json, go_or_skip, go_pprof_top, pprof_flat, pprof_name, \
     pprof_profile
+from qtools.qformat import read_info
 from tests.conftest import OWN_SETS, q_syscollect, q_view
 
 
@@ -17,9 +18,7 @@ def test_exports_of_a_real_collection(perf, build, tmp_path):
     """Exact comparisons: the export and the JSON report read the same files."""
     pfan = build("p-fan")
     q = tmp_path / "q"
-    before = time.time()
     r = q_syscollect("-d", str(q), *OWN_SETS, "--", str(pfan), "1")
-    after = time.time()
     assert r.returncode == 0, r.stderr
     select = ("--comm", pfan.name)
     want_total, want = flat_of_json(str(q), *select)
@@ -32,9 +31,12 @@ def test_exports_of_a_real_collection(perf, build, tmp_path):
     total, selfs = pprof_flat(p)
     assert total == pytest.approx(want_total, rel=1e-6)
     assert selfs == pytest.approx(want, rel=1e-6, abs=1e-9)
-    # the sets' span, in Unix time (a second's slack: the clocks' rounding)
-    assert before - 1 <= p.time_nanos / 1e9 <= after
-    assert 0 < p.duration_nanos / 1e9 <= after - before + 1
+    # the span of the sets exported, as their .info files give it
+    spans = [(i.task.start_time, i.task.end_time) for n in os.listdir(q)
+             if n.startswith(pfan.name) and ".info#" in n for i in [read_info(q / n)]]
+    start, end = min(a for a, _b in spans), max(b for _a, b in spans)
+    assert p.time_nanos == pytest.approx(start * 1e9, abs=1e3)
+    assert p.duration_nanos == pytest.approx((end - start) * 1e9, abs=1e3) and end > start
     st = p.string_table
     mappings = {m.id: m for m in p.mapping}
     for loc in p.location:  # every address lies in its mapping

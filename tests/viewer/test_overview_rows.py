@@ -63,6 +63,22 @@ def test_a_kernel_only_collection_has_idle_and_kernel_rows(tmp_path):
     assert "   0   50.0%       -     2400" in out
 
 
+def test_a_cpu_without_kernel_samples_leaves_idle_apart(tmp_path):
+    """With -k, a CPU that spent the run in user code has a kernel set for
+    its statistics only (no samples, no q:idle-weight): the others' idle
+    still shows apart."""
+    q = machine(tmp_path, kernel_only=True)
+    q.task("kernel", None, 2, hist={}, comm="kernel", objects=[], extra_info={
+        "syscollect_cmdline": ["q-syscollect", "-k"], "samples": 0,
+        "extra": {"q:purpose": "cpu-stats"},
+        "cpu_stats": {"q:busy": 1.0, "q:seconds": 0.05, "q:frequency-mhz": 2400.0}})
+    _c, out, _e = run(str(q.path))
+    lines = out.splitlines()
+    rows = {line.split()[0]: line.split() for line in lines[2:6]}
+    assert rows["idle"][:4] == ["idle", "0", "0,1,2", "25.0m"], out
+    assert rows["kernel"][:4] == ["kernel", "-", "0,1,2", "10.0m"], out
+
+
 def test_a_set_without_samples_keeps_the_shares(tmp_path):
     from qtools.qformat import Info, QDir, TaskInfo, dump_info
     q = machine(tmp_path)

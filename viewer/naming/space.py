@@ -41,6 +41,11 @@ class AddressSpace:
         self.directory = directory
         # q:kernel-from, the collector's decision; for older files q:arch's fallback
         self.kernel_start = kernel_start(info.task)
+        # Kernel or user is decided on the address recorded; a return address
+        # is named at address-1, so the set's lowest kernel address, when it
+        # is one (an interrupt entry's, mid-stack), is looked up one below.
+        # No user address lies there: the halves are far apart.
+        self.kernel_names_from = max(self.kernel_start - 1, 0)
         maps: list[_Mapping] = []
         for ref in info.objects:
             copy = ref.file or (info.vdso if ref.name == "[vdso]" else None)
@@ -92,18 +97,11 @@ class AddressSpace:
         inside the call instruction, so a call at a function's end is not
         mistaken for the next function."""
         target = address - 1 if is_return and address > 0 else address
-        if target < self.kernel_start <= address:
-            # The set's lowest kernel address, a return address: kernel code
-            # (kernel or user is decided on the address recorded), named at
-            # address-1 like every return address.
-            loc = self._kernel(target)
-        else:
-            memo = self._memo.get(target)
-            if memo is None:
-                if len(self._memo) >= MAX_MEMO:
-                    self._memo.clear()
-                memo = self._memo[target] = self._resolve(target)
-            loc = memo
+        loc = self._memo.get(target)
+        if loc is None:
+            if len(self._memo) >= MAX_MEMO:
+                self._memo.clear()
+            loc = self._memo[target] = self._resolve(target)
         if target != address and loc.start is None and loc.name.startswith("0x"):
             # Unknown: show the address as it is in the stack (perf does too).
             shown = loc.offset + (address - target)
@@ -136,7 +134,7 @@ class AddressSpace:
         i = bisect_right(self._starts, address) - 1
         if i >= 0 and address < self._maps[i].end:
             return self._user(address, self._maps[i])
-        if address >= self.kernel_start:
+        if address >= self.kernel_names_from:
             return self._kernel(address)
         for copy in self._perf_maps:
             table = self.symbols.perf_map(self.directory, copy)

@@ -239,10 +239,8 @@ class _Builder:
                                               sym.kernel))
         mapping: int | None = None
         if sym.kernel:
-            # From the set's lowest kernel address less one: a location is
-            # written at address-1 when it is a return address, and that
-            # lowest address may be one (an interrupt entry's, mid-stack).
-            mapping = self.mappings.id(Mapping(max(space.kernel_start - 1, 0), KERNEL_LIMIT, 0,
+            # locations are written where they are named (a return address less one)
+            mapping = self.mappings.id(Mapping(space.kernel_names_from, KERNEL_LIMIT, 0,
                                                KERNEL_OBJECT, ""))
         else:
             found = space.mapping(where.address, where.is_return)
