@@ -87,7 +87,8 @@ def _collect(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, status_w
     opts = Options(source.cpu, kernel_only=cfg.kernel_only, checkpoint_interval=cfg.checkpoint,
                    verbose=cfg.verbose, min_samples=cfg.min_samples, max_stacks=cfg.max_stacks,
                    stacks=cfg.call_graph != "none", rotate=cfg.rotate,
-                   compress=cfg.compress_closed, cpu_stats=source.target_pid == -1)
+                   compress=cfg.compress_closed, cpu_stats=source.target_pid == -1,
+                   off_cpu=bool(source.sched_switch), off_cpu_min_ns=cfg.off_cpu_min_ns)
     copier = ObjectCopier(qdir, cfg.symlink, CopyLimits(object_size=cfg.max_object_size,
                                                     map_size=cfg.max_map_size), out, host)
     frames = None

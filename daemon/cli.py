@@ -96,6 +96,16 @@ def _age(text: str) -> float:
     return value
 
 
+def _age_us(text: str) -> int:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of microseconds: {text!r}") from None
+    if not 0 <= value <= 3.6e9:
+        raise argparse.ArgumentTypeError(f"out of range: {text!r}")
+    return int(value * 1000)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="q-syscollect", description=DESCRIPTION, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -157,6 +167,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-map-size", type=_positive_size, default=64 << 20, metavar="SIZE",
                    help="copy at most SIZE of a JIT's /tmp/perf-PID.map, marking the copy "
                         "truncated (default 64M)")
+    p.add_argument("--off-cpu", action="store_true",
+                   help="also record, per thread, the time off the CPU (blocked, by the stack "
+                        "at the switch-out) and waiting for a CPU (sched:sched_switch and "
+                        "sched:sched_waking; needs root or CAP_PERFMON and tracefs)")
+    p.add_argument("--off-cpu-min", type=_age_us, default=1_000_000, metavar="USECS",
+                   help="with --off-cpu, waits shorter than this many microseconds are "
+                        "counted without their stack, which is then not unwound (default "
+                        "1000; 0 keeps every stack)")
+    p.add_argument("--switch-stack-size", type=_stack_size, default=8192, metavar="BYTES",
+                   help="bytes of user stack copied per switch with --off-cpu (default 8192)")
     p.add_argument("--push", metavar="URL",
                    help="send each closed slice to a Pyroscope-compatible server (POST "
                         "URL/ingest, pprof) through a q-push process beside the collectors")
@@ -203,7 +223,8 @@ def config_from(args: argparse.Namespace, argv: list[str], host: Host = LIVE) ->
                   ring_pages=args.ring_pages, rotate=args.rotate, max_size=args.max_size,
                   max_age=args.max_age, compress=args.compress, stuck_after=args.stuck_after,
                   max_object_size=args.max_object_size, max_map_size=args.max_map_size,
-                  push=push, argv=argv)
+                  off_cpu=args.off_cpu, off_cpu_min_ns=args.off_cpu_min,
+                  switch_stack_size=args.switch_stack_size, push=push, argv=argv)
 
 
 def _print(text: str) -> int:

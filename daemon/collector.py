@@ -18,6 +18,8 @@ from qtools.qformat import QDir
 from .clock import SYSTEM, Clock
 from .decode.records import Lost, Record, RecordError, Sample, Switch, split_callchain
 from .decode.routes import handlers
+from .decode.tracepoints import SchedSwitch, SchedWaking
+from .waits import Waits
 from .frames.jitdump import JitTracker
 from .kernel import abi
 from .kernel.source import EventSource
@@ -65,6 +67,8 @@ class Options:
     compress: bool = False  # write data files of closed sets gzip-compressed
     cpu_stats: bool = True  # keep the CPU's busy share and clock in kernel-cpuN
     max_stacks: int = MAX_STACKS  # distinct stacks per set and slice; the rest: one remainder
+    off_cpu: bool = False  # sched_switch/sched_waking come: account waits (sets/offcpu.py)
+    off_cpu_min_ns: int = 0
 
 
 @dataclass
@@ -100,7 +104,9 @@ class CpuCollector:
         # Without PERF_SAMPLE_CGROUP (a kernel before 5.7) a set's cgroup is
         # read from /proc/PID/cgroup at its first sample (so after each exec).
         self.sampled_cgroups = bool(self.layout.sample_type & abi.SAMPLE_CGROUP)
-        self._routes = handlers(self, self.table, self.cgroups)  # record class -> handler
+        self.waits = Waits(self, opts.off_cpu_min_ns)
+        self.offcpu = self.waits.offcpu
+        self._routes = handlers(self, self.table, self.cgroups, self.waits)  # record class -> handler
         self.clock = clock
         self.book = SetBook(opts.cpu, opts.min_samples, opts.max_stacks, clock)
         self.samples = 0
@@ -189,7 +195,7 @@ class CpuCollector:
         Each record goes to the handler routes.ROUTES names for its kind
         (``on_*`` here or on the task table), in time order."""
         raw = self.source.read()
-        decoded: list[Record] = []
+        decoded: list[Record | SchedSwitch | SchedWaking] = []
         decode = self.layout.decode
         for data in raw:
             try:
@@ -202,6 +208,8 @@ class CpuCollector:
             handler = route(type(rec))
             if handler is not None:
                 handler(rec)
+        if self.offcpu.accrued:
+            self.waits.take(None)  # now, while their processes' sets are still here
         self.source.release()
         return len(raw)
 
@@ -209,10 +217,16 @@ class CpuCollector:
         self.lost += rec.lost
         self._tick_lost += rec.lost
         self.book.lost = self.lost
+        if self.opts.off_cpu:  # switch records among them: say so (q:switch-records-lost)
+            for ts in self.book.open_sets():
+                ts.data.tally.switch_lost += rec.lost
 
     def on_switch(self, rec: Switch) -> None:
-        """Counted only, until the off-CPU profile uses them."""
+        """A switch-in (its sample_id names the thread coming in) ends that
+        thread's wait, whichever CPU it comes back on (--off-cpu)."""
         self.switches += 1
+        if not rec.out and rec.sid is not None:
+            self.offcpu.switch_in(rec.sid.tid, rec.sid.time)
 
     def _sample(self, s: Sample) -> None:
         self.samples += 1
@@ -265,6 +279,8 @@ class CpuCollector:
         self._note_mappings(proc, ts, user if user or in_kernel else [s.ip], arcs)
         if self.jit is not None and user and self.jit.has_dump(proc):
             tally.count_thread(s.tid, weight)  # now: the JIT tracker may hold the sample
+            # by thread with its addresses as sampled (JIT code unnamed there)
+            tally.add_thread("cpu", s.tid, stack or (s.ip,), weight)
             self.jit.sample(proc, s.time, s.ip, weight, kernel, user, arcs, self.opts.stacks,
                             tally.add)
         else:
@@ -344,6 +360,8 @@ class CpuCollector:
         ``final`` closes every set: the end of the run, or of a time slice.
         """
         self._update_stats()
+        self.waits.take(time.monotonic_ns())
+        self.waits.name_threads()
         if self.jit is not None:
             self.jit.resolve_pending(final_all=final)
         sets, folded = self.book.plan(final)
@@ -478,7 +496,7 @@ def _next_boundary(now: float, every: float) -> float:
 
 
 def _time(rec: object) -> int:
-    if isinstance(rec, Sample):
+    if isinstance(rec, (Sample, SchedSwitch, SchedWaking)):
         return rec.time
     sid = getattr(rec, "sid", None)
     return sid.time if sid is not None else 0

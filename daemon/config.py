@@ -54,6 +54,9 @@ class Config:
     stuck_after: float = 120.0  # kill and restart a collector silent this long
     max_object_size: int = 512 << 20  # refuse to copy a larger object
     max_map_size: int = 64 << 20  # keep only this much of a perf map
+    off_cpu: bool = False  # sched_switch/sched_waking: off-CPU and wait-for-CPU time
+    off_cpu_min_ns: int = 1_000_000  # shorter waits are counted without their stack
+    switch_stack_size: int = 8192  # bytes of user stack copied per switch (dwarf)
     push: str | None = None  # a Pyroscope-compatible server: q-push sends closed slices
     argv: list[str] = field(default_factory=list)
 

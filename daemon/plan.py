@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Callable
 
 from .config import Config
-from .kernel import arch, events, syscalls
+from .kernel import abi, arch, events, syscalls
 from .kernel.abi import EventSpec
 from .kernel.source import SourceSpec, ring_pages
 from .machine.host import LIVE, Host
@@ -54,6 +54,45 @@ def _try_open(spec: SourceSpec) -> OSError | None:
     return None
 
 
+def _sched(cfg: Config, source: SourceSpec, note: Callable[[str], None],
+           host: Host) -> SourceSpec:
+    """--off-cpu: the scheduler's tracepoints, tracefs mounted as perf does
+    when it is not; each one checked up front."""
+    if host.tracefs_root() is None:
+        events.mount_tracefs()
+    switch = host.tracepoint_id("sched:sched_switch")
+    waking = host.tracepoint_id("sched:sched_waking") or \
+        host.tracepoint_id("sched:sched_wakeup")
+    if switch is None and cfg.inherit_only:
+        note("--off-cpu: no sched:sched_switch tracepoint readable here (tracefs): "
+             "the CPU profile by thread only")
+        return source
+    if switch is None:
+        raise CollectError("--off-cpu needs the sched:sched_switch tracepoint, and tracefs "
+                           "(mount -t tracefs nodev /sys/kernel/tracing) could not be read")
+    out = replace(source, sched_switch=switch, sched_waking=waking or 0,
+                  switch_stack_user=min(cfg.switch_stack_size, source.stack_user))
+    for attr in (out.switch_attr(), out.sched_attr(waking or switch)):
+        try:
+            fd = syscalls.perf_event_open(replace(attr, flags=attr.flags & ~abi.FLAG_ENABLE_ON_EXEC),
+                                          0 if out.target_pid != -1 else -1, out.cpu)
+        except syscalls.PerfError as e:
+            if e.errno in (errno.EACCES, errno.EPERM) and cfg.inherit_only:
+                note("--off-cpu: the scheduler's tracepoints are not permitted here (raw "
+                     "tracepoint fields need root or CAP_PERFMON): no off-CPU or "
+                     "wait-for-CPU time, the CPU profile by thread only")
+                return source
+            if e.errno in (errno.EACCES, errno.EPERM):
+                raise CollectError("--off-cpu: the scheduler's tracepoints are not permitted "
+                                   "(raw tracepoint fields need root or CAP_PERFMON)") from None
+            raise CollectError(f"--off-cpu: cannot open the scheduler's tracepoints: "
+                               f"{e.strerror}") from None
+        os.close(fd)
+    if not waking:
+        note("no sched:sched_waking here: off-CPU time is not split from wait-for-CPU time")
+    return out
+
+
 def plan(cfg: Config, note: Callable[[str], None], host: Host = LIVE) -> SourceSpec:
     """Choose event and options, checking up front that they can be opened;
     ``note`` tells the user of a fallback."""
@@ -85,6 +124,8 @@ def plan(cfg: Config, note: Callable[[str], None], host: Host = LIVE) -> SourceS
             note("kernel samples are not permitted (kernel.perf_event_paranoid="
                  f"{host.sysctl_int('kernel.perf_event_paranoid')}); "
                  "collecting user space only")
+    if err is None and cfg.off_cpu:
+        source = _sched(cfg, source, note, host)
     if err is not None:
         if err.errno in (errno.EACCES, errno.EPERM):
             raise CollectError(permission_message(

@@ -53,7 +53,8 @@ def run_info(cfg: Config, spec: EventSpec, source: SourceSpec, kallsyms: str | N
     unwinder = None if cfg.call_graph == "none" else cfg.call_graph
     return RunInfo(["q-syscollect", *cfg.argv], spec.name, label, factor, unwinder,
                    host.machine(), kallsyms, vdso,
-                   run_id=os.urandom(6).hex(), run_start=round(time.time(), 3))
+                   run_id=os.urandom(6).hex(), run_start=round(time.time(), 3),
+                   off_cpu=bool(source.sched_switch), off_cpu_min_ns=cfg.off_cpu_min_ns)
 
 
 @dataclass

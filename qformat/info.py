@@ -120,6 +120,23 @@ class CallStacks:
 
 
 @dataclass
+class Threads:
+    """The ``q:threads`` form: the `.threads` file (per-thread CPU, off-CPU
+    and wait-for-CPU weights) and the units of its times."""
+
+    file: str
+    off_cpu: int | None = None  # 1: S/D/W lines (--off-cpu)
+    time_unit_label: str | None = None
+    time_conversion_factor: float | None = None
+    min_stack_ns: int | None = None
+    switches: int | None = None
+    switch_records_lost: int | None = None
+    off_cpu_seconds: float | None = None  # the S and D lines' total, in seconds
+    cpu_wait_seconds: float | None = None  # the W lines' total
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class ObjectRef:
     """A ``q:object`` form: a mapped file, its copy and its mappings."""
 
@@ -151,6 +168,7 @@ class Info:
     histogram: Histogram | None = None
     call_counts: CallCounts | None = None
     call_stacks: CallStacks | None = None
+    threads: Threads | None = None
     kallsyms: str | None = None
     vdso: str | None = None
     perf_maps: list[str] = field(default_factory=list)
@@ -160,7 +178,7 @@ class Info:
 
     def data_files(self) -> list[str]:
         """Names of the data files this `.info` refers to."""
-        refs = (self.histogram, self.call_counts, self.call_stacks)
+        refs = (self.histogram, self.call_counts, self.call_stacks, self.threads)
         return [r.file for r in refs if r is not None]
 
     def copies(self) -> list[str]:
@@ -320,6 +338,7 @@ _SINGLE = {
     "q:histogram": ("histogram", Histogram),
     "q:call-counts": ("call_counts", CallCounts),
     "q:call-stacks": ("call_stacks", CallStacks),
+    "q:threads": ("threads", Threads),
 }
 _NAMED = {"q:kallsyms": "kallsyms", "q:vdso": "vdso"}
 _OBJECT_TAGS = frozenset({"q:object"})

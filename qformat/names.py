@@ -16,11 +16,11 @@ from typing import Iterable
 
 from .errors import QFormatError
 
-TYPES = ("info", "hist", "edge", "stack")
+TYPES = ("info", "hist", "edge", "stack", "threads")
 KERNEL = "kernel"
 
 _SET = re.compile(r"(?P<prog>.+?)(?:-pid(?P<pid>\d+))?-cpu(?P<cpu>\d+)\Z")
-_FILE = re.compile(r"(?P<set>.+)\.(?P<type>info|hist|edge|stack)(?:#(?P<version>\d+))?\Z")
+_FILE = re.compile(r"(?P<set>.+)\.(?P<type>info|hist|edge|stack|threads)(?:#(?P<version>\d+))?\Z")
 _COPY = re.compile(r"\.(?P<base>.+)\.crc32\.(?P<crc>[0-9a-f]{8})\Z")
 _UNSAFE = re.compile(r"[\x00-\x20\x7f/#\\]")
 _AMBIGUOUS_TAIL = re.compile(r"-(pid|cpu)\d+\Z")

@@ -34,7 +34,9 @@ from .inputs.load import Selection, Source, StoredSet, close_inputs, default_dir
 from .inputs.programs import select_inputs
 from .inputs.timewin import parse_time
 from .profile.report import call_graph
+from .inputs.threadlocs import METRICS
 from .render import DEFAULT_FORMAT, FORMATS, ReportOptions, formats_help
+from .render import metrics as metrics_view
 
 PROG = "q-view"
 
@@ -97,14 +99,24 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--python", action="store_true",
                      help="Python frames only, as py-spy shows them (NAME (FILE)); native "
                           "and kernel frames fold into the Python function that called them")
-    rep.add_argument("--by", choices=BY_CHOICES, default="function",
-                     help="what a node is: a function (default), an object, an address, or a "
-                          "source line (FILE:LINE with its function, from DWARF line tables)")
+    rep.add_argument("--by", choices=BY_CHOICES + ("thread",), default="function",
+                     help="what a node is: a function (default), an object, an address, a "
+                          "source line (FILE:LINE with its function, from DWARF line tables); "
+                          "thread: functions, each stack under its thread (name and tid)")
     rep.add_argument("--annotate", metavar="NAME",
                      help="one function's disassembly, each instruction with its share of "
                           "the function's samples and source lines between them where the "
                           "DWARF line table and the source file are there (as perf annotate "
                           "--stdio); NAME<object> picks among functions of one name")
+    rep.add_argument("--event", choices=METRICS, default=None,
+                     help="what time to show: cpu (the samples, default), off-cpu (blocked, "
+                          "by the stack at the switch-out), cpu-wait (runnable, waiting for "
+                          "a CPU), wall (all three); all but cpu need q-syscollect --off-cpu")
+    rep.add_argument("--metrics", type=_metrics, metavar="LIST",
+                     help="several metrics side by side, each self and inclusive, by "
+                          "function: e.g. cpu,off-cpu,wall (text or --format json)")
+    rep.add_argument("--tid", type=int, action="append", metavar="TID",
+                     help="only this thread (repeat for several)")
     rep.add_argument("--format", choices=list(FORMATS), default=DEFAULT_FORMAT,
                      help=formats_help())
     rep.add_argument("-o", "--output", metavar="FILE",
@@ -180,6 +192,15 @@ class _Warnings:
         if message not in self.seen:
             self.seen.add(message)
             self.err.write(f"{PROG}: warning: {printable(message)}\n")
+
+
+def _metrics(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in METRICS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"not a metric: {(bad or [text])[0]!r} (choose from "
+                                         + ", ".join(METRICS) + ")")
+    return list(dict.fromkeys(names))
 
 
 def _limits(text: str) -> object:
@@ -297,11 +318,30 @@ def _show(args: argparse.Namespace, inputs: list[Source], selection: Selection,
         _write(export_to, exported(sets, args, _Warnings(err), encode))
         return 0
     try:
+        if args.metrics:
+            return _side_by_side(sets, args, out, err)
         profile = call_graph(sets, args, _Warnings(err))
     except InconsistentGraph as e:  # a bug in q-view, not in the input
         err.write(f"{PROG}: internal error: the profile does not add up: {e}\n")
         return 3
     _report(profile, args, out)
+    return 0
+
+
+def _side_by_side(sets: list[StoredSet], args: argparse.Namespace, out: TextIO,
+                  err: TextIO) -> int:
+    """--metrics: one call graph per metric, shown by function side by side."""
+    if args.format not in ("text", "json"):
+        raise UsageError("--metrics shows text or --format json")
+    warn = _Warnings(err)
+    graphs = {}
+    for metric in args.metrics:
+        args.event = metric
+        graphs[metric] = call_graph(sets, args, warn)
+    if args.format == "json":
+        metrics_view.render_json(graphs, out)
+    else:
+        metrics_view.render_text(graphs, out, args.min_percent or 0.0)
     return 0
 
 
@@ -338,8 +378,10 @@ def _time(option: str, text: str | None, now: float) -> float | None:
 
 def _report_asked(args: argparse.Namespace) -> bool:
     """A directory with one of these is a whole-machine report, not the overview."""
-    return bool(args.annotate or args.flat or args.graph or args.stack_quality or args.format != DEFAULT_FORMAT
-                or args.focus or args.ignore or args.hide or args.min_percent is not None)
+    return bool(args.annotate or args.flat or args.graph or args.stack_quality
+                or args.format != DEFAULT_FORMAT
+                or args.focus or args.ignore or args.hide or args.min_percent is not None
+                or args.event or args.tid or args.by == "thread" or args.metrics)
 
 
 def _locate(item: str, directory: str) -> str:

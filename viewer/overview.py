@@ -129,8 +129,25 @@ def _process_row(group: list[StoredSet], default_unit: str | None = None,
                                 slices, {}, run_ids, host), group)
     pids = {p for t in group for p in (t.info.task.pids or [])}
     pid = str(latest.pid) if latest.pid is not None else (f"{len(pids)} pids" if pids else "-")
+    stats = process_stats(list(by_set.values()))
+    stats.update(wait_stats(group))
     return Row(escape(latest.comm or latest.name), pid, cpu if cpus else "-", amount,
-               unit, file, slices, process_stats(list(by_set.values())), run_ids, host)
+               unit, file, slices, stats, run_ids, host)
+
+
+def wait_stats(group: list[StoredSet]) -> dict[str, float]:
+    """Off-CPU and wait-for-CPU seconds (q:threads, --off-cpu): each wait is
+    in the set of the CPU it began on, so the sets of every CPU and slice add up."""
+    out: dict[str, float] = {}
+    for t in group:
+        th = t.info.threads
+        if th is None or not th.off_cpu:
+            continue
+        for key, value in (("off-cpu-seconds", th.off_cpu_seconds),
+                           ("cpu-wait-seconds", th.cpu_wait_seconds)):
+            if value is not None:
+                out[key] = out.get(key, 0.0) + value
+    return out
 
 
 def label_kernel(row: Row, group: list[StoredSet]) -> Row:

@@ -6,8 +6,8 @@ bytes into a record dataclass, and the event the model takes it as: a
 handler ``on_<event>`` that the collector or the task table implements. ``SampleLayout.decode`` finds decoders here, the
 collector and ``TaskTable.apply`` find handlers through ``handlers``.
 Adding a record type is one route, one decoder and one handler; a
-tracepoint sample (sched:sched_switch) would be routed the same way by
-its event id once the collector opens one.
+tracepoint's samples (sched:sched_switch) are routed the same way by their
+event id: ``tracepoints.TRACEPOINT_ROUTES``.
 """
 
 from __future__ import annotations
@@ -143,4 +143,10 @@ def handlers(*models: object, complete: bool = True) -> dict[type, Callable[[Any
             out[route.record] = handler
         elif complete:
             raise TypeError(f"no model handles {name} (record type {route.number})")
+    from .tracepoints import TRACEPOINT_ROUTES  # its records are decoded by records.py's
+    for tp in TRACEPOINT_ROUTES:
+        name = f"on_{tp.event}"
+        handler = next((getattr(m, name) for m in models if hasattr(m, name)), None)
+        if handler is not None:
+            out[tp.record] = handler
     return out

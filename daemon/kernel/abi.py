@@ -69,6 +69,7 @@ FLAG_EXCLUDE_CALLCHAIN_USER = 1 << 22
 FLAG_MMAP2 = 1 << 23
 FLAG_COMM_EXEC = 1 << 24
 FLAG_USE_CLOCKID = 1 << 25
+FLAG_CONTEXT_SWITCH = 1 << 26  # PERF_RECORD_SWITCH(_CPU_WIDE)
 FLAG_CGROUP = 1 << 32  # PERF_RECORD_CGROUP for cgroups made after the event opened
 
 # branch_sample_type bits

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol, Sequence
 
 from ..decode.records import SampleLayout
+from ..decode.tracepoints import BY_NAME, EventRoute, Layouts
 from . import abi, syscalls
 from .abi import EventSpec
 from .ring import RingReader
@@ -28,7 +29,7 @@ SIDEBAND_FLAGS = (abi.FLAG_MMAP | abi.FLAG_MMAP2 | abi.FLAG_COMM | abi.FLAG_COMM
 
 
 class EventSource(Protocol):
-    layout: SampleLayout
+    layout: Layouts
 
     def wait(self, timeout: float) -> None: ...
     def read(self) -> list[bytes | memoryview]: ...
@@ -58,6 +59,12 @@ class SourceSpec:
     # each sample's cgroup id, and CGROUP records naming new cgroups (5.7+);
     # PerfSource drops it where the kernel refuses it
     cgroups: bool = True
+    # --off-cpu: tracepoint config ids (0: not opened). sched_switch is
+    # sampled with the stack on this CPU, and, with sched_waking, without
+    # it on every other CPU (docs/q-format.md 4.9)
+    sched_switch: int = 0
+    sched_waking: int = 0
+    switch_stack_user: int = 0  # bytes of user stack copied at a switch
 
     @property
     def sample_type(self) -> int:
@@ -90,6 +97,10 @@ class SourceSpec:
         flags = abi.FLAG_DISABLED | SIDEBAND_FLAGS | abi.FLAG_WATERMARK
         if self.cgroups:
             flags |= abi.FLAG_CGROUP
+        if self.sched_switch:
+            # switch-ins of every CPU: the tracepoints miss those from the
+            # idle task (observed on 6.18: no sample while swapper is current)
+            flags |= abi.FLAG_CONTEXT_SWITCH
         if self.exclude_kernel:
             flags |= abi.FLAG_EXCLUDE_KERNEL | abi.FLAG_EXCLUDE_HV | \
                 abi.FLAG_EXCLUDE_CALLCHAIN_KERNEL
@@ -128,6 +139,46 @@ class SourceSpec:
         return SampleLayout(self.sample_type, branch_sample_type=self.branch_sample_type,
                             regs_user_mask=self.regs_user_mask)
 
+    # ---- --off-cpu: the scheduler's tracepoints
+
+    @property
+    def switch_sample_type(self) -> int:
+        st = self.sample_type & ~(abi.SAMPLE_BRANCH_STACK | abi.SAMPLE_CGROUP) | abi.SAMPLE_RAW
+        if not self.switch_stack_user:
+            st &= ~abi.SAMPLE_STACK_USER
+        return st
+
+    def switch_attr(self) -> abi.Attr:
+        """sched_switch on this CPU, with the stack of the thread leaving."""
+        flags = self._common_flags() & ~(SIDEBAND_FLAGS | abi.FLAG_CGROUP
+                                         | abi.FLAG_CONTEXT_SWITCH)
+        flags |= abi.FLAG_SAMPLE_ID_ALL | abi.FLAG_USE_CLOCKID
+        flags &= ~(abi.FLAG_EXCLUDE_KERNEL | abi.FLAG_EXCLUDE_HV)  # a tracepoint is the kernel's
+        return abi.Attr(abi.TYPE_TRACEPOINT, self.sched_switch, 1, self.switch_sample_type,
+                        flags, wakeup=self.ring_pages * abi.PAGE_SIZE // 2,
+                        sample_regs_user=self.regs_user_mask,
+                        sample_stack_user=self.switch_stack_user)
+
+    SCHED_SAMPLE_TYPE = (abi.SAMPLE_IDENTIFIER | abi.SAMPLE_TID | abi.SAMPLE_TIME
+                         | abi.SAMPLE_CPU | abi.SAMPLE_RAW)
+
+    def sched_attr(self, config: int) -> abi.Attr:
+        """A scheduler tracepoint without a stack: switch-ins and wake-ups."""
+        flags = (abi.FLAG_DISABLED | abi.FLAG_SAMPLE_ID_ALL | abi.FLAG_USE_CLOCKID
+                 | abi.FLAG_WATERMARK)
+        if self.target_pid != -1:
+            flags |= abi.FLAG_INHERIT
+            if self.enable_on_exec:
+                flags |= abi.FLAG_ENABLE_ON_EXEC
+        return abi.Attr(abi.TYPE_TRACEPOINT, config, 1, self.SCHED_SAMPLE_TYPE, flags,
+                        wakeup=self.sideband_pages * abi.PAGE_SIZE // 2)
+
+    def switch_layout(self) -> SampleLayout:
+        return SampleLayout(self.switch_sample_type, regs_user_mask=self.regs_user_mask)
+
+    def sched_layout(self) -> SampleLayout:
+        return SampleLayout(self.SCHED_SAMPLE_TYPE)
+
 
 class PerfSource:
     """The real thing: perf_event_open on one CPU (+ side-band from all)."""
@@ -153,20 +204,39 @@ class PerfSource:
 
     def _open_all(self, spec: SourceSpec) -> None:
         self.spec = spec
-        self.layout = spec.layout()
+        self.layout = Layouts(spec.layout())
         try:
             self._open(spec.sampling_attr(), spec.cpu, spec.ring_pages)
             for cpu in spec.cpus:
                 if cpu != spec.cpu:
                     self._open(spec.sideband_attr(), cpu, spec.sideband_pages)
+            self._open_sched(spec)
         except BaseException:
             self.close()
             raise
 
-    def _open(self, attr: abi.Attr, cpu: int, pages: int) -> None:
+    def _open_sched(self, spec: SourceSpec) -> None:
+        if spec.sched_switch:
+            fd = self._open(spec.switch_attr(), spec.cpu, spec.ring_pages)
+            self.layout.add(syscalls.event_id(fd), spec.switch_layout(),
+                            EventRoute(BY_NAME["sched:sched_switch"], True))
+            for cpu in spec.cpus:
+                if cpu != spec.cpu:
+                    fd = self._open(spec.sched_attr(spec.sched_switch), cpu,
+                                    spec.sideband_pages)
+                    self.layout.add(syscalls.event_id(fd), spec.sched_layout(),
+                                    EventRoute(BY_NAME["sched:sched_switch"], False))
+        if spec.sched_waking:
+            for cpu in spec.cpus:
+                fd = self._open(spec.sched_attr(spec.sched_waking), cpu, spec.sideband_pages)
+                self.layout.add(syscalls.event_id(fd), spec.sched_layout(),
+                                EventRoute(BY_NAME["sched:sched_waking"], False))
+
+    def _open(self, attr: abi.Attr, cpu: int, pages: int) -> int:
         fd = syscalls.perf_event_open(attr, self.spec.target_pid, cpu)
         self.fds.append(fd)
         self.rings.append(RingReader(fd, pages))
+        return fd
 
     def watch(self, fd: int) -> None:
         """Also wake up when ``fd`` is readable (a signal wakeup pipe)."""
@@ -205,8 +275,8 @@ class PerfSource:
 class ReplaySource:
     """Records from memory, in batches, through the EventSource interface."""
 
-    def __init__(self, layout: SampleLayout, batches: list[list[bytes]]) -> None:
-        self.layout = layout
+    def __init__(self, layout: SampleLayout | Layouts, batches: list[list[bytes]]) -> None:
+        self.layout = layout if isinstance(layout, Layouts) else Layouts(layout)
         self.batches = list(batches)
         self.current: list[bytes] = []
 

@@ -58,6 +58,13 @@ def enable(fd: int) -> None:
     fcntl.ioctl(fd, abi.IOC_ENABLE, 0)
 
 
+def event_id(fd: int) -> int:
+    """The id the kernel gives the event's samples (PERF_SAMPLE_IDENTIFIER)."""
+    buf = bytearray(8)
+    fcntl.ioctl(fd, abi.IOC_ID, buf)
+    return int.from_bytes(buf, "little")
+
+
 def set_parent_death_signal(signum: int) -> None:
     """Have the kernel send ``signum`` to this process when its parent dies."""
     _libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)

@@ -40,6 +40,9 @@ from ..machine.tasks import Mapping, ObjectKey, Process
 from .tally import MAX_STACKS, SampleTally
 
 SYNTHETIC_BASE = 0x4000_0000_0000_0000  # never a user or kernel address
+PROMOTE_WAIT_NS = 1_000_000_000
+"""A task with this much off-CPU or wait time gets a set of its own, as one
+with --min-samples samples does: a thread that mostly sleeps is worth seeing."""
 MAX_PIDS = 1024
 MAX_UNWRITTEN = 128  # ended tasks kept apart while .q cannot be written; then folded
 
@@ -199,6 +202,11 @@ class SetBook:
         return CollectedSet(data, SetWriter(promoted=promoted),
                             SetStats(self.clock.stamp(), lost_at_start=self.lost))
 
+    def open_sets(self) -> list[CollectedSet]:
+        """Every set still collecting on this CPU."""
+        out = list(self.by_process.values()) + list(self.aggregates.values())
+        return out + ([self.kernel] if self.kernel is not None else [])
+
     def process_ended(self, proc: Process) -> bool:
         """Note that ``proc`` ended; False if it never had a sample here."""
         ts = self.by_process.get(proc)
@@ -233,7 +241,8 @@ class SetBook:
             w = ts.writer
             if w.version is None:  # named now: a stub may have learnt its name since
                 ts.data.name = SetName(sanitize_prog(proc.comm), self.cpu, proc.pid)
-            if not w.promoted and ts.data.tally.samples >= self.min_samples:
+            if not w.promoted and (ts.data.tally.samples >= self.min_samples
+                                   or ts.data.tally.waits >= PROMOTE_WAIT_NS):
                 w.promoted = True
             if w.promoted and not w.fold:
                 if (proc.ended or final) and not w.finished:

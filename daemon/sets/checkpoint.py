@@ -17,7 +17,8 @@ from zlib_ng import gzip_ng
 
 from qtools.qformat import (CallCounts, CallStacks, Form, Histogram, Info, MapRange, ObjectRef,
                             QDir, Stored, TaskInfo, dump_info, edge_lines, hist_lines,
-                            stack_lines)
+                            stack_lines, thread_lines)
+from qtools.qformat.info import Threads
 from qtools.qformat.cgroup import name_cgroup
 from qtools.qformat.info import JitdumpRef
 
@@ -26,7 +27,7 @@ from ..machine import procfs
 from ..machine.tasks import Mapping
 from ..stopping import uninterrupted
 from .aggregate import CollectedSet
-from .tally import NO_KERNEL
+from .tally import NO_KERNEL, SampleTally
 from .objects import ObjectCopier
 
 
@@ -45,6 +46,8 @@ class RunInfo:
     compress: bool = False
     run_id: str | None = None  # one per q-syscollect invocation, kept across collector restarts
     run_start: float | None = None  # Unix seconds
+    off_cpu: bool = False  # --off-cpu: the .threads files have S/D/W lines
+    off_cpu_min_ns: int = 0
 
 
 def _objects(ts: CollectedSet, run: RunInfo, copier: ObjectCopier) -> list[ObjectRef]:
@@ -127,6 +130,17 @@ def build_info(ts: CollectedSet, run: RunInfo, copier: ObjectCopier, version: in
                                y_granularity=granularity)
     if run.unwinder and (prof.stacks or prof.folded_weight):
         info.call_stacks = CallStacks(name.file("stack", version), unwinder=run.unwinder)
+    if prof.thread_stacks:  # docs/q-format.md 4.9
+        info.threads = Threads(name.file("threads", version), off_cpu=1 if run.off_cpu else None,
+                               time_unit_label="seconds" if run.off_cpu else None,
+                               time_conversion_factor=1e-09 if run.off_cpu else None,
+                               min_stack_ns=run.off_cpu_min_ns if run.off_cpu else None,
+                               switches=prof.switches if run.off_cpu else None,
+                               switch_records_lost=prof.switch_lost or None,
+                               off_cpu_seconds=_wait_seconds(prof, ("S", "D"))
+                               if run.off_cpu else None,
+                               cpu_wait_seconds=_wait_seconds(prof, ("W",))
+                               if run.off_cpu else None)
     if prof.arcs:
         info.call_counts = CallCounts(name.file("edge", version), conversion_factor=1.0)
     info.kallsyms = run.kallsyms
@@ -140,13 +154,19 @@ def build_info(ts: CollectedSet, run: RunInfo, copier: ObjectCopier, version: in
     return info
 
 
+def _wait_seconds(prof: SampleTally, kinds: tuple[str, ...]) -> float:
+    ns = sum(w for (kind, _tid, _s), w in prof.thread_stacks.items() if kind in kinds)
+    return round(ns * 1e-9, 6)
+
+
 def _prefixed(stats: dict[str, float] | None) -> dict[str, float] | None:
     return {f"q:{k}": v for k, v in stats.items()} if stats else None
 
 
 def worth_writing(info: Info) -> bool:
     """A set with samples, or one that carries only its CPU's statistics."""
-    return bool(info.task.samples) or info.task.purpose == PURPOSE_CPU_STATS
+    return bool(info.task.samples) or info.task.purpose == PURPOSE_CPU_STATS or \
+        info.threads is not None
 
 
 def perf_map_copy(ts: CollectedSet, copier: ObjectCopier) -> Stored | None:
@@ -171,7 +191,7 @@ def write_sets(qdir: QDir, sets: list[CollectedSet], run: RunInfo, copier: Objec
     for ts in sets:
         name, w = ts.data.name, ts.writer
         try:
-            if not ts.data.tally.samples and not name.is_kernel:
+            if not ts.data.tally.samples and not ts.data.tally.waits and not name.is_kernel:
                 skipped.append(ts)  # nothing to show: no need to copy its perf map either
                 continue
             perf_map = perf_map_copy(ts, copier)
@@ -199,6 +219,10 @@ def write_sets(qdir: QDir, sets: list[CollectedSet], run: RunInfo, copier: Objec
                                       compress=run.compress, sync=False)
                 if info.call_counts:
                     qdir.atomic_write(info.call_counts.file, edge_lines(prof.arcs),
+                                      compress=run.compress, sync=False)
+                if info.threads:
+                    qdir.atomic_write(info.threads.file,
+                                      thread_lines(prof.thread_names, prof.thread_stacks),
                                       compress=run.compress, sync=False)
             staged.append((ts, info))
         except OSError as e:

@@ -40,7 +40,7 @@ from qtools.qformat.store import TEMP_PREFIX
 from ..clock import SYSTEM, Clock, Stamp
 
 CHUNK = 1 << 20
-DATA_TYPES = ("hist", "stack", "edge")
+DATA_TYPES = ("hist", "stack", "edge", "threads")
 QUIET_SECONDS = 1.0
 """A directory whose mtime is this much older than our look at it cannot
 change without its mtime changing (file times are coarser than ns)."""

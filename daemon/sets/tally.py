@@ -1,8 +1,8 @@
 """What a set counts of its samples: addresses, stacks, arcs, threads.
 
-``SampleTally`` is the data behind a set's `.hist`, `.stack` and `.edge`
-files. Its samples and weight per thread (tid) are kept in memory only, for
-now: the `.q` format has no place for them yet.
+``SampleTally`` is the data behind a set's `.hist`, `.stack`, `.edge` and
+`.threads` files: the `.threads` file holds its samples by thread and stack,
+the threads' names, and with ``--off-cpu`` their waits (docs/q-format.md 5.8).
 """
 
 from __future__ import annotations
@@ -47,6 +47,14 @@ class SampleTally:
     threads: dict[int, list[int]] = field(default_factory=dict)  # tid -> [samples, weight]
     other_threads: list[int] = field(default_factory=lambda: [0, 0])  # beyond max_threads
     max_threads: int = MAX_THREADS
+    # (kind, tid, stack) -> weight: `.threads` lines; "cpu" in event units,
+    # S/D/W in ns. Capped with the stacks: beyond, the stack is left out (-)
+    thread_stacks: defaultdict[tuple[str, int, tuple[int, ...]], int] = field(
+        default_factory=lambda: defaultdict(int))
+    thread_names: dict[int, str] = field(default_factory=dict)
+    waits: int = 0  # ns of S/D/W: a set with waits is written even without samples
+    switches: int = 0  # switches out of its threads on this CPU (--off-cpu)
+    switch_lost: int = 0  # records the rings lost while it was open (--off-cpu)
     # Lowest address taken in kernel mode (cpumode, PERF_CONTEXT_KERNEL): at or
     # above it every address held is the kernel's (q:kernel-from)
     kernel_from: int = NO_KERNEL
@@ -64,6 +72,18 @@ class SampleTally:
             slot = self.threads.get(tid) or self._thread_slot(tid)
             slot[0] += 1
             slot[1] += weight
+            self.add_thread("cpu", tid, stack or (ip,), weight)
+
+    def add_thread(self, kind: str, tid: int, stack: tuple[int, ...], weight: int) -> None:
+        """A `.threads` weight: a sample's (``cpu``) or a wait's (S, D, W, ns)."""
+        key = (kind, tid, stack)
+        ts = self.thread_stacks
+        if key not in ts and len(ts) >= self.max_stacks + self.max_threads:
+            key = (kind, tid if len(self.threads) < self.max_threads or tid in self.threads
+                   else 0, ())
+        ts[key] += weight
+        if kind != "cpu":
+            self.waits += weight
 
     def count_thread(self, tid: int, weight: int, samples: int = 1) -> None:
         slot = self.threads.get(tid) or self._thread_slot(tid)
@@ -113,6 +133,12 @@ class SampleTally:
             if self.folded_stacks is None:
                 self.folded_stacks = DistinctCount()
             self.folded_stacks.merge(other.folded_stacks)
+        for (kind, tid, s), w in other.thread_stacks.items():
+            self.add_thread(kind, tid, tuple(tr(a) for a in s), w)
+        self.switches += other.switches
+        self.switch_lost = max(self.switch_lost, other.switch_lost)
+        for tid, name in other.thread_names.items():
+            self.thread_names.setdefault(tid, name)
         for tid, (samples, weight) in other.threads.items():
             self.count_thread(tid, weight, samples)
         self.other_threads[0] += other.other_threads[0]

@@ -22,6 +22,7 @@ from qtools.qformat import DEFAULT_LIMITS, Info, Limits, MissingFile, QFormatErr
     read_stacks, require_complete, resolve_info, sanitize_prog
 from qtools.qformat.archive import looks_like_archive, open_archive
 from qtools.qformat.data import Arc
+from qtools.qformat.threads import ThreadName, ThreadWeight, read_threads
 from qtools.qformat.stores import DirStore, Store
 
 from ..errors import ViewError
@@ -205,6 +206,20 @@ class StoredSet:
                 raise
             return None
         return _closing(f, read_stacks(f, self.limits, name=self.data_path(cs.file)))
+
+    def threads(self) -> Iterator[ThreadWeight | ThreadName] | None:
+        """The `.threads` records (docs/q-format.md 5.8), or None where the
+        set has none."""
+        th = self.info.threads
+        if th is None:
+            return None
+        try:
+            f = self._open(th.file)
+        except MissingFile:
+            if self.data_expected:
+                raise
+            return None
+        return _closing(f, read_threads(f, self.limits, name=self.data_path(th.file)))
 
     def edges(self) -> Iterator[Arc] | None:
         """The `.edge` records, or None where the set has none (MissingFile

@@ -16,14 +16,17 @@ whole-machine view holds one set's locations at once, not all of them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from qtools.qformat import Arc, LimitExceeded, MissingFile, QFormatError, Stack
 
 from ..naming.space import AddressSpace
 from ..naming.symbols import Symbols, Warn
-from ..profile.model import Location
+from ..profile.model import Frame, Location
 from .load import StoredSet
+
+if TYPE_CHECKING:
+    from .threadlocs import ThreadView
 
 
 @dataclass
@@ -48,11 +51,15 @@ class SetLocations:
     # (call site, callee) -> calls, from the `.edge` (None: no call counts).
     calls: dict[tuple[int, int], int] | None = None
     no_stack_file: bool = False  # the `.info` names no `.stack` though it has samples
+    # From a `.threads` file (threadlocs.py): counts in these units when
+    # not the set's own, and the locations that stand for a thread
+    factor_override: float | None = None
+    thread_roots: dict[int, Frame] = field(default_factory=dict)
 
     @property
     def factor(self) -> float:
         """Output units (seconds, usually) per count, of this set alone."""
-        return self.stored.factor
+        return self.stored.factor if self.factor_override is None else self.factor_override
 
 
 class _Table:
@@ -73,10 +80,17 @@ class _Table:
         return lid
 
 
-def locate(sets: Iterable[StoredSet], symbols: Symbols, warn: Warn) -> Iterator[SetLocations]:
-    """Each set's locations, one set at a time (see the module's docstring)."""
+def locate(sets: Iterable[StoredSet], symbols: Symbols, warn: Warn,
+           view: ThreadView | None = None) -> Iterator[SetLocations]:
+    """Each set's locations, one set at a time (see the module's docstring);
+    from its `.threads` file where ``view`` needs one (threadlocs.py)."""
     for index, ts in enumerate(sets):
-        yield locate_set(ts, index, symbols.space(ts.directory, ts.info), warn)
+        space = symbols.space(ts.directory, ts.info)
+        if view is not None and view.needed:
+            from .threadlocs import locate_threads
+            yield locate_threads(ts, index, space, view, warn)
+        else:
+            yield locate_set(ts, index, space, warn)
 
 
 def locate_set(ts: StoredSet, index: int, space: AddressSpace, warn: Warn) -> SetLocations:

@@ -13,6 +13,7 @@ named in its own address space. Counts are converted to output units
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from typing import Callable
@@ -23,6 +24,7 @@ from qtools.qformat.limits import exceeded
 from ..errors import ViewError
 from ..inputs.load import StoredSet
 from ..inputs.locations import SetLocations, locate
+from ..inputs.threadlocs import NANOSECOND, ThreadView
 from .model import Frame, FrameTable, InterpreterQuality, Samples, SetSummary, StackQuality, \
     printable
 from ..naming.symbols import Symbolized, Symbols, Warn
@@ -134,7 +136,7 @@ class SampleBuilder:
         ts = sl.stored
         self.sets.append(ts)
         names = _Names(self, sl)
-        factor = ts.factor
+        factor = sl.factor
         acc = self.stacks
         if sl.from_stacks:
             self.with_stacks += 1
@@ -295,7 +297,10 @@ class _Names:
 
     def frame(self, lid: int) -> int:
         fid = self.fids[lid]
-        if fid < 0:
+        if fid < 0 and lid in self.sl.thread_roots:  # --by thread (threadlocs.py)
+            fid = self.fids[lid] = self.builder.table.id(self.sl.thread_roots[lid])
+            self.kernel[lid] = True  # no user frame: left out of the stack quality
+        elif fid < 0:
             loc = self.sl.locations[lid]
             sym = self.sl.space.lookup(loc.address, loc.is_return)
             if self.by_line and not sym.kernel:
@@ -346,12 +351,19 @@ class _Names:
 
 
 def build_samples(sets: list[StoredSet], symbols: Symbols, by: str, warn: Warn,
-                  escape: Escape | None = printable, inline: bool = False) -> Samples:
+                  escape: Escape | None = printable, inline: bool = False,
+                  view: ThreadView | None = None) -> Samples:
     """The sets' samples, named and merged: each set is loaded as locations
     (locations.py) and named at once, one set at a time. ``escape`` None
     keeps names as they are (for JSON, which escapes them)."""
     limits = sets[0].limits if sets else DEFAULT_LIMITS
     builder = SampleBuilder(by, warn, escape, limits.stacks, inline)
-    for sl in locate(sets, symbols, warn):
+    for sl in locate(sets, symbols, warn, view):
         builder.add(sl)
-    return builder.result()
+    samples = builder.result()
+    if view is not None and view.in_time:  # docs/q-format.md 4.9: nanoseconds
+        samples = dataclasses.replace(samples, event=view.metric, unit="seconds",
+                                      count_unit=NANOSECOND,
+                                      granularities=[] if view.metric != "cpu"
+                                      else samples.granularities)
+    return samples

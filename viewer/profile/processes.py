@@ -24,6 +24,7 @@ from ..naming.symbols import Symbols, Warn
 from ..overview import IDLE, KERNEL, kernel_only_run
 from ..render.units import SECONDS
 from .build import build_samples
+from ..inputs.threadlocs import ThreadView
 from .model import Frame, FrameTable, Samples, StackQuality, printable
 from .processors import PROCESS_OBJECT
 
@@ -49,9 +50,11 @@ def process_frame(label: str) -> Frame:
 
 
 def by_process(sets: Iterable[StoredSet], symbols: Symbols, by: str, warn: Warn,
-               per_pid: bool = False, weight: str = "event", inline: bool = False) -> Samples:
+               per_pid: bool = False, weight: str = "event", inline: bool = False,
+               view: ThreadView | None = None) -> Samples:
     """The stacks of ``sets``, each under its process frame, merged."""
-    parts = [(ts, build_samples([ts], symbols, by, warn, inline=inline)) for ts in sets]
+    parts = [(ts, build_samples([ts], symbols, by, warn, inline=inline, view=view))
+             for ts in sets]
     if not parts:
         raise ViewError("no task sets to show")
     if weight == "samples":

@@ -39,6 +39,23 @@ def hide_kernel(samples: Samples) -> Samples:
     return _keep_frames(samples, kernel=False)
 
 
+def strip_kernel(samples: Samples) -> Samples:
+    """``--no-kernel`` of time off the CPU (``--event off-cpu``...): every
+    stack starts in the scheduler, so the kernel frames are taken away and
+    the time stays with the user code that entered the kernel; a stack of
+    kernel frames only (a kernel thread) keeps its outermost one."""
+    frames = samples.frames
+    stacks: dict[tuple[int, ...], float] = {}
+    for stack, w in samples.stacks.items():
+        kept = tuple(f for f in stack if not frames[f].kernel) or stack[-1:]
+        stacks[kept] = stacks.get(kept, 0.0) + w
+    calls = None
+    if samples.calls is not None:
+        calls = {pair: n for pair, n in samples.calls.items()
+                 if not frames[pair[0]].kernel and not frames[pair[1]].kernel}
+    return dataclasses.replace(samples, stacks=stacks, calls=calls)
+
+
 def kernel_only(samples: Samples) -> Samples:
     return _keep_frames(samples, kernel=True)
 

@@ -21,6 +21,7 @@ from .build import build_samples
 from .callgraph import analyze
 from .model import CallGraph, printable
 from .pyview import python_only
+from ..inputs.threadlocs import ThreadView
 
 
 def symbolizer(args: argparse.Namespace, warn: Warn, sets: list[StoredSet]) -> Symbols:
@@ -37,6 +38,13 @@ def symbolizer(args: argparse.Namespace, warn: Warn, sets: list[StoredSet]) -> S
                    fetcher)
 
 
+def thread_view(args: argparse.Namespace) -> ThreadView:
+    """--event, --tid and --by thread: what of the `.threads` files to show."""
+    tids = getattr(args, "tid", None)
+    return ThreadView(getattr(args, "event", None) or "cpu",
+                      frozenset(tids) if tids else None, args.by == "thread")
+
+
 def call_graph(sets: list[StoredSet], args: argparse.Namespace, warn: Warn) -> CallGraph:
     """The checked call graph of ``sets`` for the report ``args`` ask for
     (model.InconsistentGraph where its sums do not hold: a bug)."""
@@ -44,15 +52,19 @@ def call_graph(sets: list[StoredSet], args: argparse.Namespace, warn: Warn) -> C
     symbols = symbolizer(args, warn, sets)
     # JSON escapes control characters itself: names go to it as they are
     escape = None if report.raw_names else printable
+    view = thread_view(args)
     try:
+        by = "function" if args.by == "thread" else args.by
         if report.process_roots:
-            samples = processes.by_process(sets, symbols, args.by, warn, args.per_pid,
-                                           args.weight, args.inline)
+            samples = processes.by_process(sets, symbols, by, warn, args.per_pid,
+                                           args.weight, args.inline, view)
         else:
-            samples = build_samples(sets, symbols, args.by, warn, escape, args.inline)
+            samples = build_samples(sets, symbols, by, warn, escape, args.inline, view)
     finally:
         symbols.close()
-    if args.no_kernel:
+    if args.no_kernel and view.in_time:
+        samples = processors.strip_kernel(samples)
+    elif args.no_kernel:
         samples = processors.hide_kernel(samples)
     elif args.kernel_only:
         samples = processors.kernel_only(samples)

@@ -36,7 +36,8 @@ RUN_DIGITS = 8  # of a run id in the run column: a prefix --run takes
 
 STAT_COLUMNS = (("user-seconds", "user"), ("system-seconds", "sys"),
                 ("voluntary-switches", "vcsw"), ("involuntary-switches", "ivcsw"),
-                ("minor-faults", "minflt"), ("major-faults", "majflt"))
+                ("minor-faults", "minflt"), ("major-faults", "majflt"),
+                ("off-cpu-seconds", "off-cpu"), ("cpu-wait-seconds", "cpuwait"))
 
 
 def render(rows: list[Row], directory: str, out: TextIO, cpus: list[CpuRow] | None = None,

@@ -1,0 +1,129 @@
+"""Samples of several events in one collector: each event's layout and
+route by its id.
+
+Every event the collector opens has ``PERF_SAMPLE_IDENTIFIER``: a sample
+carries its event's id first (offset 8), every other record last (the
+``sample_id_all`` trailer). ``Layouts`` picks the event's ``SampleLayout``
+by that id, and ``TRACEPOINT_ROUTES`` turns a tracepoint sample's raw
+fields into the record its ``on_<event>`` handler takes, as
+``routes.ROUTES`` does for record types. Raw field offsets are those of
+``/sys/kernel/tracing/events/sched/*/format`` (stable since 4.x on
+64-bit machines; ``prev_state`` is a ``long``).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Callable
+
+from ..kernel import abi
+from .records import Record, RecordError, Sample, SampleLayout
+
+_HEADER = struct.Struct("<IHH")
+_U64 = struct.Struct("<Q")
+
+
+@dataclass(frozen=True, slots=True)
+class SchedSwitch:
+    """sched:sched_switch: ``prev_tid`` leaves its CPU in ``prev_state``,
+    ``next_tid`` runs. ``sample`` carries the stack at the switch (the
+    own CPU's event), or None (another CPU's, no stack)."""
+
+    time: int
+    cpu: int
+    prev_tid: int
+    prev_state: int
+    next_tid: int
+    next_comm: str
+    sample: Sample | None
+
+
+@dataclass(frozen=True, slots=True)
+class SchedWaking:
+    """sched:sched_waking (or sched_wakeup): ``tid`` is made runnable."""
+
+    time: int
+    tid: int
+
+
+def _comm(raw: bytes, off: int) -> str:
+    return raw[off:off + 16].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+
+
+def _switch(s: Sample, with_stack: bool) -> SchedSwitch:
+    raw = s.raw
+    if len(raw) < 64:
+        raise RecordError("sched_switch sample without its raw fields")
+    prev_pid, = struct.unpack_from("<i", raw, 24)
+    prev_state, = struct.unpack_from("<q", raw, 32)
+    next_pid, = struct.unpack_from("<i", raw, 56)
+    return SchedSwitch(s.time, s.cpu, prev_pid, prev_state, next_pid, _comm(raw, 40),
+                       s if with_stack else None)
+
+
+def _waking(s: Sample, with_stack: bool) -> SchedWaking:
+    if len(s.raw) < 28:
+        raise RecordError("sched_waking sample without its raw fields")
+    return SchedWaking(s.time, struct.unpack_from("<i", s.raw, 24)[0])
+
+
+@dataclass(frozen=True)
+class TracepointRoute:
+    name: str  # SYSTEM:EVENT
+    decode: Callable[[Sample, bool], "SchedSwitch | SchedWaking"]
+    record: type
+    event: str  # on_<event>
+
+
+TRACEPOINT_ROUTES: tuple[TracepointRoute, ...] = (
+    TracepointRoute("sched:sched_switch", _switch, SchedSwitch, "sched_switch"),
+    TracepointRoute("sched:sched_waking", _waking, SchedWaking, "sched_waking"),
+    TracepointRoute("sched:sched_wakeup", _waking, SchedWaking, "sched_waking"),
+)
+BY_NAME = {r.name: r for r in TRACEPOINT_ROUTES}
+
+
+@dataclass(frozen=True)
+class EventRoute:
+    """What the collector knows of one opened event, by its id."""
+
+    route: TracepointRoute
+    with_stack: bool
+
+
+class Layouts:
+    """The main event's layout, plus one per extra event id.
+
+    Duck-types ``SampleLayout`` for the collector: ``decode`` and
+    ``sample_type`` (the main event's)."""
+
+    def __init__(self, main: SampleLayout) -> None:
+        self.main = main
+        self.sample_type = main.sample_type
+        self.by_id: dict[int, SampleLayout] = {}
+        self.routes: dict[int, EventRoute] = {}
+
+    def add(self, event_id: int, layout: SampleLayout, route: EventRoute) -> None:
+        self.by_id[event_id] = layout
+        self.routes[event_id] = route
+
+    def decode(self, rec: bytes | memoryview) -> Record | SchedSwitch | SchedWaking:
+        if not self.by_id:
+            return self.main.decode(rec)
+        if len(rec) < 16:
+            return self.main.decode(rec)  # says what is wrong with it
+        type_, _misc, size = _HEADER.unpack_from(rec, 0)
+        if size > len(rec) or size < 16:
+            return self.main.decode(rec)
+        at = 8 if type_ == abi.RECORD_SAMPLE else size - 8
+        event_id = _U64.unpack_from(rec, at)[0]
+        layout = self.by_id.get(event_id, self.main)
+        out = layout.decode(rec)
+        er = self.routes.get(event_id)
+        if er is not None and type(out) is Sample:
+            return er.route.decode(out, er.with_stack)
+        return out
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.main, name)

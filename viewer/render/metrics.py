@@ -1,0 +1,51 @@
+"""``--metrics cpu,off-cpu,wall``: several metrics of the same functions
+side by side, each exclusive (self) and inclusive, as the Studio analyzer
+shows them. One call graph per metric (``--event``), joined by frame."""
+
+from __future__ import annotations
+
+import json
+from typing import TextIO
+
+from ..numfmt import si
+from ..profile.model import CallGraph, Frame
+
+
+def rows(graphs: dict[str, CallGraph]) -> list[tuple[Frame, dict[str, tuple[float, float]]]]:
+    """Every function of any metric: metric -> (self, inclusive) seconds,
+    by the first metric's inclusive time, then its self time, heaviest first."""
+    frames: dict[Frame, dict[str, tuple[float, float]]] = {}
+    for metric, g in graphs.items():
+        for frame, fn in g.functions.items():
+            frames.setdefault(frame, {})[metric] = (fn.self, fn.inclusive)
+    first = next(iter(graphs))
+    return sorted(frames.items(), key=lambda kv: (-kv[1].get(first, (0.0, 0.0))[1],
+                                                  -kv[1].get(first, (0.0, 0.0))[0],
+                                                  kv[0].name))
+
+
+def render_text(graphs: dict[str, CallGraph], out: TextIO, min_percent: float = 0.0) -> None:
+    metrics = list(graphs)
+    out.write("Functions by " + ", ".join(metrics) + " (seconds; self, then inclusive)\n")
+    head = "".join(f" {m + ' self':>14} {m + ' incl':>14}" for m in metrics)
+    out.write(f"{head}  name\n")
+    totals = "".join(f" {si(g.total):>14} {'':>14}" for g in graphs.values())
+    out.write(f"{totals}  [total]\n")
+    first = graphs[metrics[0]]
+    limit = first.total * min_percent / 100.0
+    for frame, values in rows(graphs):
+        if values.get(metrics[0], (0.0, 0.0))[1] < limit:
+            continue
+        cells = "".join(f" {si(values[m][0]) if m in values else '-':>14}"
+                        f" {si(values[m][1]) if m in values else '-':>14}" for m in metrics)
+        out.write(f"{cells}  {frame.name}\n")
+
+
+def render_json(graphs: dict[str, CallGraph], out: TextIO) -> None:
+    data = {"format": 1, "metrics": [{"event": m, "unit": g.samples.unit, "total": g.total}
+                                     for m, g in graphs.items()],
+            "functions": [{"name": f.name, "object": f.object,
+                           **{m: {"self": v[0], "inclusive": v[1]} for m, v in vals.items()}}
+                          for f, vals in rows(graphs)]}
+    json.dump(data, out, indent=1)
+    out.write("\n")
