@@ -5,7 +5,7 @@ shows them. One call graph per metric (``--event``), joined by frame."""
 from __future__ import annotations
 
 import json
-from typing import TextIO
+from typing import Any, TextIO
 
 from ..numfmt import si
 from ..profile.model import CallGraph, Frame
@@ -41,11 +41,17 @@ def render_text(graphs: dict[str, CallGraph], out: TextIO, min_percent: float = 
         out.write(f"{cells}  {frame.name}\n")
 
 
-def render_json(graphs: dict[str, CallGraph], out: TextIO) -> None:
-    data = {"format": 1, "metrics": [{"event": m, "unit": g.samples.unit, "total": g.total}
-                                     for m, g in graphs.items()],
-            "functions": [{"name": f.name, "object": f.object,
-                           **{m: {"self": v[0], "inclusive": v[1]} for m, v in vals.items()}}
-                          for f, vals in rows(graphs)]}
+def render_json(graphs: dict[str, CallGraph], out: TextIO, with_arcs: bool = False) -> None:
+    """The functions of every metric; ``with_arcs`` (--graph): and every call,
+    with the time of each metric attributed along it."""
+    data: dict[str, Any] = {
+        "format": 1, "metrics": [{"event": m, "unit": g.samples.unit, "total": g.total}
+                                 for m, g in graphs.items()],
+        "functions": [{"name": f.name, "object": f.object,
+                       **{m: {"self": v[0], "inclusive": v[1]} for m, v in vals.items()}}
+                      for f, vals in rows(graphs)]}
+    if with_arcs:
+        from .metricgraph import json_arcs  # it imports this module's rows
+        data["arcs"] = json_arcs(graphs)
     json.dump(data, out, indent=1)
     out.write("\n")
