@@ -90,3 +90,75 @@ def test_no_kernel_keeps_off_cpu_time_with_the_user_code(tmp_path, calls_pie):
                          "--format", "json")
     assert code == 0, err
     assert abs(json.loads(out)["total"] - 0.907) < 1e-9
+
+
+def _graph_entries(out: str, metrics: int) -> dict[str, list[list[str]]]:
+    """The call graph of --metrics -g: each entry's name -> its lines (callers,
+    the entry, callees), each as its cells and then its name."""
+    body = out.split("[total]\n", 1)[1]
+    entries: dict[str, list[list[str]]] = {}
+    for block in body.split("-" * 47 + "\n"):
+        lines = [line.split() for line in block.splitlines()
+                 if line and "<spontaneous>" not in line]
+        if not lines:
+            continue
+        parsed = [t[:1 + 2 * metrics] + [" ".join(t[1 + 2 * metrics:])] if t[0].startswith("[")
+                  and t[0].endswith("]") and t[0][1:-1].isdigit()
+                  else t[:2 * metrics] + [" ".join(t[2 * metrics:])] for t in lines]
+        head = next(p for p in parsed if len(p) == 2 + 2 * metrics)
+        entries[head[-1].rsplit(" [", 1)[0]] = parsed
+    return entries
+
+
+def test_metrics_call_graph_text(tmp_path, calls_pie):
+    q, name = _setup(tmp_path, calls_pie)
+    code, out, err = run(q.info_path(name), "--metrics", "cpu,off-cpu,wall", "-g")
+    assert (code, err) == (0, "")
+    assert "Functions by" not in out  # the graph alone, as --graph alone shows it
+    entries = _graph_entries(out, 3)
+    main = entries["main"]
+    # the entry: each metric's self and inclusive; then the callees, heaviest first
+    assert main[0] == ["[1]", "0.00", "40.0m", "0.00", "0.900", "0.00", "0.990", "main [1]"]
+    assert main[1][:-1] == ["0.00", "30.0m", "0.00", "0.300", "0.00", "0.330"]
+    assert main[1][-1].startswith("work [")
+    assert main[2][:-1] == ["10.0m", "10.0m", "0.600", "0.600", "0.660", "0.660"]
+    assert main[2][-1].startswith("leaf2 [")
+    leaf1 = entries["leaf1"]  # its caller above it, with what it spent for that caller
+    assert leaf1[0][:-1] == ["30.0m", "30.0m", "0.300", "0.300", "0.330", "0.330"]
+    assert leaf1[0][-1].startswith("work [")
+    # time with no stack: no CPU time at all, so "-" there, not 0
+    assert entries["[stacks not kept]"][0][1:7] == ["-", "-", "7.00m", "7.00m", "7.00m", "7.00m"]
+    code, flat, _ = run(q.info_path(name), "--metrics", "cpu,off-cpu,wall")
+    assert code == 0 and "Functions by" in flat and "Call graph" not in flat
+    code, both, _ = run(q.info_path(name), "--metrics", "cpu,off-cpu,wall", "--flat", "--graph")
+    assert code == 0 and both == flat + "\n" + out
+
+
+def test_metrics_call_graph_json(tmp_path, calls_pie):
+    q, name = _setup(tmp_path, calls_pie)
+    code, out, err = run(q.info_path(name), "--metrics", "wall,cpu-wait", "--graph",
+                         "--format", "json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["metrics"][1] == {"event": "cpu-wait", "unit": "seconds", "total": 0.05}
+    arcs = {(a["caller"], a["callee"]): a for a in data["arcs"]}
+    assert set(arcs) == {("main", "work"), ("main", "leaf2"), ("work", "leaf1")}
+    assert arcs[("main", "leaf2")]["wall"] == {"self": 0.66, "inclusive": 0.66}
+    assert arcs[("main", "leaf2")]["cpu-wait"] == {"self": 0.05, "inclusive": 0.05}
+    assert arcs[("main", "work")]["wall"] == {"self": 0.0, "inclusive": 0.33}
+    assert "cpu-wait" not in arcs[("main", "work")]  # no wait for a CPU under work: no key
+    code, out, err = run(q.info_path(name), "--metrics", "wall,cpu-wait", "--format", "json")
+    assert code == 0 and "arcs" not in json.loads(out)  # without --graph: as before
+
+
+def test_metrics_call_graph_of_a_set_without_threads(tmp_path, calls_pie):
+    """A set collected without --off-cpu has CPU time only: its off-CPU
+    columns are "-" everywhere, never 0."""
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    name = q.task("calls", 40, 0, stacks=[(30 * MS, [o.at("leaf1"), o.ret("main")])])
+    code, out, err = run(q.info_path(name), "--metrics", "cpu,off-cpu", "-g")
+    assert code == 0, err
+    main = _graph_entries(out, 2)["main"]
+    assert main[0][:5] == ["[2]", "0.00", "30.0m", "-", "-"]
+    assert main[1] == ["30.0m", "30.0m", "-", "-", "leaf1 [1]"]
