@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from qsynth import MS, QBuilder
-from scenarios import run, threads_setup as _setup
+from scenarios import run, threads_setup as _setup, with_threads
+
+from qtools.qformat import dump_info, read_info
 
 
 def _by_thread(out: str) -> dict[str, float]:
@@ -162,3 +165,37 @@ def test_metrics_call_graph_of_a_set_without_threads(tmp_path, calls_pie):
     main = _graph_entries(out, 2)["main"]
     assert main[0][:5] == ["[2]", "0.00", "30.0m", "-", "-"]
     assert main[1] == ["30.0m", "30.0m", "-", "-", "leaf1 [1]"]
+
+
+def test_overview_json_off_cpu_seconds(tmp_path, calls_pie):
+    """The overview's JSON carries each process's off-CPU and wait-for-CPU
+    seconds in its stats, as the text's off-cpu and cpuwait columns; a set
+    collected without --off-cpu leaves them out (unknown, not 0)."""
+    q, name = _setup(tmp_path, calls_pie)
+    o = q.objects[0]
+    q.task("calls", 40, 1, stacks=[(5 * MS, [o.at("leaf1"), o.ret("main")])])
+    second = q.task("calls", 40, 2, stacks=[(5 * MS, [o.at("leaf1"), o.ret("main")])])
+    with_threads(q, second, {40: "calls"}, {("S", 40, ()): 100 * MS})  # says 0.9 and 0.05
+    q.task("plain", 50, 0, stacks=[(5 * MS, [o.at("leaf2"), o.ret("main")])])
+    cpu_only = q.task("bythread", 60, 0, stacks=[(5 * MS, [o.at("leaf2"), o.ret("main")])])
+    with_threads(q, cpu_only, {60: "bythread"}, {("cpu", 60, ()): 5 * MS})
+    info = read_info(q.path / cpu_only)  # .threads of the CPU samples only: no --off-cpu
+    info.threads = dataclasses.replace(info.threads, off_cpu=None, off_cpu_seconds=None,
+                                       cpu_wait_seconds=None)
+    (q.path / cpu_only).write_text(dump_info(info))
+    for extra in ((), ("--per-cpu",), ("--group", "unit")):
+        code, out, err = run(str(q.path), "--overview", "--format", "json", *extra)
+        assert code == 0, err
+        rows = {(r["command"], r["cpu"]): r["stats"] for r in json.loads(out)["sets"]}
+        if extra == ("--per-cpu",):
+            assert rows[("calls", "0")] == {"off-cpu-seconds": 0.9, "cpu-wait-seconds": 0.05}
+            assert "off-cpu-seconds" not in rows[("calls", "1")]
+            assert rows[("calls", "2")]["off-cpu-seconds"] == 0.9
+        elif extra:
+            assert rows[("-", "0,1,2")] == {"off-cpu-seconds": 1.8, "cpu-wait-seconds": 0.1}
+            continue  # one unit: every process
+        else:  # each wait is counted in the set of the CPU it began on: they add up
+            assert rows[("calls", "0,1,2")] == {"off-cpu-seconds": 1.8, "cpu-wait-seconds": 0.1}
+        assert "off-cpu-seconds" not in rows[("plain", "0")]
+        assert "off-cpu-seconds" not in rows[("bythread", "0")]
+        assert "cpu-wait-seconds" not in rows[("bythread", "0")]
