@@ -68,8 +68,8 @@ def with_threads(q: QBuilder, name: str, names: dict[int, str], weights: dict) -
     (kind, tid, frames) -> nanoseconds, as q-syscollect --off-cpu writes it."""
     path = q.path / name
     info = read_info(path)
-    base = name.split(".info#")[0]
-    tname = f"{base}.threads#0"
+    base, _, version = name.partition(".info#")
+    tname = f"{base}.threads#{version}"
     (q.path / tname).write_bytes(b"".join(thread_lines(names, weights)))
     info.threads = Threads(tname, off_cpu=1, time_unit_label="seconds",
                            time_conversion_factor=1e-9, min_stack_ns=0, switches=3,

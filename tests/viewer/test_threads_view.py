@@ -199,3 +199,58 @@ def test_overview_json_off_cpu_seconds(tmp_path, calls_pie):
         assert "off-cpu-seconds" not in rows[("plain", "0")]
         assert "off-cpu-seconds" not in rows[("bythread", "0")]
         assert "cpu-wait-seconds" not in rows[("bythread", "0")]
+
+
+def test_diff_of_off_cpu_time(tmp_path, calls_pie):
+    """--diff --event off-cpu compares off-CPU time per function, in seconds
+    with --absolute; --tid and --by thread apply to both sides."""
+    base, base_name = _setup(tmp_path / "base", calls_pie)
+    q = QBuilder(tmp_path / "new" / ".q")
+    o = q.load(calls_pie)
+    sleep = (o.at("leaf2"), o.ret("main"))
+    work = (o.at("leaf1"), o.ret("work"), o.ret("main"))
+    name = q.task("calls", 40, 0, stacks=[(30 * MS, list(work))])
+    with_threads(q, name, {40: "calls", 41: "io worker"}, {
+        ("cpu", 40, work): 30 * MS, ("S", 40, sleep): 900 * MS, ("D", 41, work): 100 * MS})
+    code, out, err = run("--diff", str(base.path), str(q.path), "--event", "off-cpu",
+                         "--absolute", "--format", "json")
+    assert (code, err) == (0, "")
+    data = json.loads(out)
+    assert data["unit"] == "seconds" and data["base"]["event"] == data["new"]["event"] == "off-cpu"
+    rows = {f["name"]: f for f in data["functions"]}
+    assert abs(rows["leaf2"]["self_change"] - 0.3) < 1e-9  # 0.6 s -> 0.9 s
+    assert abs(rows["leaf1"]["self_change"] + 0.2) < 1e-9  # 0.3 s -> 0.1 s
+    assert rows["[stacks not kept]"]["status"] == "gone"
+    code, out, err = run("--diff", str(base.path), str(q.path), "--event", "off-cpu",
+                         "--tid", "41", "--by", "thread", "--absolute", "--format", "json")
+    assert (code, err) == (0, "")
+    rows = {f["name"]: f for f in json.loads(out)["functions"]}
+    assert "calls [tid 40]" not in rows
+    thread = rows["io worker [tid 41]"]
+    assert abs(thread["base_inclusive"] - 0.307) < 1e-9
+    assert abs(thread["new_inclusive"] - 0.1) < 1e-9
+    code, out, err = run("--diff", str(base.path), str(q.path), "--event", "off-cpu")
+    assert code == 0 and "0.907 seconds of off-cpu" in out and "1.00 seconds of off-cpu" in out
+
+
+def test_diff_and_exports_refuse_several_metrics(tmp_path, calls_pie):
+    q, name = _setup(tmp_path, calls_pie)
+    code, out, err = run("--diff", str(q.path), str(q.path), "--metrics", "cpu,off-cpu")
+    assert (code, out) == (2, "")
+    assert err == "q-view: --diff compares one metric: give --event METRIC, not --metrics\n"
+    code, out, err = run(str(q.path), "--metrics", "cpu,off-cpu", "--format", "pprof",
+                         "-o", str(tmp_path / "p.pb"))
+    assert code == 2 and err.count("\n") == 1 and "--metrics" in err
+    assert not (tmp_path / "p.pb").exists()
+
+
+def test_a_metric_of_sets_without_off_cpu_data_says_so(tmp_path, calls_pie):
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    q.task("calls", 40, 0, stacks=[(30 * MS, [o.at("leaf1"), o.ret("main")])])
+    code, out, err = run(str(q.path), "--event", "off-cpu", "--flat")
+    assert code == 0 and "(no samples)" in out
+    assert err == (f"q-view: warning: {q.path}: no off-CPU data in the selected sets "
+                   "(collected without q-syscollect --off-cpu): off-cpu is empty\n")
+    code, out, err = run(str(q.path), "--flat")  # the CPU profile: nothing to say
+    assert (code, err) == (0, "")
