@@ -14,7 +14,7 @@ time already counts a stack once however often it recurs.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, TextIO
+from typing import Any, Callable, Iterable, TextIO
 
 from ..numfmt import DASH, si
 from ..profile.model import Arc, CallGraph, Frame
@@ -106,11 +106,12 @@ def _blank(metrics: list[str]) -> str:
 
 
 def _lines(graphs: dict[str, CallGraph], metrics: list[str], frame: Frame, callers: bool,
-           ref: Any, out: TextIO) -> None:
+           ref: Callable[[Frame], str], out: TextIO) -> None:
     """The callers (ascending: the heaviest next to the entry, as gprof) or
     the callees (descending) of ``frame``; those below --min-percent summed."""
     first = graphs[metrics[0]]
-    shown, hidden = [], []
+    shown: list[tuple[Frame, dict[str, Pair]]] = []
+    hidden: list[tuple[Frame, dict[str, Pair]]] = []
     for pair in _arcs(graphs, frame, callers):
         other = pair[0] if callers else pair[1]
         (shown if first.shown(other) else hidden).append((other, arc_values(graphs, *pair)))
