@@ -108,7 +108,9 @@ def _graph_entries(out: str, metrics: int) -> dict[str, list[list[str]]]:
         parsed = [t[:1 + 2 * metrics] + [" ".join(t[1 + 2 * metrics:])] if t[0].startswith("[")
                   and t[0].endswith("]") and t[0][1:-1].isdigit()
                   else t[:2 * metrics] + [" ".join(t[2 * metrics:])] for t in lines]
-        head = next(p for p in parsed if len(p) == 2 + 2 * metrics)
+        head = next((p for p in parsed if len(p) == 2 + 2 * metrics), None)
+        if head is None:  # the note on the entries --min-percent left out
+            continue
         entries[head[-1].rsplit(" [", 1)[0]] = parsed
     return entries
 
@@ -165,6 +167,27 @@ def test_metrics_call_graph_of_a_set_without_threads(tmp_path, calls_pie):
     main = _graph_entries(out, 2)["main"]
     assert main[0][:5] == ["[2]", "0.00", "30.0m", "-", "-"]
     assert main[1] == ["30.0m", "30.0m", "-", "-", "leaf1 [1]"]
+    assert next(line for line in out.splitlines() if line.endswith("[total]")).split() \
+        == ["30.0m", "-", "[total]"]
+    code, out, err = run(q.info_path(name), "--metrics", "cpu,off-cpu", "--format", "json")
+    assert code == 0
+    assert json.loads(out)["metrics"][1] == {"event": "off-cpu", "unit": "seconds",
+                                             "total": None}
+
+
+def test_metrics_call_graph_min_percent(tmp_path, calls_pie):
+    """Under --min-percent (of the first metric) the entries below it go, and
+    the calls to them are summed on one line per entry, each metric apart."""
+    q, name = _setup(tmp_path, calls_pie)
+    code, out, err = run(q.info_path(name), "--metrics", "cpu,off-cpu", "-g",
+                         "--min-percent", "50")
+    assert code == 0, err
+    entries = _graph_entries(out, 2)
+    assert set(entries) == {"main", "leaf1", "work"}  # cpu inclusive 40 and 30 of 40 ms
+    main = entries["main"]
+    assert main[-1][:4] == ["10.0m", "10.0m", "0.600", "0.600"]  # the call of leaf2
+    assert main[-1][-1] == "(other) 1 callee below 50%"
+    assert out.rstrip().endswith("(2 functions below 50% of cpu inclusive each)")
 
 
 def test_overview_json_off_cpu_seconds(tmp_path, calls_pie):

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, TextIO
 
 from ..numfmt import DASH, si
 from ..profile.model import Arc, CallGraph, Frame
-from .metrics import rows
+from .metrics import rows, total, units
 from .names import ambiguous_names, plain_name
 
 SEPARATOR = "-" * 47
@@ -68,9 +68,9 @@ def _weight(metrics: list[str], values: dict[str, Pair]) -> tuple[float, ...]:
 def render_text(graphs: dict[str, CallGraph], out: TextIO) -> None:
     metrics = list(graphs)
     first = graphs[metrics[0]]
-    out.write("Call graph by " + ", ".join(metrics) + " (seconds; each function's self and "
-              "inclusive time, on its callers' and callees' lines the time attributed along "
-              "that call)\n\n")
+    out.write("Call graph by " + ", ".join(metrics) + f" ({units(graphs)}; each function's "
+              "self and inclusive time, on its callers' and callees' lines the time "
+              "attributed along that call)\n\n")
     if not any(g.has_stacks for g in graphs.values()):
         out.write("(no call-stack data: the task sets have only histograms)\n")
         return
@@ -84,7 +84,8 @@ def render_text(graphs: dict[str, CallGraph], out: TextIO) -> None:
 
     head = "".join(f" {m + ' self':>{_width(m)}} {m + ' incl':>{_width(m)}}" for m in metrics)
     out.write(f"{'index':<6}{head}  name\n")
-    totals = "".join(f" {si(g.total):>{_width(m)}} {'':>{_width(m)}}" for m, g in graphs.items())
+    totals = "".join(f" {si(total(g)):>{_width(m)}} {'':>{_width(m)}}"
+                     for m, g in graphs.items())
     out.write(f"{'':<6}{totals}  [total]\n")
     for frame, values in order:
         if any(g.functions[frame].spontaneous > 0 for g in graphs.values()
