@@ -311,6 +311,10 @@ def _side_by_side(sets: list[StoredSet], args: argparse.Namespace, out: TextIO,
     """--metrics: one call graph per metric, shown by function side by side."""
     if args.format not in ("text", "json"):
         raise UsageError("--metrics shows text or --format json")
+    if args.stacks or args.stack_quality:
+        option = "--stacks" if args.stacks else "--stack-quality"
+        raise UsageError(f"{option} goes with one metric's profile: give --event METRIC, "
+                         "not --metrics")
     warn = _Warnings(err)
     graphs = {}
     for metric in args.metrics:

@@ -265,6 +265,9 @@ def test_diff_and_exports_refuse_several_metrics(tmp_path, calls_pie):
                          "-o", str(tmp_path / "p.pb"))
     assert code == 2 and err.count("\n") == 1 and "--metrics" in err
     assert not (tmp_path / "p.pb").exists()
+    for option in ("--stacks", "--stack-quality"):
+        code, out, err = run(str(q.path), "--metrics", "cpu,off-cpu", "--format", "json", option)
+        assert (code, out) == (2, "") and err.count("\n") == 1 and option in err
 
 
 def test_a_metric_of_sets_without_off_cpu_data_says_so(tmp_path, calls_pie):
