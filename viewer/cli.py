@@ -36,6 +36,7 @@ from .inputs.timewin import parse_time
 from .profile.report import call_graph
 from .inputs.threadlocs import METRICS
 from .render import DEFAULT_FORMAT, FORMATS, ReportOptions, formats_help
+from .render import metricgraph as metric_graph
 from .render import metrics as metrics_view
 
 PROG = "q-view"
@@ -82,8 +83,9 @@ def parser() -> argparse.ArgumentParser:
     rep = p.add_argument_group("report")
     rep.add_argument("--flat", action="store_true",
                      help="the flat profile (default: flat profile and call graph)")
-    rep.add_argument("--graph", action="store_true",
-                     help="the call graph, with the stack-quality section")
+    rep.add_argument("-g", "--graph", action="store_true",
+                     help="the call graph, with the stack-quality section (with --metrics: "
+                          "each metric's time of every function and of every call)")
     rep.add_argument("--stack-quality", action="store_true",
                      help="the share of user stacks that reach a root frame, per object")
     rep.add_argument("--min-percent", type=float, default=None, metavar="P",
@@ -114,7 +116,9 @@ def parser() -> argparse.ArgumentParser:
                           "a CPU), wall (all three); all but cpu need q-syscollect --off-cpu")
     rep.add_argument("--metrics", type=_metrics, metavar="LIST",
                      help="several metrics side by side, each self and inclusive, by "
-                          "function: e.g. cpu,off-cpu,wall (text or --format json)")
+                          "function: e.g. cpu,off-cpu,wall (text or --format json); with "
+                          "--graph the call graph, each caller and callee with each "
+                          "metric's time along that call")
     rep.add_argument("--tid", type=int, action="append", metavar="TID",
                      help="only this thread (repeat for several)")
     rep.add_argument("--format", choices=list(FORMATS), default=DEFAULT_FORMAT,
@@ -333,15 +337,24 @@ def _side_by_side(sets: list[StoredSet], args: argparse.Namespace, out: TextIO,
     """--metrics: one call graph per metric, shown by function side by side."""
     if args.format not in ("text", "json"):
         raise UsageError("--metrics shows text or --format json")
+    if args.stacks or args.stack_quality:
+        option = "--stacks" if args.stacks else "--stack-quality"
+        raise UsageError(f"{option} goes with one metric's profile: give --event METRIC, "
+                         "not --metrics")
     warn = _Warnings(err)
     graphs = {}
     for metric in args.metrics:
         args.event = metric
         graphs[metric] = call_graph(sets, args, warn)
     if args.format == "json":
-        metrics_view.render_json(graphs, out)
-    else:
+        metrics_view.render_json(graphs, out, with_arcs=args.graph)
+        return 0
+    if args.flat or not args.graph:
         metrics_view.render_text(graphs, out, args.min_percent or 0.0)
+    if args.graph:
+        if args.flat:
+            out.write("\n")
+        metric_graph.render_text(graphs, out)
     return 0
 
 

@@ -302,6 +302,7 @@ def set_row(group: list[StoredSet], escape: Callable[[str], str]) -> Row:
             if isinstance(value, (int, float)):
                 name = key.removeprefix("q:")
                 stats[name] = stats.get(name, 0) + value
+    stats.update(wait_stats(group))
     run_ids = list(dict.fromkeys(runs.run_of(t).id for t in group))
     return Row(escape(ts.comm or ts.name), pid, cpu, sum(t.total() for t in group),
                ts.unit, escape(ts.name), len(group), stats,

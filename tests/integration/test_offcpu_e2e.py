@@ -96,7 +96,30 @@ def test_sleeps_split_by_function(perf, build, tmp_path):
     long_, short = (by_function(q, comm, "off-cpu", f) for f in ("nap_long", "nap_short"))
     assert long_ + short > 0.8 * elapsed
     assert abs(long_ / (long_ + short) - 0.75) < 0.03, (long_, short)
-    check_adds_up(metrics(q, comm), tid, elapsed)
+    m = metrics(q, comm)
+    check_adds_up(m, tid, elapsed)
+    # the call graph of several metrics: the same 1:3 along the calls into
+    # the two naps, and each nap's time passed on to what it calls (the sleep)
+    r = q_view("-d", str(q), "--comm", comm, "--metrics", "off-cpu,cpu", "-g",
+               "--format", "json")
+    assert r.returncode == 0, r.stderr
+    arcs = json.loads(r.stdout)["arcs"]
+
+    def along(end: str, function: str) -> float:
+        return sum(a["off-cpu"]["inclusive"] for a in arcs
+                   if a[end] == function and "off-cpu" in a)
+    into_long, into_short = along("callee", "nap_long"), along("callee", "nap_short")
+    assert abs(into_long / (into_long + into_short) - 0.75) < 0.03, (into_long, into_short)
+    assert math.isclose(into_long, long_, rel_tol=1e-6)
+    assert math.isclose(along("caller", "nap_long"), long_, rel_tol=1e-6)
+    # the overview's JSON: the process's off-CPU seconds as the collector
+    # counted them (q:off-cpu-seconds, rounded to the microsecond per set)
+    r = q_view(str(q), "--overview", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    rows = [s["stats"] for s in json.loads(r.stdout)["sets"] if s["command"] == comm]
+    for key, event in (("off-cpu-seconds", "off-cpu"), ("cpu-wait-seconds", "cpu-wait")):
+        shown = sum(stats[key] for stats in rows)  # the process, and any aggregate of comm
+        assert abs(shown - sum(m[event].values())) < 1e-5 * (len(rows) + 1) * 4, (key, rows)
 
 
 def test_reader_blocked_on_a_pipe(perf, build, tmp_path):

@@ -7,6 +7,8 @@ import io
 from pathlib import Path
 
 from qsynth import MS, Binary, Loaded, QBuilder
+from qtools.qformat import dump_info, read_info, thread_lines
+from qtools.qformat.info import Threads
 from qtools.viewer.cli import main
 
 UNKNOWN = 0x10000  # in no object: prints as 0x10000<[unknown]>
@@ -59,3 +61,32 @@ def calls_dir(tmp: Path, binary: Binary, **task_args: object) -> tuple[QBuilder,
     name = q.task("calls", 1234, 0, stacks=calls_stacks(o), cmdline=["./calls", "3"], exe=EXE,
                   **task_args)  # type: ignore[arg-type]
     return q, o, name
+
+
+def with_threads(q: QBuilder, name: str, names: dict[int, str], weights: dict) -> None:
+    """Give the set ``name`` a `.threads` file of these thread names and
+    (kind, tid, frames) -> nanoseconds, as q-syscollect --off-cpu writes it."""
+    path = q.path / name
+    info = read_info(path)
+    base, _, version = name.partition(".info#")
+    tname = f"{base}.threads#{version}"
+    (q.path / tname).write_bytes(b"".join(thread_lines(names, weights)))
+    info.threads = Threads(tname, off_cpu=1, time_unit_label="seconds",
+                           time_conversion_factor=1e-9, min_stack_ns=0, switches=3,
+                           off_cpu_seconds=0.9, cpu_wait_seconds=0.05)
+    path.write_text(dump_info(info))
+
+
+def threads_setup(tmp_path: Path, calls_pie: Binary) -> tuple[QBuilder, str]:
+    """A set of two threads, with CPU, S, D and W stacks (one S wait without
+    a stack); main is in all but that one."""
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    work = (o.at("leaf1"), o.ret("work"), o.ret("main"))
+    sleep = (o.at("leaf2"), o.ret("main"))
+    name = q.task("calls", 40, 0, stacks=[(30 * MS, list(work)), (10 * MS, list(sleep))])
+    with_threads(q, name, {40: "calls", 41: "io worker"}, {
+        ("cpu", 40, work): 30 * MS, ("cpu", 41, sleep): 10 * MS,
+        ("S", 40, sleep): 600 * MS, ("D", 41, work): 300 * MS, ("S", 41, ()): 7 * MS,
+        ("W", 41, sleep): 50 * MS})
+    return q, name

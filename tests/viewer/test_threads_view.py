@@ -3,38 +3,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from qsynth import MS, QBuilder
-from scenarios import run
+from scenarios import run, threads_setup as _setup, with_threads
 
-from qtools.qformat import dump_info, read_info, thread_lines
-from qtools.qformat.info import Threads
-
-
-def _with_threads(q: QBuilder, name: str, names: dict[int, str], weights: dict) -> None:
-    path = q.path / name
-    info = read_info(path)
-    base = name.split(".info#")[0]
-    tname = f"{base}.threads#0"
-    (q.path / tname).write_bytes(b"".join(thread_lines(names, weights)))
-    info.threads = Threads(tname, off_cpu=1, time_unit_label="seconds",
-                           time_conversion_factor=1e-9, min_stack_ns=0, switches=3,
-                           off_cpu_seconds=0.9, cpu_wait_seconds=0.05)
-    path.write_text(dump_info(info))
-
-
-def _setup(tmp_path, calls_pie):
-    q = QBuilder(tmp_path / ".q")
-    o = q.load(calls_pie)
-    work = (o.at("leaf1"), o.ret("work"), o.ret("main"))
-    sleep = (o.at("leaf2"), o.ret("main"))
-    name = q.task("calls", 40, 0, stacks=[(30 * MS, list(work)), (10 * MS, list(sleep))])
-    _with_threads(q, name, {40: "calls", 41: "io worker"}, {
-        ("cpu", 40, work): 30 * MS, ("cpu", 41, sleep): 10 * MS,
-        ("S", 40, sleep): 600 * MS, ("D", 41, work): 300 * MS, ("S", 41, ()): 7 * MS,
-        ("W", 41, sleep): 50 * MS})
-    return q, name
+from qtools.qformat import dump_info, read_info
 
 
 def _by_thread(out: str) -> dict[str, float]:
@@ -118,3 +93,190 @@ def test_no_kernel_keeps_off_cpu_time_with_the_user_code(tmp_path, calls_pie):
                          "--format", "json")
     assert code == 0, err
     assert abs(json.loads(out)["total"] - 0.907) < 1e-9
+
+
+def _graph_entries(out: str, metrics: int) -> dict[str, list[list[str]]]:
+    """The call graph of --metrics -g: each entry's name -> its lines (callers,
+    the entry, callees), each as its cells and then its name."""
+    body = out.split("[total]\n", 1)[1]
+    entries: dict[str, list[list[str]]] = {}
+    for block in body.split("-" * 47 + "\n"):
+        lines = [line.split() for line in block.splitlines()
+                 if line and "<spontaneous>" not in line]
+        if not lines:
+            continue
+        parsed = [t[:1 + 2 * metrics] + [" ".join(t[1 + 2 * metrics:])] if t[0].startswith("[")
+                  and t[0].endswith("]") and t[0][1:-1].isdigit()
+                  else t[:2 * metrics] + [" ".join(t[2 * metrics:])] for t in lines]
+        head = next((p for p in parsed if len(p) == 2 + 2 * metrics), None)
+        if head is None:  # the note on the entries --min-percent left out
+            continue
+        entries[head[-1].rsplit(" [", 1)[0]] = parsed
+    return entries
+
+
+def test_metrics_call_graph_text(tmp_path, calls_pie):
+    q, name = _setup(tmp_path, calls_pie)
+    code, out, err = run(q.info_path(name), "--metrics", "cpu,off-cpu,wall", "-g")
+    assert (code, err) == (0, "")
+    assert "Functions by" not in out  # the graph alone, as --graph alone shows it
+    entries = _graph_entries(out, 3)
+    main = entries["main"]
+    # the entry: each metric's self and inclusive; then the callees, heaviest first
+    assert main[0] == ["[1]", "0.00", "40.0m", "0.00", "0.900", "0.00", "0.990", "main [1]"]
+    assert main[1][:-1] == ["0.00", "30.0m", "0.00", "0.300", "0.00", "0.330"]
+    assert main[1][-1].startswith("work [")
+    assert main[2][:-1] == ["10.0m", "10.0m", "0.600", "0.600", "0.660", "0.660"]
+    assert main[2][-1].startswith("leaf2 [")
+    leaf1 = entries["leaf1"]  # its caller above it, with what it spent for that caller
+    assert leaf1[0][:-1] == ["30.0m", "30.0m", "0.300", "0.300", "0.330", "0.330"]
+    assert leaf1[0][-1].startswith("work [")
+    # time with no stack: no CPU time at all, so "-" there, not 0
+    assert entries["[stacks not kept]"][0][1:7] == ["-", "-", "7.00m", "7.00m", "7.00m", "7.00m"]
+    code, flat, _ = run(q.info_path(name), "--metrics", "cpu,off-cpu,wall")
+    assert code == 0 and "Functions by" in flat and "Call graph" not in flat
+    code, both, _ = run(q.info_path(name), "--metrics", "cpu,off-cpu,wall", "--flat", "--graph")
+    assert code == 0 and both == flat + "\n" + out
+
+
+def test_metrics_call_graph_json(tmp_path, calls_pie):
+    q, name = _setup(tmp_path, calls_pie)
+    code, out, err = run(q.info_path(name), "--metrics", "wall,cpu-wait", "--graph",
+                         "--format", "json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["metrics"][1] == {"event": "cpu-wait", "unit": "seconds", "total": 0.05}
+    arcs = {(a["caller"], a["callee"]): a for a in data["arcs"]}
+    assert set(arcs) == {("main", "work"), ("main", "leaf2"), ("work", "leaf1")}
+    assert arcs[("main", "leaf2")]["wall"] == {"self": 0.66, "inclusive": 0.66}
+    assert arcs[("main", "leaf2")]["cpu-wait"] == {"self": 0.05, "inclusive": 0.05}
+    assert arcs[("main", "work")]["wall"] == {"self": 0.0, "inclusive": 0.33}
+    assert "cpu-wait" not in arcs[("main", "work")]  # no wait for a CPU under work: no key
+    code, out, err = run(q.info_path(name), "--metrics", "wall,cpu-wait", "--format", "json")
+    assert code == 0 and "arcs" not in json.loads(out)  # without --graph: as before
+
+
+def test_metrics_call_graph_of_a_set_without_threads(tmp_path, calls_pie):
+    """A set collected without --off-cpu has CPU time only: its off-CPU
+    columns are "-" everywhere, never 0."""
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    name = q.task("calls", 40, 0, stacks=[(30 * MS, [o.at("leaf1"), o.ret("main")])])
+    code, out, err = run(q.info_path(name), "--metrics", "cpu,off-cpu", "-g")
+    assert code == 0, err
+    main = _graph_entries(out, 2)["main"]
+    assert main[0][:5] == ["[2]", "0.00", "30.0m", "-", "-"]
+    assert main[1] == ["30.0m", "30.0m", "-", "-", "leaf1 [1]"]
+    assert next(line for line in out.splitlines() if line.endswith("[total]")).split() \
+        == ["30.0m", "-", "[total]"]
+    code, out, err = run(q.info_path(name), "--metrics", "cpu,off-cpu", "--format", "json")
+    assert code == 0
+    assert json.loads(out)["metrics"][1] == {"event": "off-cpu", "unit": "seconds",
+                                             "total": None}
+
+
+def test_metrics_call_graph_min_percent(tmp_path, calls_pie):
+    """Under --min-percent (of the first metric) the entries below it go, and
+    the calls to them are summed on one line per entry, each metric apart."""
+    q, name = _setup(tmp_path, calls_pie)
+    code, out, err = run(q.info_path(name), "--metrics", "cpu,off-cpu", "-g",
+                         "--min-percent", "50")
+    assert code == 0, err
+    entries = _graph_entries(out, 2)
+    assert set(entries) == {"main", "leaf1", "work"}  # cpu inclusive 40 and 30 of 40 ms
+    main = entries["main"]
+    assert main[-1][:4] == ["10.0m", "10.0m", "0.600", "0.600"]  # the call of leaf2
+    assert main[-1][-1] == "(other) 1 callee below 50%"
+    assert out.rstrip().endswith("(2 functions below 50% of cpu inclusive each)")
+
+
+def test_overview_json_off_cpu_seconds(tmp_path, calls_pie):
+    """The overview's JSON carries each process's off-CPU and wait-for-CPU
+    seconds in its stats, as the text's off-cpu and cpuwait columns; a set
+    collected without --off-cpu leaves them out (unknown, not 0)."""
+    q, name = _setup(tmp_path, calls_pie)
+    o = q.objects[0]
+    q.task("calls", 40, 1, stacks=[(5 * MS, [o.at("leaf1"), o.ret("main")])])
+    second = q.task("calls", 40, 2, stacks=[(5 * MS, [o.at("leaf1"), o.ret("main")])])
+    with_threads(q, second, {40: "calls"}, {("S", 40, ()): 100 * MS})  # says 0.9 and 0.05
+    q.task("plain", 50, 0, stacks=[(5 * MS, [o.at("leaf2"), o.ret("main")])])
+    cpu_only = q.task("bythread", 60, 0, stacks=[(5 * MS, [o.at("leaf2"), o.ret("main")])])
+    with_threads(q, cpu_only, {60: "bythread"}, {("cpu", 60, ()): 5 * MS})
+    info = read_info(q.path / cpu_only)  # .threads of the CPU samples only: no --off-cpu
+    info.threads = dataclasses.replace(info.threads, off_cpu=None, off_cpu_seconds=None,
+                                       cpu_wait_seconds=None)
+    (q.path / cpu_only).write_text(dump_info(info))
+    for extra in ((), ("--per-cpu",), ("--group", "unit")):
+        code, out, err = run(str(q.path), "--overview", "--format", "json", *extra)
+        assert code == 0, err
+        rows = {(r["command"], r["cpu"]): r["stats"] for r in json.loads(out)["sets"]}
+        if extra == ("--per-cpu",):
+            assert rows[("calls", "0")] == {"off-cpu-seconds": 0.9, "cpu-wait-seconds": 0.05}
+            assert "off-cpu-seconds" not in rows[("calls", "1")]
+            assert rows[("calls", "2")]["off-cpu-seconds"] == 0.9
+        elif extra:
+            assert rows[("-", "0,1,2")] == {"off-cpu-seconds": 1.8, "cpu-wait-seconds": 0.1}
+            continue  # one unit: every process
+        else:  # each wait is counted in the set of the CPU it began on: they add up
+            assert rows[("calls", "0,1,2")] == {"off-cpu-seconds": 1.8, "cpu-wait-seconds": 0.1}
+        assert "off-cpu-seconds" not in rows[("plain", "0")]
+        assert "off-cpu-seconds" not in rows[("bythread", "0")]
+        assert "cpu-wait-seconds" not in rows[("bythread", "0")]
+
+
+def test_diff_of_off_cpu_time(tmp_path, calls_pie):
+    """--diff --event off-cpu compares off-CPU time per function, in seconds
+    with --absolute; --tid and --by thread apply to both sides."""
+    base, base_name = _setup(tmp_path / "base", calls_pie)
+    q = QBuilder(tmp_path / "new" / ".q")
+    o = q.load(calls_pie)
+    sleep = (o.at("leaf2"), o.ret("main"))
+    work = (o.at("leaf1"), o.ret("work"), o.ret("main"))
+    name = q.task("calls", 40, 0, stacks=[(30 * MS, list(work))])
+    with_threads(q, name, {40: "calls", 41: "io worker"}, {
+        ("cpu", 40, work): 30 * MS, ("S", 40, sleep): 900 * MS, ("D", 41, work): 100 * MS})
+    code, out, err = run("--diff", str(base.path), str(q.path), "--event", "off-cpu",
+                         "--absolute", "--format", "json")
+    assert (code, err) == (0, "")
+    data = json.loads(out)
+    assert data["unit"] == "seconds" and data["base"]["event"] == data["new"]["event"] == "off-cpu"
+    rows = {f["name"]: f for f in data["functions"]}
+    assert abs(rows["leaf2"]["self_change"] - 0.3) < 1e-9  # 0.6 s -> 0.9 s
+    assert abs(rows["leaf1"]["self_change"] + 0.2) < 1e-9  # 0.3 s -> 0.1 s
+    assert rows["[stacks not kept]"]["status"] == "gone"
+    code, out, err = run("--diff", str(base.path), str(q.path), "--event", "off-cpu",
+                         "--tid", "41", "--by", "thread", "--absolute", "--format", "json")
+    assert (code, err) == (0, "")
+    rows = {f["name"]: f for f in json.loads(out)["functions"]}
+    assert "calls [tid 40]" not in rows
+    thread = rows["io worker [tid 41]"]
+    assert abs(thread["base_inclusive"] - 0.307) < 1e-9
+    assert abs(thread["new_inclusive"] - 0.1) < 1e-9
+    code, out, err = run("--diff", str(base.path), str(q.path), "--event", "off-cpu")
+    assert code == 0 and "0.907 seconds of off-cpu" in out and "1.00 seconds of off-cpu" in out
+
+
+def test_diff_and_exports_refuse_several_metrics(tmp_path, calls_pie):
+    q, name = _setup(tmp_path, calls_pie)
+    code, out, err = run("--diff", str(q.path), str(q.path), "--metrics", "cpu,off-cpu")
+    assert (code, out) == (2, "")
+    assert err == "q-view: --diff compares one metric: give --event METRIC, not --metrics\n"
+    code, out, err = run(str(q.path), "--metrics", "cpu,off-cpu", "--format", "pprof",
+                         "-o", str(tmp_path / "p.pb"))
+    assert code == 2 and err.count("\n") == 1 and "--metrics" in err
+    assert not (tmp_path / "p.pb").exists()
+    for option in ("--stacks", "--stack-quality"):
+        code, out, err = run(str(q.path), "--metrics", "cpu,off-cpu", "--format", "json", option)
+        assert (code, out) == (2, "") and err.count("\n") == 1 and option in err
+
+
+def test_a_metric_of_sets_without_off_cpu_data_says_so(tmp_path, calls_pie):
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    q.task("calls", 40, 0, stacks=[(30 * MS, [o.at("leaf1"), o.ret("main")])])
+    code, out, err = run(str(q.path), "--event", "off-cpu", "--flat")
+    assert code == 0 and "(no samples)" in out
+    assert err == (f"q-view: warning: {q.path}: no off-CPU data in the selected sets "
+                   "(collected without q-syscollect --off-cpu): off-cpu is empty\n")
+    code, out, err = run(str(q.path), "--flat")  # the CPU profile: nothing to say
+    assert (code, err) == (0, "")

@@ -9,7 +9,7 @@ import subprocess
 import time
 
 from qsynth import MS, QBuilder
-from scenarios import calls_dir, run
+from scenarios import calls_dir, run, threads_setup, with_threads
 from tests.conftest import q_view_popen
 from qtools.viewer.render.fit import fit_text, share
 
@@ -125,6 +125,31 @@ def test_a_profile_fits_the_terminal(tmp_path, calls_pie):
         _stop(proc)
     rows = screen.splitlines()
     assert len(rows) < 20 and "call-graph table:" in rows and "more rows" in screen
+
+
+def test_a_watch_of_off_cpu_time_redraws_at_each_checkpoint(tmp_path, calls_pie):
+    """--watch with --event and --tid: the chosen metric of the chosen
+    threads, redrawn when a checkpoint brings a new version of the set."""
+    q, _name = threads_setup(tmp_path, calls_pie)
+    proc = _watch(str(q.path), "--event", "off-cpu", "--tid", "41")
+    try:
+        screen = _read(proc, "[stacks not kept]", 30).split(CLEAR)[1]
+        assert "Flat profile of off-cpu" in screen
+        assert [r.split()[1] for r in screen.splitlines() if r.endswith(" leaf1")] == ["0.300"]
+        o = q.objects[0]
+        work = (o.at("leaf1"), o.ret("work"), o.ret("main"))
+        name = q.task("calls", 40, 0, version=1, stacks=[(30 * MS, list(work))])
+        with_threads(q, name, {41: "io worker"}, {("D", 41, work): 2000 * MS})
+        seen = _read(proc, " 2.00 ", 30)
+        assert "[stacks not kept]" not in seen.split(CLEAR)[-1]
+    finally:
+        _stop(proc)
+    proc = _watch(str(q.path), "--metrics", "off-cpu,cpu", "--tid", "41")
+    try:
+        screen = _read(proc, "[total]", 30).split(CLEAR)[1]
+        assert "Functions by off-cpu, cpu" in screen
+    finally:
+        _stop(proc)
 
 
 def test_share_keeps_small_tables_whole():

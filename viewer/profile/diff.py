@@ -83,6 +83,8 @@ def check_args(args: argparse.Namespace) -> None:
     for attr, option in _NOT_WITH_DIFF:
         if getattr(args, attr):
             raise UsageError(f"{option} does not go with --diff")
+    if getattr(args, "metrics", None):
+        raise UsageError("--diff compares one metric: give --event METRIC, not --metrics")
     from ..render.diff import RENDERERS  # it imports this module's types
     if args.format not in RENDERERS:
         raise UsageError(f"--diff shows --format {', '.join(RENDERERS)}, not {args.format}")

@@ -157,9 +157,10 @@ def check_options(args: argparse.Namespace) -> None:
     if args.by != "function":
         raise UsageError(f"--format {args.format} exports functions with their addresses; "
                          "--by does not apply")
-    if getattr(args, "event", None) not in (None, "cpu") or getattr(args, "tid", None):
-        raise UsageError(f"--format {args.format} exports the CPU samples; --event and --tid "
-                         "go with q-view's reports (text, json, collapsed, dot)")
+    if getattr(args, "event", None) not in (None, "cpu") or getattr(args, "tid", None) \
+            or getattr(args, "metrics", None):
+        raise UsageError(f"--format {args.format} exports the CPU samples; --event, --tid "
+                         "and --metrics go with q-view's reports (text, json, collapsed, dot)")
     if args.watch or args.overview:
         option = "--watch" if args.watch else "--overview"
         raise UsageError(f"{option} is a report of q-view's; --format {args.format} writes "

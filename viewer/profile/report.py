@@ -53,6 +53,13 @@ def call_graph(sets: list[StoredSet], args: argparse.Namespace, warn: Warn) -> C
     # JSON escapes control characters itself: names go to it as they are
     escape = None if report.raw_names else printable
     view = thread_view(args)
+    if view.in_time and sets and not any(ts.info.threads and ts.info.threads.off_cpu
+                                         for ts in sets):
+        where = ", ".join(dict.fromkeys(ts.directory for ts in sets))
+        warn(f"{where}: no off-CPU data in the selected sets (collected without "
+             f"q-syscollect --off-cpu): {view.metric} "
+             + ("holds their CPU time only" if view.metric == "wall"
+                and any(ts.info.threads for ts in sets) else "is empty"))
     try:
         by = "function" if args.by == "thread" else args.by
         if report.process_roots:

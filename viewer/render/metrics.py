@@ -5,7 +5,7 @@ shows them. One call graph per metric (``--event``), joined by frame."""
 from __future__ import annotations
 
 import json
-from typing import TextIO
+from typing import Any, TextIO
 
 from ..numfmt import si
 from ..profile.model import CallGraph, Frame
@@ -24,12 +24,27 @@ def rows(graphs: dict[str, CallGraph]) -> list[tuple[Frame, dict[str, tuple[floa
                                                   kv[0].name))
 
 
+def total(g: CallGraph) -> float | None:
+    """A metric's total; None where it has no data at all (shown "-", not 0)."""
+    return g.total if g.functions else None
+
+
+def units(graphs: dict[str, CallGraph]) -> str:
+    """The unit of the times, or of each metric where they differ (the CPU
+    samples of a count event are not seconds)."""
+    found = {m: g.samples.unit for m, g in graphs.items() if g.functions}
+    if len(set(found.values())) <= 1:
+        return next(iter(found.values()), "seconds")
+    return ", ".join(f"{m} in {u}" for m, u in found.items())
+
+
 def render_text(graphs: dict[str, CallGraph], out: TextIO, min_percent: float = 0.0) -> None:
     metrics = list(graphs)
-    out.write("Functions by " + ", ".join(metrics) + " (seconds; self, then inclusive)\n")
+    out.write("Functions by " + ", ".join(metrics) + f" ({units(graphs)}; self, then "
+              "inclusive)\n")
     head = "".join(f" {m + ' self':>14} {m + ' incl':>14}" for m in metrics)
     out.write(f"{head}  name\n")
-    totals = "".join(f" {si(g.total):>14} {'':>14}" for g in graphs.values())
+    totals = "".join(f" {si(total(g)):>14} {'':>14}" for g in graphs.values())
     out.write(f"{totals}  [total]\n")
     first = graphs[metrics[0]]
     limit = first.total * min_percent / 100.0
@@ -41,11 +56,17 @@ def render_text(graphs: dict[str, CallGraph], out: TextIO, min_percent: float = 
         out.write(f"{cells}  {frame.name}\n")
 
 
-def render_json(graphs: dict[str, CallGraph], out: TextIO) -> None:
-    data = {"format": 1, "metrics": [{"event": m, "unit": g.samples.unit, "total": g.total}
-                                     for m, g in graphs.items()],
-            "functions": [{"name": f.name, "object": f.object,
-                           **{m: {"self": v[0], "inclusive": v[1]} for m, v in vals.items()}}
-                          for f, vals in rows(graphs)]}
+def render_json(graphs: dict[str, CallGraph], out: TextIO, with_arcs: bool = False) -> None:
+    """The functions of every metric; ``with_arcs`` (--graph): and every call,
+    with the time of each metric attributed along it."""
+    data: dict[str, Any] = {
+        "format": 1, "metrics": [{"event": m, "unit": g.samples.unit, "total": total(g)}
+                                 for m, g in graphs.items()],
+        "functions": [{"name": f.name, "object": f.object,
+                       **{m: {"self": v[0], "inclusive": v[1]} for m, v in vals.items()}}
+                      for f, vals in rows(graphs)]}
+    if with_arcs:
+        from .metricgraph import json_arcs  # it imports this module's rows
+        data["arcs"] = json_arcs(graphs)
     json.dump(data, out, indent=1)
     out.write("\n")

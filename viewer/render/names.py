@@ -2,7 +2,27 @@
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from ..profile.model import Frame, CallGraph
+
+
+def ambiguous_names(frames: Iterable[Frame]) -> set[str]:
+    """The names that functions of more than one object share."""
+    owners: dict[str, set[str]] = {}
+    for frame in frames:
+        owners.setdefault(frame.name, set()).add(frame.object)
+    return {name for name, objs in owners.items() if len(objs) > 1}
+
+
+def plain_name(frame: Frame, ambiguous: set[str]) -> str:
+    """The name, with its object where another object has the same name."""
+    name = frame.name
+    if name in ambiguous and not name.endswith(">"):
+        name = f"{name}<{frame.object}>"
+    if frame.function:  # --by line: FILE:LINE (function)
+        name += f" ({frame.function})"
+    return name
 
 
 class Namer:
@@ -12,18 +32,10 @@ class Namer:
     def __init__(self, profile: CallGraph, cycles: bool = True) -> None:
         self.profile = profile
         self.cycles = cycles
-        owners: dict[str, set[str]] = {}
-        for frame in profile.functions:
-            owners.setdefault(frame.name, set()).add(frame.object)
-        self.ambiguous = {name for name, objs in owners.items() if len(objs) > 1}
+        self.ambiguous = ambiguous_names(profile.functions)
 
     def plain(self, frame: Frame) -> str:
-        name = frame.name
-        if name in self.ambiguous and not name.endswith(">"):
-            name = f"{name}<{frame.object}>"
-        if frame.function:  # --by line: FILE:LINE (function)
-            name += f" ({frame.function})"
-        return name
+        return plain_name(frame, self.ambiguous)
 
     def __call__(self, frame: Frame) -> str:
         name = self.plain(frame)
