@@ -94,10 +94,12 @@ def test_sleeps_split_by_function(perf, build, tmp_path):
     q, comm, threads = collect(build, tmp_path, "sleeps")
     tid, elapsed = threads["sleeps"]
     long_, short = (by_function(q, comm, "off-cpu", f) for f in ("nap_long", "nap_short"))
-    assert long_ + short > 0.8 * elapsed
-    assert abs(long_ / (long_ + short) - 0.75) < 0.03, (long_, short)
     m = metrics(q, comm)
     check_adds_up(m, tid, elapsed)
+    # every blocked moment is in a nap (the time spent waiting for a CPU
+    # after each, which grows with the machine's load, is cpu-wait, not this)
+    assert long_ + short > 0.99 * m["off-cpu"][tid] > 0.5 * elapsed, (long_, short, m)
+    assert abs(long_ / (long_ + short) - 0.75) < 0.03, (long_, short)
     # the call graph of several metrics: the same 1:3 along the calls into
     # the two naps, and each nap's time passed on to what it calls (the sleep)
     r = q_view("-d", str(q), "--comm", comm, "--metrics", "off-cpu,cpu", "-g",
