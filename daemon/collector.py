@@ -110,6 +110,7 @@ class CpuCollector:
         self.clock = clock
         self.book = SetBook(opts.cpu, opts.min_samples, opts.max_stacks, clock)
         self.samples = 0
+        self.read_until = 0  # ns (CLOCK_MONOTONIC, as the records' times): see step
         self.lost = 0
         self.damaged = 0  # records that could not be decoded
         self.switches = 0  # SWITCH records (none yet: no event asks for them)
@@ -194,6 +195,11 @@ class CpuCollector:
 
         Each record goes to the handler routes.ROUTES names for its kind
         (``on_*`` here or on the task table), in time order."""
+        # Every record of an event before this moment is in a ring now: the
+        # horizon up to which a checkpoint may count waits still going
+        # (counting to the checkpoint's own time would count a wait whose
+        # end is still unread past that end).
+        self.read_until = time.monotonic_ns()
         raw = self.source.read()
         decoded: list[Record | SchedSwitch | SchedWaking] = []
         decode = self.layout.decode
@@ -360,7 +366,7 @@ class CpuCollector:
         ``final`` closes every set: the end of the run, or of a time slice.
         """
         self._update_stats()
-        self.waits.take(time.monotonic_ns())
+        self.waits.take(self.read_until or time.monotonic_ns())
         self.waits.name_threads()
         if self.jit is not None:
             self.jit.resolve_pending(final_all=final)

@@ -46,6 +46,24 @@ def perf_problem() -> str | None:
     return None
 
 
+JIT_FILES = ("perf-*.map", "jit-*.dump")  # what JIT runtimes (Python -X perf...) leave in /tmp
+
+
+@pytest.fixture(scope="session", autouse=True)
+def jit_files_left_in_tmp():
+    """Remove, after the session, the perf maps and jitdumps its programs
+    left in /tmp (those of pids now gone): a later run's process that
+    gets one of those pids would otherwise find a map that is not its own."""
+    tmp = Path("/tmp")
+    before = {p.name for pattern in JIT_FILES for p in tmp.glob(pattern)}
+    yield
+    for pattern in JIT_FILES:
+        for path in tmp.glob(pattern):
+            pid = path.stem.partition("-")[2]
+            if path.name not in before and pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                path.unlink(missing_ok=True)
+
+
 @pytest.fixture(scope="session")
 def perf() -> None:
     problem = perf_problem()

@@ -132,6 +132,9 @@ class Comm:
     comm: str
     exec: bool
     sid: SampleId = NO_ID
+    # False for one made up from /proc (synthesize.py): its exec is when we
+    # looked, not when the program began
+    seen: bool = True
 
 
 @dataclass(frozen=True, slots=True)

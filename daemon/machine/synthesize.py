@@ -32,7 +32,7 @@ def process(host: Host, pid: int, time: int) -> list[Comm | Task | Mmap]:
     if comm is None or lines is None:
         return []
     sid = SampleId(pid, pid, time)
-    out: list[Comm | Task | Mmap] = [Comm(pid, pid, comm, True, sid)]
+    out: list[Comm | Task | Mmap] = [Comm(pid, pid, comm, True, sid, seen=False)]
     for tid in host.threads(pid):
         if tid == pid:
             continue
@@ -41,7 +41,7 @@ def process(host: Host, pid: int, time: int) -> list[Comm | Task | Mmap]:
             continue
         tsid = SampleId(pid, tid, time)
         out.append(Task(True, pid, pid, tid, pid, time, tsid))
-        out.append(Comm(pid, tid, name, False, tsid))
+        out.append(Comm(pid, tid, name, False, tsid, seen=False))
     out.extend(mmaps(pid, lines, time))
     return out
 

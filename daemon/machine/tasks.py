@@ -137,6 +137,9 @@ class Process:
     since: int = 0  # perf time (CLOCK_MONOTONIC ns) from which records apply
     ended: bool = False  # exited, or replaced by an exec
     exec_seen: bool = False  # began with an exec we saw: cmdline/exe are this program's
+    #: perf time (ns) of the fork or exec this image began with, as a ring
+    #: record told it; 0 when it began before we looked
+    began: int = 0
     serial: int = field(default_factory=lambda: next(_serial))
     cmdline: list[str] | None = None
     exe: str | None = None
@@ -297,12 +300,15 @@ class TaskTable:
         if proc is not None and proc.stub:
             self._complete(proc, c.comm, None)
             proc.exec_seen = c.exec
+            if c.exec and c.seen:
+                proc.began = c.sid.time
             proc.name_thread(c.tid, c.comm)
         elif c.exec:
             # exec: same pid, new program, empty address space (the new
             # image's MMAP2 records follow).
             uid = self.owner(c.pid)
             new = Process(c.pid, c.comm, since=c.sid.time, exec_seen=True,
+                          began=c.sid.time if c.seen else 0,
                           ppid=proc.ppid if proc else None,
                           uid=uid if uid is not None else proc.uid if proc else None)
             self._install(new, proc)
@@ -325,10 +331,11 @@ class TaskTable:
         existing = self.procs.get(t.pid)
         if existing is not None and existing.stub:
             self._complete(existing, parent.comm if parent else existing.comm, parent)
+            existing.began = t.time
             return
         if self._stale(existing, t.time):
             return
-        child = Process(t.pid, parent.comm if parent else "", since=t.time,
+        child = Process(t.pid, parent.comm if parent else "", since=t.time, began=t.time,
                         cmdline=parent.cmdline if parent else None,
                         exe=parent.exe if parent else None, ppid=t.ppid,
                         uid=parent.uid if parent else self.owner(t.pid))

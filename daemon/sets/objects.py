@@ -346,13 +346,18 @@ class ObjectCopier:
             if fd is None:
                 continue
             try:
-                uid = os.fstat(fd).st_uid
+                st = os.fstat(fd)
+                uid = st.st_uid
                 if proc.uid is None:
                     self.say(f"not using {label}: the owner of pid {proc.pid} was never seen")
                     return kept
                 if uid != proc.uid:
                     self.say(f"not using {label}: owned by uid {uid}, not by uid {proc.uid} "
                              f"that ran pid {proc.pid}")
+                    continue
+                if _left_before(st, proc.began):
+                    self.say(f"not using {label}: last written before the program of pid "
+                             f"{proc.pid} began (an earlier one left it)")
                     continue
                 # Not linked: the file grows while the JIT runs.
                 started = self.qdir.start_copy(fd, f"perf-{proc.pid}.map",
@@ -459,3 +464,18 @@ class KallsymsCopy:
             if name is not None:
                 self.name, self._modules = name, modules
         return self.name
+
+
+STALE_SLACK_NS = 1_000_000_000
+"""How much older than a process's fork or exec its perf map may look:
+file times come from the kernel's coarse clock, and a map is written
+after the program began (a pid is reused far less often than this)."""
+
+
+def _left_before(st: os.stat_result, began: int) -> bool:
+    """Was a file last changed before perf time ``began`` (CLOCK_MONOTONIC ns;
+    0: unknown)? Its change time, which no user can set back, says."""
+    if not began:
+        return False
+    began_wall = began + time.time_ns() - time.monotonic_ns()
+    return st.st_ctime_ns < began_wall - STALE_SLACK_NS

@@ -219,6 +219,35 @@ def test_a_map_planted_for_an_exited_pid_is_not_used(perf, build, tmp_path, perf
     assert not [n for n in copies if b"planted" in (q / n).read_bytes()]
 
 
+def test_a_map_left_by_an_earlier_program_of_the_pid_is_not_used(perf, build, shared,
+                                                                  tmp_path, perf_maps):
+    """A map written, then a new program exec'd in the same pid (as a pid
+    reused after the last writer of /tmp/perf-PID.map ended): the map
+    names another program's code, and its change time, older than the
+    exec, says so."""
+    pfan = _program(build, shared, "later-fan")
+    q = tmp_path / "q"
+    collector = q_syscollect_popen("-d", str(q), "-v", "-t", "6", "--min-samples", "1")
+    try:
+        said = _started(collector)
+        script = ("echo '7f0000001000 10 stale_jitted' > /tmp/perf-$$.map; "
+                  f"sleep 1.5; exec {pfan} 2")
+        later = subprocess.Popen(["sh", "-c", script])
+        perf_maps.append(later.pid)
+        later.wait()
+        out, err = collector.communicate(timeout=60)
+    finally:
+        collector.kill()
+    err = "".join(said) + err
+    assert collector.returncode == 0, err
+    assert (f"not using /tmp/perf-{later.pid}.map: last written before the program of pid "
+            f"{later.pid} began") in err
+    # the shell that wrote it keeps it (if it was sampled), the program after it does not
+    after = [i for _n, i in infos(q).items()
+             if i.task.pid == later.pid and i.task.comm == "later-fan"]
+    assert after and not [i.perf_maps for i in after if i.perf_maps]
+
+
 def test_the_map_of_a_program_gone_before_the_checkpoint_is_taken(perf, build, shared,
                                                                   tmp_path, perf_maps):
     if os.uname().machine != "x86_64":

@@ -74,6 +74,23 @@ def test_records_older_than_the_seed_are_ignored():
     assert table.get(50) is not proc and proc.ended
 
 
+def test_a_process_knows_when_its_program_began_only_from_the_rings():
+    """A fork or exec read from a ring dates the program; a process made up
+    from /proc at start (synthesize.py) began at some unknown time before:
+    the perf map check (objects.py) must not take the seed's time for it."""
+    table = TaskTable()
+    host = StaticHost({50: HostProcess("daemon", ())})
+    for rec in synthesize.process(host, 50, 1000):
+        table.apply(rec)
+    assert table.get(50).began == 0
+    table.apply(Task(True, 51, 50, 51, 50, 1200))
+    assert table.get(51).began == 1200
+    table.apply(Comm(51, 51, "ls", True, at(1300)))
+    assert table.get(51).began == 1300
+    table.apply(Comm(51, 51, "renamed", False, at(1400)))  # prctl: the same program
+    assert table.get(51).began == 1300
+
+
 def test_parse_maps_and_cpu_lists():
     text = ("55d4c0000000-55d4c0001000 r--p 00000000 fe:00 260601   /usr/bin/ls\n"
             "55d4c0001000-55d4c0016000 r-xp 00001000 fe:00 260601   /usr/bin/ls\n"
