@@ -79,3 +79,15 @@ def go_pprof_top(go: str, path: Path, home: Path) -> dict[str, float]:
 def pprof_name(name: str) -> str:
     # pprof drops <...> (template arguments, to its mind) from the names it shows
     return re.sub(r"<[^<>]*>", "", name)
+
+
+def pprof_by_thread(p) -> dict[tuple[str, int | None, str | None], float]:
+    """The event value (s) per (pid, thread_id, thread) of a decoded pprof profile."""
+    st = p.string_table
+    out: dict[tuple[str, int | None, str | None], float] = {}
+    for s in p.sample:
+        strs = {st[lb.key]: st[lb.str] for lb in s.label if lb.str}
+        nums = {st[lb.key]: lb.num for lb in s.label if not lb.str}
+        key = (strs["pid"], nums.get("thread_id"), strs.get("thread"))
+        out[key] = out.get(key, 0.0) + s.value[-1] * 1e-9
+    return out

@@ -8,21 +8,6 @@ import json
 from qsynth import MS, QBuilder
 from scenarios import run
 
-from qtools.qformat import dump_info, read_info, thread_lines
-from qtools.qformat.info import Threads
-
-
-def _with_threads(q: QBuilder, name: str, names: dict[int, str], weights: dict) -> None:
-    path = q.path / name
-    info = read_info(path)
-    base = name.split(".info#")[0]
-    tname = f"{base}.threads#0"
-    (q.path / tname).write_bytes(b"".join(thread_lines(names, weights)))
-    info.threads = Threads(tname, off_cpu=1, time_unit_label="seconds",
-                           time_conversion_factor=1e-9, min_stack_ns=0, switches=3,
-                           off_cpu_seconds=0.9, cpu_wait_seconds=0.05)
-    path.write_text(dump_info(info))
-
 
 def _setup(tmp_path, calls_pie):
     q = QBuilder(tmp_path / ".q")
@@ -30,7 +15,7 @@ def _setup(tmp_path, calls_pie):
     work = (o.at("leaf1"), o.ret("work"), o.ret("main"))
     sleep = (o.at("leaf2"), o.ret("main"))
     name = q.task("calls", 40, 0, stacks=[(30 * MS, list(work)), (10 * MS, list(sleep))])
-    _with_threads(q, name, {40: "calls", 41: "io worker"}, {
+    q.threads(name, {40: "calls", 41: "io worker"}, {
         ("cpu", 40, work): 30 * MS, ("cpu", 41, sleep): 10 * MS,
         ("S", 40, sleep): 600 * MS, ("D", 41, work): 300 * MS, ("S", 41, ()): 7 * MS,
         ("W", 41, sleep): 50 * MS})
