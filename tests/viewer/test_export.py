@@ -382,3 +382,20 @@ def test_otlp_carries_thread_id_and_name(tmp_path, calls_pie):
                 "off-cpu": {(40, "calls"): 0.6, (41, "io worker"): 0.307,
                             (50, "calls"): 0.1}}[event]
         assert per == pytest.approx(want, rel=1e-9)
+
+
+def test_a_bad_threads_file_is_exported_without_thread_labels(tmp_path, calls_pie):
+    """The CPU profile does not need the `.threads` file: a bad line in it
+    is named, once, and the set exported from its `.stack` as before."""
+    q, names = threads_scenario(tmp_path, calls_pie)
+    tfile = q.path / names["40"].replace(".info#", ".threads#")
+    tfile.write_bytes(tfile.read_bytes() + b"cpu 41 12 0xzz\n")
+    out, err = _export(q, tmp_path, "pprof")
+    assert f"{tfile.name}:" in err and "bad address" in err and "without thread labels" in err
+    assert err.count(tfile.name) == 1
+    got = pprof_by_thread(pprof_profile(out))
+    assert got[("40", None, None)] == pytest.approx(0.04)
+    assert not [k for k in got if k[0] == "40" and k[1] is not None]
+    _same_flat(pprof_flat(pprof_profile(out)), q)
+    code, _out, err = run(str(q.path), "--format", "pprof", "-o", str(out), "--by", "thread")
+    assert code == 2 and "labels each sample with its thread" in err

@@ -68,15 +68,10 @@ def locate_cpu_by_thread(ts: StoredSet, index: int, space: AddressSpace,
     `.stack`: the same total and the same weight per leaf address, weight
     without a stack placed on the leaves the `.hist` has beyond the
     stacks' (under its thread where one thread has it all). None where
-    the set has no readable `.threads` file or it does not add up."""
+    the set has no `.threads` file or it does not add up; QFormatError
+    (MissingFile among them) where the file cannot be read."""
     view = ThreadView("cpu", None, True)
-    try:
-        read = _records(ts, view, warn, quiet=True)
-    except LimitExceeded:
-        raise
-    except QFormatError as e:
-        warn(f"{e}; exported without thread labels")
-        return None
+    read = _records(ts, view, warn, quiet=True)
     if read is None:
         return None
     sl = _new(ts, index, space, view)
@@ -109,7 +104,8 @@ def _new(ts: StoredSet, index: int, space: AddressSpace, view: ThreadView) -> Se
 def _records(ts: StoredSet, view: ThreadView, warn: Warn, quiet: bool = False
              ) -> tuple[dict[int, str], list[ThreadWeight]] | None:
     """The thread names and the weights of the metric and threads ``view``
-    asks for; None (said once, unless ``quiet``) without a file to read."""
+    asks for; None (said once) without a file to read. ``quiet``: None
+    without a `.threads` file, MissingFile where it is missing."""
     records = ts.threads()
     if records is None:
         if view.metric == "cpu" and not quiet:
@@ -125,6 +121,8 @@ def _records(ts: StoredSet, view: ThreadView, warn: Warn, quiet: bool = False
             elif rec.kind in kinds and (view.tids is None or rec.tid in view.tids):
                 weights.append(rec)
     except MissingFile as e:
+        if quiet:
+            raise
         warn(f"{e}; no per-thread data from this set")
         return None
     return names, weights

@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Generic, Hashable, Iterator, TypeVar
 
+from qtools.qformat import LimitExceeded, QFormatError
 from qtools.qformat.limits import exceeded
 
 from ..errors import UsageError, ViewError
@@ -166,6 +167,9 @@ def check_options(args: argparse.Namespace) -> None:
         if getattr(args, attr, None):
             raise UsageError(f"{option} shapes q-view's reports; --format {args.format} exports "
                              "the whole selection (pprof has its own -focus, -ignore, -hide)")
+    if args.by == "thread":
+        raise UsageError(f"--format {args.format} labels each sample with its thread "
+                         "already (where the sets have per-thread data); --by does not apply")
     if args.by != "function":
         raise UsageError(f"--format {args.format} exports functions with their addresses; "
                          "--by does not apply")
@@ -199,9 +203,14 @@ def _located(sets: list[StoredSet], symbols: Symbols, warn: Warn, view: ThreadVi
             continue
         sl = None
         if ts.info.threads is not None:
-            sl = locate_cpu_by_thread(ts, index, space, warn)
-            if sl is None:
-                unsplit.append(ts.path)
+            try:
+                sl = locate_cpu_by_thread(ts, index, space, warn)
+                if sl is None:
+                    unsplit.append(ts.path)
+            except LimitExceeded:
+                raise
+            except QFormatError as e:  # a bad or missing `.threads`: the `.stack` holds
+                warn(f"{e}; exported without thread labels")
         yield sl or locate_set(ts, index, space, warn)
     if unsplit:
         more = f" and {len(unsplit) - 1} other set(s)" if len(unsplit) > 1 else ""
