@@ -7,6 +7,11 @@ so naming, merging and every report work on them unchanged. Weights are
 nanoseconds whenever time off the CPU is part of the metric (CPU weights
 converted with the set's histogram factor); the CPU metric alone keeps the
 set's own counts.
+
+The exports (profile/export.py) take every stack under its thread, and a
+set's CPU samples by thread only where they add up to its `.hist`
+(``locate_cpu_by_thread``), so that the export's flat profile stays the
+CPU profile q-view shows from the `.stack`.
 """
 
 from __future__ import annotations
