@@ -11,7 +11,7 @@ import pytest
 from opentelemetry.proto.profiles.v1development import profiles_pb2 as pb
 
 from exports import flat_of_json, go_or_skip, go_pprof_top, pprof_by_thread, pprof_flat, \
-    pprof_name, pprof_profile
+    pprof_name, pprof_percent, pprof_profile
 from test_offcpu_e2e import PERIOD, collect, per_thread
 from qtools.qformat import read_info
 from tests.conftest import OWN_SETS, q_syscollect, q_view
@@ -86,10 +86,10 @@ def _top_agrees(go: str, path, home, want_total: float, want: dict[str, float]) 
     # pprof -top leaves out nodes under 0.5% of the total: rows of 1% and more
     for name, share in shares.items():
         if share >= 1:
-            assert top.get(name) == pytest.approx(share, abs=0.011), name
+            assert top.get(name) == pytest.approx(pprof_percent(share), abs=0.011), name
     for name, share in top.items():
         if share >= 1:
-            assert shares.get(name) == pytest.approx(share, abs=0.011), name
+            assert pprof_percent(shares.get(name, 0.0)) == pytest.approx(share, abs=0.011), name
 
 
 def test_thread_labels_of_a_real_collection(perf, build, tmp_path):

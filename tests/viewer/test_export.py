@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from exports import flat_of_json, go_or_skip, go_pprof, go_pprof_top, pprof_by_thread, \
-    pprof_flat, pprof_name, pprof_profile
+    pprof_flat, pprof_name, pprof_percent, pprof_profile
 from qsynth import MS, QBuilder
 from scenarios import EXE, KALLSYMS, calls_dir, run
 from tests.conftest import q_view
@@ -345,7 +345,7 @@ def test_go_tool_pprof_shows_the_off_cpu_flat_profile_and_thread_labels(tmp_path
     out, _err = _export(q, tmp_path, "pprof", "--event", "off-cpu")
     top = go_pprof_top(go, out, tmp_path / "home")
     total, selfs = flat_of_json(str(q.path), "--event", "off-cpu")
-    want = {pprof_name(n): round(100 * v / total, 2) for n, v in selfs.items()}
+    want = {pprof_name(n): pprof_percent(100 * v / total) for n, v in selfs.items()}
     assert top.keys() == want.keys()
     for name, share in want.items():
         assert top[name] == pytest.approx(share, abs=0.011), name
