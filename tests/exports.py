@@ -76,6 +76,27 @@ def go_pprof_top(go: str, path: Path, home: Path) -> dict[str, float]:
     return rows
 
 
+def pprof_percent(share: float) -> float:
+    """A share in percent as `go tool pprof` prints it: 100% from 99.95 to
+    100.05, two decimals from 1, two significant digits below."""
+    if 99.95 <= abs(share) <= 100.05:
+        return 100.0
+    return round(share, 2) if abs(share) >= 1 else float(f"{share:.2g}")
+
+
 def pprof_name(name: str) -> str:
     # pprof drops <...> (template arguments, to its mind) from the names it shows
     return re.sub(r"<[^<>]*>", "", name)
+
+
+def pprof_by_thread(p) -> dict[tuple[str | None, int | None, str | None], float]:
+    """The event value (s) per (pid, thread_id, thread) of a decoded pprof profile
+    (no pid: an aggregate's sets, of processes with few samples)."""
+    st = p.string_table
+    out: dict[tuple[str | None, int | None, str | None], float] = {}
+    for s in p.sample:
+        strs = {st[lb.key]: st[lb.str] for lb in s.label if lb.str}
+        nums = {st[lb.key]: lb.num for lb in s.label if not lb.str}
+        key = (strs.get("pid"), nums.get("thread_id"), strs.get("thread"))
+        out[key] = out.get(key, 0.0) + s.value[-1] * 1e-9
+    return out

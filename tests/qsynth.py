@@ -18,7 +18,9 @@ from pathlib import Path
 from elftools.elf.elffile import ELFFile
 
 from qtools.qformat import (CallCounts, CallStacks, Histogram, Info, MapRange, ObjectRef, QDir,
-                            TaskInfo, dump_info, edge_lines, hist_lines, stack_lines)
+                            TaskInfo, dump_info, edge_lines, hist_lines, read_info, stack_lines,
+                            thread_lines)
+from qtools.qformat.info import Threads
 
 PAGE = 0x1000
 MS = 1_000_000  # one cpu-clock sample of 1 ms, in nanoseconds
@@ -177,6 +179,21 @@ class QBuilder:
             name = f"{base}.info#{version}"
             q.atomic_write(name, dump_info(info).encode())
         return name
+
+    def threads(self, name: str, names: dict[int, str],
+                weights: dict[tuple[str, int, tuple[int, ...]], int]) -> str:
+        """Give the set ``name`` (an `.info`) a `.threads` file (q:threads):
+        ``weights`` by (kind, tid, frames), as qformat.thread_lines takes them."""
+        path = self.path / name
+        info = read_info(path)
+        tname = name.replace(".info#", ".threads#")
+        with QDir.open(self.path) as q:
+            q.atomic_write(tname, thread_lines(names, weights))
+            info.threads = Threads(tname, off_cpu=1, time_unit_label="seconds",
+                                   time_conversion_factor=1e-9, min_stack_ns=0, switches=3,
+                                   off_cpu_seconds=0.9, cpu_wait_seconds=0.05)
+            q.atomic_write(name, dump_info(info).encode())
+        return tname
 
     def info_path(self, name: str) -> str:
         return os.path.join(self.path, name)

@@ -7,8 +7,6 @@ import io
 from pathlib import Path
 
 from qsynth import MS, Binary, Loaded, QBuilder
-from qtools.qformat import dump_info, read_info, thread_lines
-from qtools.qformat.info import Threads
 from qtools.viewer.cli import main
 
 UNKNOWN = 0x10000  # in no object: prints as 0x10000<[unknown]>
@@ -66,15 +64,7 @@ def calls_dir(tmp: Path, binary: Binary, **task_args: object) -> tuple[QBuilder,
 def with_threads(q: QBuilder, name: str, names: dict[int, str], weights: dict) -> None:
     """Give the set ``name`` a `.threads` file of these thread names and
     (kind, tid, frames) -> nanoseconds, as q-syscollect --off-cpu writes it."""
-    path = q.path / name
-    info = read_info(path)
-    base, _, version = name.partition(".info#")
-    tname = f"{base}.threads#{version}"
-    (q.path / tname).write_bytes(b"".join(thread_lines(names, weights)))
-    info.threads = Threads(tname, off_cpu=1, time_unit_label="seconds",
-                           time_conversion_factor=1e-9, min_stack_ns=0, switches=3,
-                           off_cpu_seconds=0.9, cpu_wait_seconds=0.05)
-    path.write_text(dump_info(info))
+    q.threads(name, names, weights)
 
 
 def threads_setup(tmp_path: Path, calls_pie: Binary) -> tuple[QBuilder, str]:

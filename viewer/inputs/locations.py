@@ -55,6 +55,7 @@ class SetLocations:
     # not the set's own, and the locations that stand for a thread
     factor_override: float | None = None
     thread_roots: dict[int, Frame] = field(default_factory=dict)
+    thread_names: dict[int, str] = field(default_factory=dict)  # tid -> its name
 
     @property
     def factor(self) -> float:

@@ -7,13 +7,18 @@ so naming, merging and every report work on them unchanged. Weights are
 nanoseconds whenever time off the CPU is part of the metric (CPU weights
 converted with the set's histogram factor); the CPU metric alone keeps the
 set's own counts.
+
+The exports (profile/export.py) take every stack under its thread, and a
+set's CPU samples by thread only where they add up to its `.hist`
+(``locate_cpu_by_thread``), so that the export's flat profile stays the
+CPU profile q-view shows from the `.stack`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from qtools.qformat import MissingFile, ThreadName, ThreadWeight
+from qtools.qformat import LimitExceeded, MissingFile, QFormatError, ThreadName, ThreadWeight
 
 from ..naming.space import AddressSpace
 from ..naming.symbols import Warn
@@ -54,15 +59,63 @@ def locate_threads(ts: StoredSet, index: int, space: AddressSpace, view: ThreadV
                    warn: Warn) -> SetLocations:
     """The set's stacks of the metric and threads ``view`` asks for. A set
     without a `.threads` file (an earlier release, or no data) has none."""
+    sl = _new(ts, index, space, view)
+    read = _records(ts, view, warn)
+    if read is not None:
+        _fill(sl, _Table(sl), view, *read)
+    return sl
+
+
+def locate_cpu_by_thread(ts: StoredSet, index: int, space: AddressSpace,
+                         warn: Warn) -> SetLocations | None:
+    """The set's CPU samples, each stack under its thread (as ``--by
+    thread``), held to its `.hist` as locations._check_hist holds a
+    `.stack`: the same total and the same weight per leaf address, weight
+    without a stack placed on the leaves the `.hist` has beyond the
+    stacks' (under its thread where one thread has it all). None where
+    the set has no `.threads` file or it does not add up; QFormatError
+    (MissingFile among them) where the file cannot be read."""
+    view = ThreadView("cpu", None, True)
+    read = _records(ts, view, warn, quiet=True)
+    if read is None:
+        return None
+    sl = _new(ts, index, space, view)
+    table = _Table(sl)
+    roots = _fill(sl, table, view, *read)
+    spread = _spread(ts, read[1])
+    if spread is None:
+        return None
+    if spread:
+        unkept = {w.tid for w in read[1] if not w.frames}
+        for tid in unkept:
+            sl.stacks.pop((roots[tid],), None)
+        owner = roots[unkept.pop()] if len(unkept) == 1 else None
+        for address, count in spread.items():
+            leaf = table.id(address, False)
+            if owner is None:
+                sl.spread[leaf] = sl.spread.get(leaf, 0) + count
+            else:
+                sl.stacks[(leaf, owner)] = sl.stacks.get((leaf, owner), 0) + count
+    return sl
+
+
+def _new(ts: StoredSet, index: int, space: AddressSpace, view: ThreadView) -> SetLocations:
     sl = SetLocations(index, ts, space)
     sl.from_stacks = True
     sl.factor_override = NANOSECOND if view.in_time else None
+    return sl
+
+
+def _records(ts: StoredSet, view: ThreadView, warn: Warn, quiet: bool = False
+             ) -> tuple[dict[int, str], list[ThreadWeight]] | None:
+    """The thread names and the weights of the metric and threads ``view``
+    asks for; None (said once) without a file to read. ``quiet``: None
+    without a `.threads` file, MissingFile where it is missing."""
     records = ts.threads()
     if records is None:
-        if view.metric == "cpu":
+        if view.metric == "cpu" and not quiet:
             warn(f"{ts.path}: no per-thread data (collected by an earlier q-syscollect)")
-        return sl
-    table = _Table(sl)
+        return None
     kinds = KINDS[view.metric]
     names: dict[int, str] = {}
     weights: list[ThreadWeight] = []
@@ -73,8 +126,18 @@ def locate_threads(ts: StoredSet, index: int, space: AddressSpace, view: ThreadV
             elif rec.kind in kinds and (view.tids is None or rec.tid in view.tids):
                 weights.append(rec)
     except MissingFile as e:
+        if quiet:
+            raise
         warn(f"{e}; no per-thread data from this set")
-        return sl
+        return None
+    return names, weights
+
+
+def _fill(sl: SetLocations, table: _Table, view: ThreadView, names: dict[int, str],
+          weights: list[ThreadWeight]) -> dict[int, int]:
+    """Add ``weights`` to ``sl``; return each thread's root location (--by thread)."""
+    ts, space, index = sl.stored, sl.space, sl.index
+    sl.thread_names.update(names)
     cpu_scale = ts.factor / NANOSECOND if view.in_time else 1.0
     roots: dict[int, int] = {}
     acc = sl.stacks
@@ -96,7 +159,38 @@ def locate_threads(ts: StoredSet, index: int, space: AddressSpace, view: ThreadV
             continue
         acc[ids] = acc.get(ids, 0) + weight
     sl.stack_locations = len(sl.locations)
-    return sl
+    return roots
+
+
+def _spread(ts: StoredSet, weights: list[ThreadWeight]) -> dict[int, int] | None:
+    """The `.hist` weight beyond the stacks' leaves, by address, where the
+    `cpu` lines ``weights`` add up to the `.hist` as a `.stack` must; None
+    where they do not (or the `.hist` cannot be read)."""
+    per_leaf: dict[int, int] = {}
+    remainder = total = 0
+    for w in weights:
+        total += w.weight
+        if w.frames:
+            per_leaf[w.frames[0]] = per_leaf.get(w.frames[0], 0) + w.weight
+        else:
+            remainder += w.weight
+    spread: dict[int, int] = {}
+    hist_total = 0
+    try:
+        for address, count in ts.hist():
+            hist_total += count
+            leaf = per_leaf.pop(address, 0)
+            if count > leaf and remainder:
+                spread[address] = count - leaf
+            elif count != leaf:
+                return None
+    except LimitExceeded:
+        raise
+    except (QFormatError, MissingFile):
+        return None
+    if per_leaf or hist_total != total or sum(spread.values()) != remainder:
+        return None
+    return spread
 
 
 def _ids(table: _Table, space: AddressSpace, frames: tuple[int, ...]) -> tuple[int, ...]:

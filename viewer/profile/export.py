@@ -2,37 +2,48 @@
 
 The reports fold each address into its function (``build.SampleBuilder``);
 an export keeps what they fold away: every location with its address and
-mapping, and each set's labels (comm, pid, cpu, host), so that pprof,
-Pyroscope or an OpenTelemetry collector can slice by them. One builder
+mapping, and each set's labels (comm, pid, cpu, host, and the thread where
+the set has a `.threads` file), so that pprof, Pyroscope or an
+OpenTelemetry collector can slice by them. One builder
 makes the tables (mappings, functions, locations, labels, samples), and
 each format is an encoder of them (render/pprof.py, render/otlp.py).
 
 Samples are the sets' distinct stacks of locations, innermost first, one
-per set's labels and stack, with two values: samples (a count) and the
-event (nanoseconds for a clock, the set's own unit otherwise). The flat
-profile of an export is q-view's: the same stacks, the same leaves (the
+per set's labels (thread included) and stack, with two values: samples (a
+count) and the event (nanoseconds for a clock, the set's own unit
+otherwise); with ``--event off-cpu|cpu-wait|wall`` one value, that time in
+nanoseconds. The flat profile of an export is q-view's with the same
+``--event`` and ``--tid``: the same stacks, the same leaves (the
 histogram's leaves beyond the stacks and the stacks not kept included).
+
+A set's CPU samples are split by thread only where its `.threads` file
+adds up to its `.hist` (threadlocs.locate_cpu_by_thread); where it does
+not, the set is exported from its `.stack` without thread labels, as sets
+of earlier releases are, and q-view says so once.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Generic, Hashable, TypeVar
+from typing import Callable, Generic, Hashable, Iterator, TypeVar
 
+from qtools.qformat import LimitExceeded, QFormatError
 from qtools.qformat.limits import exceeded
 
 from ..errors import UsageError, ViewError
 from ..inputs.load import StoredSet
-from ..inputs.locations import SetLocations, locate
+from ..inputs.locations import SetLocations, locate, locate_set
+from ..inputs.threadlocs import ThreadView, locate_cpu_by_thread, locate_threads
 from ..naming.demangle import demangle
 from ..naming.space import AddressSpace
 from ..naming.symbols import KERNEL_OBJECT, Symbolized, Symbols, Warn
 from ..render.units import SECONDS
 from .build import one_unit
 from .model import printable
-from .report import symbolizer
+from .report import symbolizer, thread_view
 
 NANOSECONDS = "nanoseconds"
 KERNEL_LIMIT = (1 << 64) - 1  # the kernel's mapping reaches the top of the address space
@@ -44,7 +55,7 @@ COLLECTOR = "[q-syscollect]"
 # -ignore, -hide, -nodefraction) and applies them to the whole profile.
 REPORT_ONLY = (("focus", "--focus"), ("ignore", "--ignore"), ("hide", "--hide"),
                ("python", "--python"), ("stacks", "--stacks"), ("per_pid", "--per-pid"),
-               ("min_percent", "--min-percent"))
+               ("min_percent", "--min-percent"), ("metrics", "--metrics"))
 
 
 @dataclass(frozen=True)
@@ -82,13 +93,20 @@ class Labels:
     host: str | None
     unit: str | None = None  # the systemd unit (q:unit)
     container: str | None = None  # the container id (q:container)
+    tid: int | None = None  # the thread (from a `.threads` file)
+    thread: str | None = None  # its name
 
     def pairs(self) -> list[tuple[str, str]]:
         """The labels that are known, as text: pid and cpu too, as Pyroscope and
         Parca take labels (and cpu 0 stays cpu 0, not an unset number)."""
         known = (("comm", self.comm), ("pid", self.pid), ("cpu", self.cpu),
-                 ("host", self.host), ("unit", self.unit), ("container", self.container))
+                 ("host", self.host), ("unit", self.unit), ("container", self.container),
+                 ("thread", self.thread))
         return [(key, str(value)) for key, value in known if value is not None and value != ""]
+
+    def numbers(self) -> list[tuple[str, int]]:
+        """The numeric labels: the thread id, as pprof's schema names it."""
+        return [("thread_id", self.tid)] if self.tid is not None else []
 
 
 @dataclass(frozen=True)
@@ -103,6 +121,7 @@ class Sample:
 class Tables:
     event: str
     unit: str  # of ``Sample.value``: nanoseconds for time
+    counted: bool  # ``Sample.samples`` are sample counts (not for time off the CPU)
     period: int | None  # one sample's weight, in ``unit``, where every set agrees
     time_nanos: int | None  # when the earliest set began (Unix time)
     duration_nanos: int | None  # to the end of the latest
@@ -154,33 +173,62 @@ def check_options(args: argparse.Namespace) -> None:
         if getattr(args, attr, None):
             raise UsageError(f"{option} shapes q-view's reports; --format {args.format} exports "
                              "the whole selection (pprof has its own -focus, -ignore, -hide)")
+    if args.by == "thread":
+        raise UsageError(f"--format {args.format} labels each sample with its thread "
+                         "already (where the sets have per-thread data); --by does not apply")
     if args.by != "function":
         raise UsageError(f"--format {args.format} exports functions with their addresses; "
                          "--by does not apply")
-    if getattr(args, "event", None) not in (None, "cpu") or getattr(args, "tid", None) \
-            or getattr(args, "metrics", None):
-        raise UsageError(f"--format {args.format} exports the CPU samples; --event, --tid "
-                         "and --metrics go with q-view's reports (text, json, collapsed, dot)")
     if args.watch or args.overview:
         option = "--watch" if args.watch else "--overview"
         raise UsageError(f"{option} is a report of q-view's; --format {args.format} writes "
                          "a profile")
 
 
-def build(sets: list[StoredSet], symbols: Symbols, warn: Warn, kernel: bool | None = None
-          ) -> Tables:
+def build(sets: list[StoredSet], symbols: Symbols, warn: Warn, kernel: bool | None = None,
+          view: ThreadView = ThreadView()) -> Tables:
     """The tables of ``sets``; ``kernel`` False: user samples only (--no-kernel),
-    True: kernel samples with their kernel frames only (--kernel-only)."""
-    builder = _Builder(kernel, sets[0].limits.stacks if sets else 0)
-    for sl in locate(sets, symbols, warn):
+    True: kernel samples with their kernel frames only (--kernel-only);
+    ``view``: the metric and threads (--event, --tid)."""
+    builder = _Builder(kernel, sets[0].limits.stacks if sets else 0, view.metric)
+    for sl in _located(sets, symbols, warn, view):
         builder.add(sl)
     return builder.result()
+
+
+def _located(sets: list[StoredSet], symbols: Symbols, warn: Warn, view: ThreadView
+             ) -> Iterator[SetLocations]:
+    """Each set's stacks, each under its thread where the set has them by
+    thread; the sets whose `.threads` does not add up told once, at the end."""
+    by_thread = dataclasses.replace(view, by_thread=True)
+    unsplit: list[str] = []
+    for index, ts in enumerate(sets):
+        space = symbols.space(ts.directory, ts.info)
+        if view.needed:
+            yield locate_threads(ts, index, space, by_thread, warn)
+            continue
+        sl = None
+        if ts.info.threads is not None:
+            try:
+                sl = locate_cpu_by_thread(ts, index, space, warn)
+                if sl is None:
+                    unsplit.append(ts.path)
+            except LimitExceeded:
+                raise
+            except QFormatError as e:  # a bad or missing `.threads`: the `.stack` holds
+                warn(f"{e}; exported without thread labels")
+        yield sl or locate_set(ts, index, space, warn)
+    if unsplit:
+        more = f" and {len(unsplit) - 1} other set(s)" if len(unsplit) > 1 else ""
+        warn(f"{unsplit[0]}{more}: per-thread CPU samples (.threads) do not add up to the "
+             ".hist; exported from the .stack, without thread labels")
 
 
 @dataclass
 class _Builder:
     kernel: bool | None
     max_stacks: int
+    metric: str = "cpu"  # --event: any other is time from `.threads` files, in nanoseconds
     mappings: _Interned[Mapping] = field(default_factory=_Interned)
     functions: _Interned[Function] = field(default_factory=_Interned)
     locations: _Interned[Location] = field(default_factory=_Interned)
@@ -193,13 +241,21 @@ class _Builder:
     def add(self, sl: SetLocations) -> None:
         ts = sl.stored
         self.sets.append(ts)
-        labels = self.labels.id(Labels(_text(ts.comm), ts.pid, ts.cpu,
-                                       _text(ts.info.task.hostname), _text(ts.service),
-                                       _text(ts.container)))
-        value_per_count = ts.factor * (1e9 if ts.unit == SECONDS else 1.0)
-        g = ts.info.histogram.y_granularity if ts.info.histogram else None
-        # without the weight of one sample, each count is one (count events)
-        samples_per_count = ts.factor / g if g and g > 0 else 1.0
+        base = Labels(_text(ts.comm), ts.pid, ts.cpu, _text(ts.info.task.hostname),
+                      _text(ts.service), _text(ts.container))
+        labels = self.labels.id(base)
+        if sl.factor_override is not None:  # time from a `.threads` file: nanoseconds
+            value_per_count, samples_per_count = sl.factor_override * 1e9, 0.0
+        else:
+            value_per_count = ts.factor * (1e9 if ts.unit == SECONDS else 1.0)
+            g = ts.info.histogram.y_granularity if ts.info.histogram else None
+            # without the weight of one sample, each count is one (count events)
+            samples_per_count = ts.factor / g if g and g > 0 else 1.0
+        # the location that stands for a thread (threadlocs.py) -> the labels with it
+        by_root = {root: self.labels.id(dataclasses.replace(
+            base, tid=sl.locations[root].address,
+            thread=_text(sl.thread_names.get(sl.locations[root].address))))
+            for root in sl.thread_roots}
         ids: list[int | None] = [None] * len(sl.locations)
 
         def loc(lid: int) -> int:
@@ -208,7 +264,7 @@ class _Builder:
                 i = ids[lid] = self._location(sl, lid)
             return i
 
-        def put(stack: tuple[int, ...], count: int) -> None:
+        def put(stack: tuple[int, ...], count: int, labels: int = labels) -> None:
             kept = self._keep(stack)
             if not kept or not count:
                 return
@@ -223,7 +279,13 @@ class _Builder:
             values[1] += count * value_per_count
 
         for lstack, count in sl.stacks.items():
-            put(tuple(loc(lid) for lid in lstack), count)
+            thread = by_root.get(lstack[-1])
+            if thread is None:
+                put(tuple(loc(lid) for lid in lstack), count)
+            elif len(lstack) > 1:
+                put(tuple(loc(lid) for lid in lstack[:-1]), count, thread)
+            else:  # the thread's weight without a stack
+                put((self._unkept(),), count, thread)
         for lid, count in sl.spread.items():
             put((loc(lid),), count)
         if sl.unkept:
@@ -234,6 +296,10 @@ class _Builder:
         if self.kernel is None:
             return stack
         kernel_of = self.kernel_of
+        if self.metric != "cpu" and self.kernel is False:
+            # time off the CPU starts in the scheduler: the kernel frames go, the time
+            # stays with the user code that entered the kernel (processors.strip_kernel)
+            return tuple(i for i in stack if not kernel_of[i]) or stack[-1:]
         if kernel_of[stack[0]] != self.kernel:
             return ()
         return tuple(i for i in stack if kernel_of[i] == self.kernel)
@@ -288,7 +354,8 @@ class _Builder:
         return self._add_location(Location(None, 0, function), False)
 
     def result(self) -> Tables:
-        unit = one_unit(self.sets)
+        in_time = self.metric != "cpu"
+        unit = NANOSECONDS if in_time else one_unit(self.sets)
         unit = NANOSECONDS if unit == SECONDS else unit
         samples = []
         for (labels, stack), (count, value) in self.acc.items():
@@ -304,8 +371,10 @@ class _Builder:
         ends = [ts.info.task.end_time for ts in self.sets if ts.info.task.end_time is not None]
         begin = min(starts) if starts else None
         end = max(ends) if ends else None
-        return Tables(",".join(dict.fromkeys(ts.event for ts in self.sets)), unit,
-                      self._period(), _nanos(begin),
+        event = self.metric if in_time else ",".join(dict.fromkeys(ts.event
+                                                                     for ts in self.sets))
+        return Tables(event, unit, not in_time, None if in_time else self._period(),
+                      _nanos(begin),
                       _nanos(end - begin) if begin is not None and end is not None
                       and end >= begin else None,
                       self.mappings.items, self.functions.items, self.locations.items,
@@ -334,7 +403,7 @@ def exported(sets: list[StoredSet], args: argparse.Namespace, warn: Warn,
     symbols = symbolizer(args, warn, sets)
     try:
         kernel = False if args.no_kernel else True if args.kernel_only else None
-        tables = build(sets, symbols, warn, kernel)
+        tables = build(sets, symbols, warn, kernel, thread_view(args))
     finally:
         symbols.close()
     try:

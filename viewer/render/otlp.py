@@ -7,10 +7,13 @@ package's releases whose messages these are).
 One ``ResourceProfiles`` per host (``host.name``), one scope (q-tools),
 two profiles over the same samples: the event (nanoseconds for a clock)
 first, as a viewer shows ``profiles[0]`` by default, then the sample
-counts. Every table of the shared dictionary starts with its zero value,
+counts (time off the CPU, ``--event off-cpu|cpu-wait|wall``, has none:
+one profile). Every table of the shared dictionary starts with its zero value,
 so an index is the table index plus one and 0 means "none". Per sample:
 ``process.executable.name`` (the comm), ``process.pid``,
-``cpu.logical_number``; build-ids go on mappings as
+``cpu.logical_number``, and where the set has per-thread data
+``thread.id`` and ``thread.name`` (semantic conventions, as the OTel eBPF
+profiler writes them); build-ids go on mappings as
 ``process.executable.build_id.gnu``.
 """
 
@@ -87,7 +90,8 @@ def message(t: Tables) -> Any:
                             if host else [])
         scope = data.resource_profiles.add(resource=resource).scope_profiles.add(
             scope=InstrumentationScope(name=SCOPE, version=package_version()))
-        for value_type, unit, which in ((t.event, t.unit, 1), ("samples", "count", 0)):
+        values = [(t.event, t.unit, 1)] + ([("samples", "count", 0)] if t.counted else [])
+        for value_type, unit, which in values:
             p = scope.profiles.add(profile_id=os.urandom(16))
             p.sample_type.type_strindex = s(value_type)
             p.sample_type.unit_strindex = s(unit)
@@ -117,6 +121,10 @@ def _sample_attributes(attribute: _Attributes, lb: Labels) -> list[int]:
         out.append(attribute("process.pid", lb.pid))
     if lb.cpu is not None:
         out.append(attribute("cpu.logical_number", lb.cpu))
+    if lb.tid is not None:
+        out.append(attribute("thread.id", lb.tid))
+    if lb.thread:
+        out.append(attribute("thread.name", lb.thread))
     if lb.container:
         out.append(attribute("container.id", lb.container))  # a semantic convention
     if lb.unit:

@@ -10,6 +10,10 @@ needs (the rest are optional in the schema).
 Ids of mappings, locations and functions are their table index plus one
 (0 means "none" in profile.proto); the string table is deduplicated, with
 "" first as the schema requires.
+
+Labels are strings (comm, pid, cpu, host, unit, container, and the thread's
+name as ``thread``), as Pyroscope and Parca take them, except the thread id:
+a number, ``thread_id``, the key profile.proto's comments use for it.
 """
 
 from __future__ import annotations
@@ -103,8 +107,10 @@ def message(t: Tables) -> Any:
     """The Profile message of ``t``."""
     s = Strings()
     p = Profile()
-    # samples first (pprof's convention for a count), the event last: pprof's default
-    p.sample_type.add(type=s("samples"), unit=s("count"))
+    # samples first (pprof's convention for a count), the event last: pprof's default;
+    # time off the CPU (--event off-cpu...) has no sample count
+    if t.counted:
+        p.sample_type.add(type=s("samples"), unit=s("count"))
     p.sample_type.add(type=s(t.event), unit=s(t.unit))
     p.default_sample_type = s(t.event)
     p.period_type.type = s(t.event)
@@ -131,11 +137,14 @@ def message(t: Tables) -> Any:
         for function, line in loc.lines or ((loc.function, 0),):
             entry.line.add(function_id=function + 1, line=line)
     labels = [[(s(key), s(value)) for key, value in lb.pairs()] for lb in t.labels]
+    numbers = [[(s(key), value) for key, value in lb.numbers()] for lb in t.labels]
     for sample in t.samples:
         out = p.sample.add(location_id=[i + 1 for i in sample.locations],
-                           value=[sample.samples, sample.value])
+                           value=[sample.samples, sample.value] if t.counted else [sample.value])
         for key, value in labels[sample.labels]:
             out.label.add(key=key, str=value)
+        for key, number in numbers[sample.labels]:
+            out.label.add(key=key, num=number)
     p.string_table.extend(s.table)
     return p
 
