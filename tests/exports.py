@@ -23,7 +23,8 @@ def flat_of_json(path: str, *options: str) -> tuple[float, dict[str, float]]:
     doc = json.loads(proc.stdout)
     selfs: dict[str, float] = {}
     for f in doc["functions"]:
-        selfs[f["name"]] = selfs.get(f["name"], 0.0) + f["self"]
+        name = f["name"].removesuffix(" (inlined)")  # pprof names the function alone
+        selfs[name] = selfs.get(name, 0.0) + f["self"]
     return doc["total"], {k: v for k, v in selfs.items() if v}
 
 
@@ -72,7 +73,10 @@ def go_pprof_top(go: str, path: Path, home: Path) -> dict[str, float]:
     for line in go_pprof(go, path, home, "-top", "-nodecount=1000").splitlines():
         m = re.match(r"\s*\S+\s+([\d.]+)%\s+[\d.]+%\s+\S+\s+[\d.]+%\s+(.+)$", line)
         if m and float(m[1]):
-            rows[m[2]] = float(m[1])
+            # pprof marks a function inlined at a location "(inline)"; q-view's
+            # JSON names it alone (flat_of_json), so do the rows
+            name = m[2].removesuffix(" (inline)")
+            rows[name] = round(rows.get(name, 0.0) + float(m[1]), 2)
     return rows
 
 
