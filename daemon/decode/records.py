@@ -14,7 +14,7 @@ import operator
 import struct
 import types
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple, Union
+from typing import Callable, Container, NamedTuple, Union
 
 from ..kernel import abi
 
@@ -222,6 +222,7 @@ class SampleLayout:
     _steps: tuple[Callable[..., int], ...] = field(init=False, repr=False, compare=False)
     _id_fields: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _decoders: dict[int, Callable[..., Record]] = field(init=False, repr=False, compare=False)
+    _idle: "IdleProbe | None" = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         st = self.sample_type
@@ -237,6 +238,7 @@ class SampleLayout:
                 fmt += code
                 names += name.split()
         object.__setattr__(self, "_prefix", struct.Struct(fmt))
+        object.__setattr__(self, "_idle", IdleProbe.of(fmt, names))
         # One C-speed itemgetter picks every Sample field, in order, out of
         # (misc, *prefix values, *defaults).
         where = {n: 1 + i for i, n in enumerate(names) if n in _SLOT}
@@ -376,6 +378,17 @@ class SampleLayout:
             off += 8
         return SampleId(**values)
 
+    def idle_sample(self, rec: bytes | memoryview,
+                    others: Container[int] = ()) -> tuple[int, int, int] | None:
+        """(ip, tid, weight) of a sample of the idle task (pid 0, kernel
+        mode), told from the header and the fixed prefix alone; None for any
+        other record, and for a sample whose SAMPLE_IDENTIFIER is among
+        ``others`` (another event's: a tracepoint's samples of pid 0 are
+        switches from idle, not idle time). The fields after the prefix
+        (callchain, registers, user stack) are neither read nor checked."""
+        probe = self._idle
+        return None if probe is None else probe.match(rec, others)
+
     def decode(self, rec: bytes | memoryview) -> Record:
         """Decode any record by the decoder ``routes.ROUTES`` names for its
         type; unknown types come back as ``Other``.
@@ -404,6 +417,48 @@ class SampleLayout:
 
 
 _CALLCHAIN = _SLOT["callchain"]
+_KERNEL_MODES = (abi.MISC_KERNEL, abi.MISC_GUEST_KERNEL)
+
+
+@dataclass(frozen=True)
+class IdleProbe:
+    """Where a layout's samples keep what tells and weighs an idle-task
+    sample: the cpu-clock delivers about 100 of them a second per CPU on an
+    idle machine, and decoding each whole (a callchain of a dozen frames,
+    registers, the user-stack header) cost more than all else it does then."""
+
+    head: struct.Struct  # record type and pid only: the test every record takes
+    full: struct.Struct  # the header and the whole fixed prefix
+    ident: int  # index in ``full``'s values; -1: no SAMPLE_IDENTIFIER
+    ip: int
+    tid: int
+    period: int  # -1: no SAMPLE_PERIOD (weight 1)
+
+    @staticmethod
+    def of(fmt: str, names: list[str]) -> "IdleProbe | None":
+        """The probe for a prefix of struct format ``fmt`` (after "<") with
+        field ``names``; None without the ip or the pid to tell by."""
+        if "ip" not in names or "pid" not in names:
+            return None
+        full = struct.Struct("<IHH" + fmt[1:])
+        pid_at = 8 + struct.calcsize("<" + fmt[1:1 + names.index("pid")])
+        at = {n: 3 + i for i, n in enumerate(names)}
+        return IdleProbe(struct.Struct(f"<I{pid_at - 4}xI"), full, at.get("identifier", -1),
+                         at["ip"], at["tid"], at.get("period", -1))
+
+    def match(self, rec: bytes | memoryview, others: Container[int]) -> tuple[int, int, int] | None:
+        full = self.full
+        if len(rec) < full.size:
+            return None
+        type_, pid = self.head.unpack_from(rec, 0)
+        if pid or type_ != abi.RECORD_SAMPLE:
+            return None
+        v = full.unpack_from(rec, 0)
+        if not full.size <= v[2] <= len(rec) or v[1] & abi.MISC_CPUMODE_MASK not in _KERNEL_MODES:
+            return None  # decoded whole: told damaged, or taken the slow way
+        if others and (self.ident < 0 or v[self.ident] in others):
+            return None
+        return v[self.ip], v[self.tid], (v[self.period] if self.period >= 0 else 1) or 1
 
 
 def _regs(rec: bytes | memoryview, off: int, mask: int, values: list | None,

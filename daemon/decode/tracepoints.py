@@ -125,5 +125,10 @@ class Layouts:
             return er.route.decode(out, er.with_stack)
         return out
 
+    def idle_sample(self, rec: bytes | memoryview) -> tuple[int, int, int] | None:
+        """``SampleLayout.idle_sample`` of the main event's samples only: an
+        extra event's (a sched_switch from the idle task) is routed by its id."""
+        return self.main.idle_sample(rec, self.by_id)
+
     def __getattr__(self, name: str) -> object:
         return getattr(self.main, name)
