@@ -203,18 +203,22 @@ class CpuCollector:
         raw = self.source.read()
         decoded: list[Record | SchedSwitch | SchedWaking] = []
         decode = self.layout.decode
-        idle = self.layout.idle_sample
+        probe, others = self.layout.idle_probe()
+        need, head, candidate = probe.need, probe.head.unpack_from, probe.CANDIDATE
         idle_seen: dict[tuple[int, int], list[int]] = {}  # (ip, tid) -> [samples, weight]
         for data in raw:
-            hit = idle(data)
-            if hit is not None:  # most of an idle machine's samples: see _idle
-                tally = idle_seen.get(hit[:2])
-                if tally is None:
-                    idle_seen[hit[:2]] = [1, hit[2]]
-                else:
-                    tally[0] += 1
-                    tally[1] += hit[2]
-                continue
+            # most of an idle machine's samples (see _idle); the test, inlined
+            # for every other record, is one unpack
+            if len(data) >= need and head(data) == candidate:
+                hit = probe.match(data, others)
+                if hit is not None:
+                    tally = idle_seen.get(hit[:2])
+                    if tally is None:
+                        idle_seen[hit[:2]] = [1, hit[2]]
+                    else:
+                        tally[0] += 1
+                        tally[1] += hit[2]
+                    continue
             try:
                 decoded.append(decode(data))
             except RecordError:

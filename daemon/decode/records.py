@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import operator
 import struct
+import sys
 import types
 from dataclasses import dataclass, field
 from typing import Callable, Container, NamedTuple, Union
@@ -222,7 +223,7 @@ class SampleLayout:
     _steps: tuple[Callable[..., int], ...] = field(init=False, repr=False, compare=False)
     _id_fields: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _decoders: dict[int, Callable[..., Record]] = field(init=False, repr=False, compare=False)
-    _idle: "IdleProbe | None" = field(init=False, repr=False, compare=False)
+    idle_probe: IdleProbe = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         st = self.sample_type
@@ -238,7 +239,7 @@ class SampleLayout:
                 fmt += code
                 names += name.split()
         object.__setattr__(self, "_prefix", struct.Struct(fmt))
-        object.__setattr__(self, "_idle", IdleProbe.of(fmt, names))
+        object.__setattr__(self, "idle_probe", IdleProbe.of(fmt, names))
         # One C-speed itemgetter picks every Sample field, in order, out of
         # (misc, *prefix values, *defaults).
         where = {n: 1 + i for i, n in enumerate(names) if n in _SLOT}
@@ -386,8 +387,7 @@ class SampleLayout:
         ``others`` (another event's: a tracepoint's samples of pid 0 are
         switches from idle, not idle time). The fields after the prefix
         (callchain, registers, user stack) are neither read nor checked."""
-        probe = self._idle
-        return None if probe is None else probe.match(rec, others)
+        return self.idle_probe.match(rec, others)
 
     def decode(self, rec: bytes | memoryview) -> Record:
         """Decode any record by the decoder ``routes.ROUTES`` names for its
@@ -425,36 +425,41 @@ class IdleProbe:
     """Where a layout's samples keep what tells and weighs an idle-task
     sample: the cpu-clock delivers about 100 of them a second per CPU on an
     idle machine, and decoding each whole (a callchain of a dozen frames,
-    registers, the user-stack header) cost more than all else it does then."""
+    registers, the user-stack header) cost more than all else it does then.
 
-    head: struct.Struct  # record type and pid only: the test every record takes
+    ``head`` unpacks (record type, pid) from a record of at least ``need``
+    bytes: the one test every record takes, (RECORD_SAMPLE, 0) for a
+    candidate, which ``match`` then checks whole."""
+
+    need: int  # sys.maxsize: a layout without ip or pid, whose samples never match
+    head: struct.Struct
     full: struct.Struct  # the header and the whole fixed prefix
     ident: int  # index in ``full``'s values; -1: no SAMPLE_IDENTIFIER
     ip: int
     tid: int
     period: int  # -1: no SAMPLE_PERIOD (weight 1)
 
+    CANDIDATE = (abi.RECORD_SAMPLE, 0)
+
     @staticmethod
-    def of(fmt: str, names: list[str]) -> "IdleProbe | None":
+    def of(fmt: str, names: list[str]) -> IdleProbe:
         """The probe for a prefix of struct format ``fmt`` (after "<") with
-        field ``names``; None without the ip or the pid to tell by."""
-        if "ip" not in names or "pid" not in names:
-            return None
+        field ``names``, one format character each."""
         full = struct.Struct("<IHH" + fmt[1:])
+        if "ip" not in names or "pid" not in names:
+            return IdleProbe(sys.maxsize, _HEADER, full, -1, 0, 0, -1)
         pid_at = 8 + struct.calcsize("<" + fmt[1:1 + names.index("pid")])
         at = {n: 3 + i for i, n in enumerate(names)}
-        return IdleProbe(struct.Struct(f"<I{pid_at - 4}xI"), full, at.get("identifier", -1),
-                         at["ip"], at["tid"], at.get("period", -1))
+        return IdleProbe(full.size, struct.Struct(f"<I{pid_at - 4}xI"), full,
+                         at.get("identifier", -1), at["ip"], at["tid"], at.get("period", -1))
 
     def match(self, rec: bytes | memoryview, others: Container[int]) -> tuple[int, int, int] | None:
-        full = self.full
-        if len(rec) < full.size:
+        """(ip, tid, weight) of an idle-task sample: see SampleLayout.idle_sample."""
+        if len(rec) < self.need or self.head.unpack_from(rec) != self.CANDIDATE:
             return None
-        type_, pid = self.head.unpack_from(rec, 0)
-        if pid or type_ != abi.RECORD_SAMPLE:
-            return None
-        v = full.unpack_from(rec, 0)
-        if not full.size <= v[2] <= len(rec) or v[1] & abi.MISC_CPUMODE_MASK not in _KERNEL_MODES:
+        v = self.full.unpack_from(rec)
+        if not self.need <= v[2] <= len(rec) or \
+                v[1] & abi.MISC_CPUMODE_MASK not in _KERNEL_MODES:
             return None  # decoded whole: told damaged, or taken the slow way
         if others and (self.ident < 0 or v[self.ident] in others):
             return None
