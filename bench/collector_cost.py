@@ -310,19 +310,17 @@ def replay_decode(stream: Stream, tasks: bool) -> float:
     gc.collect()
     t0 = time.process_time()
     decode = layout.decode
-    # the idle task's samples told apart as CpuCollector.step does (absent
-    # before it did: then no record is)
-    probe = getattr(layout, "idle_probe", None)
-    need = probe.need if probe is not None else sys.maxsize
-    head = probe.head.unpack_from if probe is not None else None
-    candidate = probe.CANDIDATE if probe is not None else None
+    # the idle task's samples taken apart undecoded, as CpuCollector.step
+    # does (before it did, none was)
+    try:
+        from qtools.daemon.decode.idle import split
+    except ImportError:
+        split = None
     table = TaskTable(owner=replay_host().owner)
     for batch in stream.batches:
         decoded = []
-        for data in batch:
-            if len(data) >= need and head(data) == candidate and \
-                    probe.match(data, ()) is not None:
-                continue
+        rest = split(batch, layout.idle_probe, ())[0] if split is not None else batch
+        for data in rest:
             try:
                 decoded.append(decode(data))
             except RecordError:

@@ -17,6 +17,7 @@ from qtools.qformat import QDir
 
 from .clock import SYSTEM, Clock
 from .decode.records import Lost, Record, RecordError, Sample, Switch, split_callchain
+from .decode import idle
 from .decode.routes import handlers
 from .decode.tracepoints import SchedSwitch, SchedWaking
 from .waits import Waits
@@ -194,7 +195,8 @@ class CpuCollector:
         """Drain what the source holds; returns the number of records.
 
         Each record goes to the handler routes.ROUTES names for its kind
-        (``on_*`` here or on the task table), in time order."""
+        (``on_*`` here or on the task table), in time order; the idle
+        task's samples, told apart undecoded, go to ``_idle`` first."""
         # Every record of an event before this moment is in a ring now: the
         # horizon up to which a checkpoint may count waits still going
         # (counting to the checkpoint's own time would count a wait whose
@@ -203,22 +205,9 @@ class CpuCollector:
         raw = self.source.read()
         decoded: list[Record | SchedSwitch | SchedWaking] = []
         decode = self.layout.decode
-        probe, others = self.layout.idle_probe()
-        need, head, candidate = probe.need, probe.head.unpack_from, probe.CANDIDATE
-        idle_seen: dict[tuple[int, int], list[int]] = {}  # (ip, tid) -> [samples, weight]
-        for data in raw:
-            # most of an idle machine's samples (see _idle); the test, inlined
-            # for every other record, is one unpack
-            if len(data) >= need and head(data) == candidate:
-                hit = probe.match(data, others)
-                if hit is not None:
-                    tally = idle_seen.get(hit[:2])
-                    if tally is None:
-                        idle_seen[hit[:2]] = [1, hit[2]]
-                    else:
-                        tally[0] += 1
-                        tally[1] += hit[2]
-                    continue
+        # most of an idle machine's samples, taken apart undecoded (_idle)
+        rest, idle_seen = idle.split(raw, *self.layout.idle_probe())
+        for data in rest:
             try:
                 decoded.append(decode(data))
             except RecordError:
@@ -251,11 +240,11 @@ class CpuCollector:
         if not rec.out and rec.sid is not None:
             self.offcpu.switch_in(rec.sid.tid, rec.sid.time)
 
-    def _idle(self, seen: dict[tuple[int, int], list[int]]) -> None:
+    def _idle(self, seen: idle.IdleSeen) -> None:
         """The idle task's samples of one drain, by (pc, tid): into the
         kernel set by their pc alone, their weight its idle weight.
 
-        Told from the record's fixed prefix (``SampleLayout.idle_sample``),
+        Told from the record's fixed prefix (``decode/idle.py``),
         never decoded: their call chains (the same dozen frames of the idle
         loop, sample after sample) are not kept, so an idle CPU costs a
         probe and a dict update per sample. They touch no task and no

@@ -12,12 +12,12 @@ from __future__ import annotations
 import functools
 import operator
 import struct
-import sys
 import types
 from dataclasses import dataclass, field
 from typing import Callable, Container, NamedTuple, Union
 
 from ..kernel import abi
+from .idle import IdleProbe
 
 _HEADER = struct.Struct("<IHH")
 _U64 = struct.Struct("<Q")
@@ -417,53 +417,6 @@ class SampleLayout:
 
 
 _CALLCHAIN = _SLOT["callchain"]
-_KERNEL_MODES = (abi.MISC_KERNEL, abi.MISC_GUEST_KERNEL)
-
-
-@dataclass(frozen=True)
-class IdleProbe:
-    """Where a layout's samples keep what tells and weighs an idle-task
-    sample: the cpu-clock delivers about 100 of them a second per CPU on an
-    idle machine, and decoding each whole (a callchain of a dozen frames,
-    registers, the user-stack header) cost more than all else it does then.
-
-    ``head`` unpacks (record type, pid) from a record of at least ``need``
-    bytes: the one test every record takes, (RECORD_SAMPLE, 0) for a
-    candidate, which ``match`` then checks whole."""
-
-    need: int  # sys.maxsize: a layout without ip or pid, whose samples never match
-    head: struct.Struct
-    full: struct.Struct  # the header and the whole fixed prefix
-    ident: int  # index in ``full``'s values; -1: no SAMPLE_IDENTIFIER
-    ip: int
-    tid: int
-    period: int  # -1: no SAMPLE_PERIOD (weight 1)
-
-    CANDIDATE = (abi.RECORD_SAMPLE, 0)
-
-    @staticmethod
-    def of(fmt: str, names: list[str]) -> IdleProbe:
-        """The probe for a prefix of struct format ``fmt`` (after "<") with
-        field ``names``, one format character each."""
-        full = struct.Struct("<IHH" + fmt[1:])
-        if "ip" not in names or "pid" not in names:
-            return IdleProbe(sys.maxsize, _HEADER, full, -1, 0, 0, -1)
-        pid_at = 8 + struct.calcsize("<" + fmt[1:1 + names.index("pid")])
-        at = {n: 3 + i for i, n in enumerate(names)}
-        return IdleProbe(full.size, struct.Struct(f"<I{pid_at - 4}xI"), full,
-                         at.get("identifier", -1), at["ip"], at["tid"], at.get("period", -1))
-
-    def match(self, rec: bytes | memoryview, others: Container[int]) -> tuple[int, int, int] | None:
-        """(ip, tid, weight) of an idle-task sample: see SampleLayout.idle_sample."""
-        if len(rec) < self.need or self.head.unpack_from(rec) != self.CANDIDATE:
-            return None
-        v = self.full.unpack_from(rec)
-        if not self.need <= v[2] <= len(rec) or \
-                v[1] & abi.MISC_CPUMODE_MASK not in _KERNEL_MODES:
-            return None  # decoded whole: told damaged, or taken the slow way
-        if others and (self.ident < 0 or v[self.ident] in others):
-            return None
-        return v[self.ip], v[self.tid], (v[self.period] if self.period >= 0 else 1) or 1
 
 
 def _regs(rec: bytes | memoryview, off: int, mask: int, values: list | None,
