@@ -25,6 +25,12 @@ replay:
     --keep DIR keeps the .q the last full replay of each stream wrote, as
     DIR/<workload>.q.
 
+The workload ``idle`` is no capture but made here from the ABI: what an
+idle CPU's cpu-clock delivers, IDLE_SAMPLES samples of the idle task (pid
+0, kernel mode, a kernel callchain of IDLE_FRAMES frames, no user
+registers or stack) in drains of 48 (97 Hz for the collector's 0.5 s
+drain interval), laid out as the shallow stream (DATA/shallow.stream).
+
 compare A.q B.q:
     The sets two replays wrote, side by side: .hist/.stack/.edge contents
     (lines in any order) and each .info minus the fields that carry times or
@@ -32,7 +38,8 @@ compare A.q B.q:
 
 Usage:
     .venv/bin/python bench/collector_cost.py capture [--data DIR] [--seconds S] [--cpu N]
-    .venv/bin/python bench/collector_cost.py replay [--data DIR] [-n N] [--keep DIR]
+    .venv/bin/python bench/collector_cost.py replay [--data DIR] [-n N] [--keep DIR] [WORKLOAD...]
+    (WORKLOAD: shallow, deep, idle; default shallow and deep)
     .venv/bin/python bench/collector_cost.py compare A.q B.q
 
 Nothing here asserts on time; the figures go into bench/README.md by hand.
@@ -111,6 +118,40 @@ def load(path: Path) -> Stream:
     if data.get("format") != FORMAT:
         sys.exit(f"{path}: not a stream of format {FORMAT}")
     return Stream(**data["stream"])
+
+IDLE_SAMPLES = 100_000
+IDLE_FRAMES = 12  # a typical idle callchain: the wait instruction up to the idle loop's start
+IDLE_DRAIN = 48  # samples of one CPU per drain at 97 Hz
+IDLE_PERIOD = 10_309_278  # ns: 97 Hz
+
+
+def idle_stream(like: Stream) -> Stream:
+    """What an idle CPU's cpu-clock delivers, laid out as ``like``."""
+    from qtools.daemon.decode import synth
+    from qtools.daemon.kernel import abi
+
+    layout = like.sample_layout()
+    wait = 0xFFFF_FFFF_81E0_0000  # a kernel text address: where the CPU waits
+    callers = tuple(0xFFFF_FFFF_8100_0000 + 0x1_0000 * i + 0x40 * i
+                    for i in range(1, IDLE_FRAMES))
+    batches: list[list[bytes]] = []
+    for n in range(IDLE_SAMPLES):
+        ip = wait + 4 * (n % 3)  # before, at and after the halt
+        rec = synth.encode_sample(layout, Sample(
+            misc=abi.MISC_KERNEL, ip=ip, pid=0, tid=0, time=1_000_000 + n * IDLE_PERIOD,
+            cpu=like.cpu, period=IDLE_PERIOD, callchain=(abi.CONTEXT_KERNEL, ip) + callers,
+            cgroup=1))
+        if n % IDLE_DRAIN == 0:
+            batches.append([])
+        batches[-1].append(rec)
+    return Stream("idle", "", "", like.layout, like.vdso, batches, like.cpu, 0,
+                  f"made from the ABI like {like.workload} ({like.captured})")
+
+
+def stream_of(data: Path, name: str) -> Stream:
+    return idle_stream(load(data / "shallow.stream")) if name == "idle" else \
+        load(data / f"{name}.stream")
+
 
 def _sha256(path: str) -> str:
     with open(path, "rb") as f:
@@ -269,10 +310,17 @@ def replay_decode(stream: Stream, tasks: bool) -> float:
     gc.collect()
     t0 = time.process_time()
     decode = layout.decode
+    # the idle task's samples taken apart undecoded, as CpuCollector.step
+    # does (before it did, none was)
+    try:
+        from qtools.daemon.decode.idle import split
+    except ImportError:
+        split = None
     table = TaskTable(owner=replay_host().owner)
     for batch in stream.batches:
         decoded = []
-        for data in batch:
+        rest = split(batch, layout.idle_probe, ())[0] if split is not None else batch
+        for data in rest:
             try:
                 decoded.append(decode(data))
             except RecordError:
@@ -312,6 +360,8 @@ def measure(stream: Stream, mode: str, runs: int, keep: Path | None) -> list[flo
     return spent
 
 def check_binary(stream: Stream) -> None:
+    if not stream.binary:
+        return  # made here, mapping nothing
     try:
         same = _sha256(stream.binary) == stream.binary_sha256
     except OSError:
@@ -346,7 +396,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
           f"{args.runs} runs + 1 warm-up, CPU microseconds per sample (min / median / max)"
           f"\n(GLIBC_TUNABLES={os.environ['GLIBC_TUNABLES']})")
     for name in args.workloads:
-        stream = load(data / f"{name}.stream")
+        stream = stream_of(data, name)
         check_binary(stream)
         print(f"{name}: {stream.samples} samples, {stream.records} records, "
               f"{len(stream.batches)} batches (captured {stream.captured})")
@@ -424,7 +474,8 @@ def main() -> int:
     r.add_argument("-n", dest="runs", type=int, default=7)
     r.add_argument("--mode", dest="modes", action="append", choices=MODES)
     r.add_argument("--keep", metavar="DIR", help="keep the .q of each workload's last full replay")
-    r.add_argument("workloads", nargs="*", default=list(WORKLOADS))
+    r.add_argument("workloads", nargs="*", default=list(WORKLOADS),
+                   choices=[*WORKLOADS, "idle"])
     k = sub.add_parser("compare", help="the sets two replays wrote, minus times")
     k.add_argument("a")
     k.add_argument("b")

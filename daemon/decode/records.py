@@ -14,9 +14,10 @@ import operator
 import struct
 import types
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple, Union
+from typing import Callable, Container, NamedTuple, Union
 
 from ..kernel import abi
+from .idle import IdleProbe
 
 _HEADER = struct.Struct("<IHH")
 _U64 = struct.Struct("<Q")
@@ -222,6 +223,7 @@ class SampleLayout:
     _steps: tuple[Callable[..., int], ...] = field(init=False, repr=False, compare=False)
     _id_fields: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _decoders: dict[int, Callable[..., Record]] = field(init=False, repr=False, compare=False)
+    idle_probe: IdleProbe = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         st = self.sample_type
@@ -237,6 +239,7 @@ class SampleLayout:
                 fmt += code
                 names += name.split()
         object.__setattr__(self, "_prefix", struct.Struct(fmt))
+        object.__setattr__(self, "idle_probe", IdleProbe.of(fmt, names))
         # One C-speed itemgetter picks every Sample field, in order, out of
         # (misc, *prefix values, *defaults).
         where = {n: 1 + i for i, n in enumerate(names) if n in _SLOT}
@@ -375,6 +378,16 @@ class SampleLayout:
                 values[name] = _U64.unpack_from(rec, off)[0]
             off += 8
         return SampleId(**values)
+
+    def idle_sample(self, rec: bytes | memoryview,
+                    others: Container[int] = ()) -> tuple[int, int, int] | None:
+        """(ip, tid, weight) of a sample of the idle task (pid 0, kernel
+        mode), told from the header and the fixed prefix alone; None for any
+        other record, and for a sample whose SAMPLE_IDENTIFIER is among
+        ``others`` (another event's: a tracepoint's samples of pid 0 are
+        switches from idle, not idle time). The fields after the prefix
+        (callchain, registers, user stack) are neither read nor checked."""
+        return self.idle_probe.match(rec, others)
 
     def decode(self, rec: bytes | memoryview) -> Record:
         """Decode any record by the decoder ``routes.ROUTES`` names for its

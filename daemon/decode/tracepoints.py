@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..kernel import abi
-from .records import Record, RecordError, Sample, SampleLayout
+from .records import IdleProbe, Record, RecordError, Sample, SampleLayout
 
 _HEADER = struct.Struct("<IHH")
 _U64 = struct.Struct("<Q")
@@ -124,6 +124,16 @@ class Layouts:
         if er is not None and type(out) is Sample:
             return er.route.decode(out, er.with_stack)
         return out
+
+    def idle_sample(self, rec: bytes | memoryview) -> tuple[int, int, int] | None:
+        """``SampleLayout.idle_sample`` of the main event's samples only: an
+        extra event's (a sched_switch from the idle task) is routed by its id."""
+        return self.main.idle_sample(rec, self.by_id)
+
+    def idle_probe(self) -> tuple[IdleProbe, dict[int, SampleLayout]]:
+        """What ``idle_sample`` takes, for a loop that tests every record
+        at C speed first (IdleProbe)."""
+        return self.main.idle_probe, self.by_id
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.main, name)

@@ -74,6 +74,17 @@ class SampleTally:
             slot[1] += weight
             self.add_thread("cpu", tid, stack or (ip,), weight)
 
+    def add_same(self, ip: int, weight: int, samples: int, stack: tuple[int, ...] | None,
+                 tid: int) -> None:
+        """``samples`` samples of one pc, stack and thread, ``weight`` in all:
+        as many ``add`` calls, in one."""
+        self.samples += samples
+        self.hist[ip] += weight
+        if stack:
+            self._add_stack(stack, weight, samples)
+        self.count_thread(tid, weight, samples)
+        self.add_thread("cpu", tid, stack or (ip,), weight)
+
     def add_thread(self, kind: str, tid: int, stack: tuple[int, ...], weight: int) -> None:
         """A `.threads` weight: a sample's (``cpu``) or a wait's (S, D, W, ns)."""
         key = (kind, tid, stack)

@@ -1,0 +1,98 @@
+"""The idle task's samples, told from a sample's fixed prefix alone.
+
+An idle CPU's cpu-clock still delivers one sample per period, of pid 0 in
+kernel mode, with the same dozen frames of the idle loop each time. The
+collector keeps them by their pc alone (docs/q-format.md 5.3), so nothing
+after the prefix is read: ``split`` takes them out of a drain's records
+with one unpack per record, before anything is decoded.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from dataclasses import dataclass
+from typing import Container, Sequence
+
+from ..kernel import abi
+
+_TYPE_PID = struct.Struct("<II")  # the stand-in head of a layout that never matches
+
+IdleSeen = dict[tuple[int, int], list[int]]
+"""(ip, tid) -> [samples, weight] of one drain's idle-task samples."""
+
+
+_KERNEL_MODES = (abi.MISC_KERNEL, abi.MISC_GUEST_KERNEL)
+
+
+@dataclass(frozen=True)
+class IdleProbe:
+    """Where a layout's samples keep what tells and weighs an idle-task
+    sample: the cpu-clock delivers about 100 of them a second per CPU on an
+    idle machine, and decoding each whole (a callchain of a dozen frames,
+    registers, the user-stack header) cost more than all else it does then.
+
+    ``head`` unpacks (record type, pid) from a record of at least ``need``
+    bytes: the one test every record takes, (RECORD_SAMPLE, 0) for a
+    candidate, which ``match`` then checks whole."""
+
+    need: int  # sys.maxsize: a layout without ip or pid, whose samples never match
+    head: struct.Struct
+    full: struct.Struct  # the header and the whole fixed prefix
+    ident: int  # index in ``full``'s values; -1: no SAMPLE_IDENTIFIER
+    ip: int
+    tid: int
+    period: int  # -1: no SAMPLE_PERIOD (weight 1)
+
+    CANDIDATE = (abi.RECORD_SAMPLE, 0)
+
+    @staticmethod
+    def of(fmt: str, names: list[str]) -> IdleProbe:
+        """The probe for a prefix of struct format ``fmt`` (after "<") with
+        field ``names``, one format character each."""
+        full = struct.Struct("<IHH" + fmt[1:])
+        if "ip" not in names or "pid" not in names:
+            return IdleProbe(sys.maxsize, _TYPE_PID, full, -1, 0, 0, -1)
+        pid_at = 8 + struct.calcsize("<" + fmt[1:1 + names.index("pid")])
+        at = {n: 3 + i for i, n in enumerate(names)}
+        return IdleProbe(full.size, struct.Struct(f"<I{pid_at - 4}xI"), full,
+                         at.get("identifier", -1), at["ip"], at["tid"], at.get("period", -1))
+
+    def match(self, rec: bytes | memoryview, others: Container[int]) -> tuple[int, int, int] | None:
+        """(ip, tid, weight) of an idle-task sample, or None: see
+        SampleLayout.idle_sample."""
+        if len(rec) < self.need or self.head.unpack_from(rec) != self.CANDIDATE:
+            return None
+        v = self.full.unpack_from(rec)
+        if not self.need <= v[2] <= len(rec) or \
+                v[1] & abi.MISC_CPUMODE_MASK not in _KERNEL_MODES:
+            return None  # decoded whole: told damaged, or taken the slow way
+        if others and (self.ident < 0 or v[self.ident] in others):
+            return None
+        return v[self.ip], v[self.tid], (v[self.period] if self.period >= 0 else 1) or 1
+
+
+def split(raw: Sequence[bytes | memoryview], probe: IdleProbe,
+          others: Container[int]) -> tuple[list[bytes | memoryview], IdleSeen]:
+    """(the records to decode, the idle-task samples counted by (ip, tid)).
+
+    ``others``: ids of events whose samples are not the sampling event's
+    (Layouts.by_id): a sched_switch of pid 0 is a switch away from idle."""
+    rest: list[bytes | memoryview] = []
+    seen: IdleSeen = {}
+    need, head, candidate, match = probe.need, probe.head.unpack_from, probe.CANDIDATE, probe.match
+    keep = rest.append
+    for data in raw:
+        # the test every record takes, inlined: one unpack of type and pid
+        if len(data) >= need and head(data) == candidate:
+            hit = match(data, others)
+            if hit is not None:
+                counts = seen.get(hit[:2])
+                if counts is None:
+                    seen[hit[:2]] = [1, hit[2]]
+                else:
+                    counts[0] += 1
+                    counts[1] += hit[2]
+                continue
+        keep(data)
+    return rest, seen

@@ -1,0 +1,177 @@
+"""The idle task's samples are told from their fixed prefix and kept by
+their pc alone (CpuCollector._idle), every other sample as before: a
+process's with its whole stack, with -k every pid's kernel stack, and a
+scheduler tracepoint's of pid 0 (a switch away from idle) still reaches
+its handler (--off-cpu)."""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import pytest
+
+from qtools.daemon.collector import CpuCollector, Options
+from qtools.daemon.decode import synth
+from qtools.daemon.decode.records import Comm, Sample, SampleId, SampleLayout
+from qtools.daemon.decode.tracepoints import BY_NAME, EventRoute, Layouts
+from qtools.daemon.kernel import abi
+from qtools.daemon.kernel.source import ReplaySource
+from qtools.daemon.machine.host import StaticHost
+from qtools.daemon.sets.checkpoint import RunInfo
+from qtools.daemon.sets.objects import ObjectCopier
+from qtools.qformat import QDir, read_hist, read_info, read_stacks
+
+# The sampling event as q-syscollect opens it for DWARF stacks: the
+# callchain, user registers and a user-stack copy follow the fixed prefix.
+MAIN = SampleLayout(abi.SAMPLE_IDENTIFIER | abi.SAMPLE_IP | abi.SAMPLE_TID | abi.SAMPLE_TIME
+                    | abi.SAMPLE_CPU | abi.SAMPLE_PERIOD | abi.SAMPLE_CALLCHAIN
+                    | abi.SAMPLE_REGS_USER | abi.SAMPLE_STACK_USER | abi.SAMPLE_CGROUP,
+                    regs_user_mask=0b111)
+# sched:sched_switch on this CPU, laid out as SourceSpec.switch_sample_type
+SWITCH = SampleLayout(MAIN.sample_type & ~abi.SAMPLE_CGROUP | abi.SAMPLE_RAW,
+                      regs_user_mask=0b111)
+MAIN_ID, SWITCH_ID = 11, 12
+PID = 4242
+PERIOD = 10_309_278  # ns: 97 Hz
+HALT, HALT2 = 0xFFFF_FFFF_8100_2000, 0xFFFF_FFFF_8100_2040  # where idle CPUs wait
+IDLE_CHAIN = tuple(0xFFFF_FFFF_8100_3000 + 0x40 * i for i in range(11))  # callers of the wait
+KA, KB = 0xFFFF_FFFF_8120_0000, 0xFFFF_FFFF_8120_0100  # a system call's kernel frames
+UA, UB = 0x40_1000, 0x40_2000
+
+
+def _idle(t: int, ip: int = HALT) -> bytes:
+    return synth.encode_sample(MAIN, Sample(
+        misc=abi.MISC_KERNEL, ip=ip, pid=0, tid=0, time=t, id=MAIN_ID, cpu=0, period=PERIOD,
+        callchain=(abi.CONTEXT_KERNEL, ip) + IDLE_CHAIN))
+
+
+def _busy(t: int) -> bytes:
+    """A sample of PID in a system call, its kernel frames and its user ones."""
+    return synth.encode_sample(MAIN, Sample(
+        misc=abi.MISC_KERNEL, ip=KA, pid=PID, tid=PID, time=t, id=MAIN_ID, cpu=0,
+        period=PERIOD, callchain=(abi.CONTEXT_KERNEL, KA, KB, abi.CONTEXT_USER, UA, UB)))
+
+
+def _switch(t: int, pid: int, prev: int, state: int, next_: int) -> bytes:
+    """sched_switch: ``prev`` leaves the CPU (``pid`` is the task current
+    then: 0 when the CPU leaves its idle task), ``next_`` runs."""
+    raw = bytearray(64)
+    struct.pack_into("<i", raw, 24, prev)
+    struct.pack_into("<q", raw, 32, state)
+    raw[40:44] = b"app\0"
+    struct.pack_into("<i", raw, 56, next_)
+    return synth.encode_sample(SWITCH, Sample(
+        misc=abi.MISC_KERNEL, ip=KA, pid=pid, tid=pid, time=t, id=SWITCH_ID, cpu=0, period=1,
+        callchain=(abi.CONTEXT_KERNEL, KA), raw=bytes(raw)))
+
+
+def _collector(qdir: QDir, records: list[bytes], **opts: object) -> CpuCollector:
+    layouts = Layouts(MAIN)
+    if opts.get("off_cpu"):
+        layouts.add(SWITCH_ID, SWITCH, EventRoute(BY_NAME["sched:sched_switch"], True))
+    run = RunInfo(["q-syscollect"], "cpu-clock", "seconds", 1e-9, "fp")
+    host = StaticHost(files=None)
+    return CpuCollector(Options(cpu=0, min_samples=1, cpu_stats=False, **opts), run,
+                        ReplaySource(layouts, [records]), qdir,
+                        ObjectCopier(qdir, host=host), out=io.StringIO(), host=host)
+
+
+def _start() -> list[bytes]:
+    return [synth.encode_comm(MAIN, Comm(PID, PID, "app", True,
+                                         SampleId(PID, PID, 1, MAIN_ID, 0)))]
+
+
+def _run(qd, records: list[bytes], **opts: object) -> CpuCollector:
+    with QDir.open(qd, create=True) as qdir:
+        c = _collector(qdir, records, **opts)
+        while not c.source.exhausted:
+            c.step()
+        assert c.checkpoint(final=True)
+    return c
+
+
+def _files(qd, name: str) -> tuple[object, dict[int, int], dict[tuple[int, ...], int]]:
+    info = read_info(qd / f"{name}.info#0")
+    hist = dict(read_hist(qd / info.histogram.file))
+    stacks = {s.frames: s.weight for s in read_stacks(qd / info.call_stacks.file)}
+    return info, hist, stacks
+
+
+def test_idle_samples_are_kept_by_their_pc_and_others_whole(tmp_path):
+    records = _start() + [_idle(10 + i) for i in range(5)] + [_busy(20), _busy(21)] + \
+        [_idle(30, HALT2), _idle(31)]
+    c = _run(tmp_path / "q", records)
+    assert c.samples == 9 and c.damaged == 0
+    info, hist, stacks = _files(tmp_path / "q", "kernel-cpu0")
+    assert info.task.samples == 7
+    assert info.task.extra["q:idle-weight"] == 7 * PERIOD
+    assert hist == {HALT: 6 * PERIOD, HALT2: PERIOD}
+    assert stacks == {(HALT,): 6 * PERIOD, (HALT2,): PERIOD}  # the pc only: .stack sums to .hist
+    assert info.task.kernel_from == HALT
+    info, hist, stacks = _files(tmp_path / "q", "app-pid4242-cpu0")
+    assert info.task.samples == 2
+    assert hist == {KA: 2 * PERIOD}
+    assert stacks == {(KA, KB, UA, UB): 2 * PERIOD}
+
+
+def test_with_k_only_the_idle_task_is_kept_by_its_pc(tmp_path):
+    records = [_idle(10), _busy(20), _idle(30), _busy(40)]
+    _run(tmp_path / "q", records, kernel_only=True)
+    info, hist, stacks = _files(tmp_path / "q", "kernel-cpu0")
+    assert info.task.samples == 4
+    assert info.task.extra["q:idle-weight"] == 2 * PERIOD
+    assert hist == {HALT: 2 * PERIOD, KA: 2 * PERIOD}
+    assert stacks == {(HALT,): 2 * PERIOD, (KA, KB): 2 * PERIOD}
+
+
+@pytest.mark.parametrize("stacks", [True, False])
+def test_idle_samples_without_stacks(tmp_path, stacks):
+    _run(tmp_path / "q", [_idle(10), _idle(11)], stacks=stacks)
+    info, hist, _ = _files(tmp_path / "q", "kernel-cpu0") if stacks else \
+        (read_info(tmp_path / "q" / "kernel-cpu0.info#0"), None, None)
+    assert info.task.extra["q:idle-weight"] == 2 * PERIOD
+    assert (info.call_stacks is not None) == stacks
+
+
+def test_a_switch_from_the_idle_task_still_ends_a_wait(tmp_path):
+    """--off-cpu: PID sleeps at 100 and is switched in at 600 by the idle
+    task (a sched_switch sample of pid 0, in kernel mode like an idle
+    sample): the wait is 500 ns, ended by that sample; the idle samples
+    around it still count as idle."""
+    records = _start() + [_busy(50), _switch(100, PID, PID, 1, 0), _idle(200), _idle(300),
+                          _switch(600, 0, 0, 0, PID), _busy(700)]
+    with QDir.open(tmp_path / "q", create=True) as qdir:
+        c = _collector(qdir, records, off_cpu=True)
+        while not c.source.exhausted:
+            c.step()
+        sets = {ts.data.process.pid: ts for ts in c.book.by_process.values()}
+        assert sets[PID].data.tally.waits == 500
+        assert c.book.kernel_set().stats.idle_weight == 2 * PERIOD
+        assert c.checkpoint(final=True)
+    info, hist, stacks = _files(tmp_path / "q", "kernel-cpu0")
+    assert stacks == {(HALT,): 2 * PERIOD}
+
+
+def test_records_that_only_look_idle_are_decoded_whole(tmp_path):
+    """A pid-0 sample in user mode (none is; but the kernel's word is the
+    cpumode, never a guess) and one cut short take the decoder's path: the
+    first is counted whole, the second as damaged."""
+    user = synth.encode_sample(MAIN, Sample(
+        misc=abi.MISC_USER, ip=UA, pid=0, tid=0, time=5, id=MAIN_ID, period=PERIOD,
+        callchain=(abi.CONTEXT_USER, UA, UB)))
+    short = _idle(6)
+    short = struct.pack("<IHH", abi.RECORD_SAMPLE, abi.MISC_KERNEL, 40) + short[8:40]
+    c = _run(tmp_path / "q", [user, short])
+    assert c.damaged == 1 and c.samples == 1
+    _, hist, stacks = _files(tmp_path / "q", "kernel-cpu0")
+    assert hist == {UA: PERIOD} and stacks == {(UA,): PERIOD}
+
+
+def test_the_probe_reads_what_the_decoder_reads():
+    rec = _idle(10, HALT2)
+    s = MAIN.decode(rec)
+    assert MAIN.idle_sample(rec) == (s.ip, s.tid, s.period) == (HALT2, 0, PERIOD)
+    assert MAIN.idle_sample(rec, {MAIN_ID}) is None  # another event's
+    assert MAIN.idle_sample(_busy(10)) is None
+    assert SampleLayout(abi.SAMPLE_TID | abi.SAMPLE_TIME).idle_sample(rec) is None  # no ip
