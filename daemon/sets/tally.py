@@ -121,8 +121,16 @@ class SampleTally:
         # How many samples a stack stood for is not kept: a stack folded here
         # counts its share of the other tally's samples by weight.
         per_sample = other.total / other.samples if other.samples else 1.0
+        memo: dict[tuple[int, ...], tuple[int, ...]] = {}
+
+        def rebased(s: tuple[int, ...]) -> tuple[int, ...]:
+            """``s`` in this tally's layout, one tuple however often it comes."""
+            t = memo.get(s)
+            if t is None:
+                t = memo[s] = tuple(tr(a) for a in s)
+            return t
         for s, w in other.stacks.items():
-            self._add_stack(tuple(tr(a) for a in s), w, max(1, round(w / per_sample)))
+            self._add_stack(rebased(s), w, max(1, round(w / per_sample)))
         for (f, t), n in other.arcs.items():
             self.arcs[(tr(f), tr(t))] += n
         self.samples += other.samples
@@ -133,15 +141,25 @@ class SampleTally:
             if self.folded_stacks is None:
                 self.folded_stacks = DistinctCount()
             self.folded_stacks.merge(other.folded_stacks)
-        for (kind, tid, s), w in other.thread_stacks.items():
-            self.add_thread(kind, tid, tuple(tr(a) for a in s), w)
-        self.switches += other.switches
-        self.switch_lost = max(self.switch_lost, other.switch_lost)
-        for tid, name in other.thread_names.items():
-            self.thread_names.setdefault(tid, name)
         for tid, (samples, weight) in other.threads.items():
             self.count_thread(tid, weight, samples)
         self.other_threads[0] += other.other_threads[0]
         self.other_threads[1] += other.other_threads[1]
+        # Threads past max_threads (a program's thousands of short-lived
+        # tasks folded here) share TID 0 and keep their stacks: the lines
+        # grow with the code that ran, not with the number of tasks.
+        apart = self.threads
+        for (kind, tid, s), w in other.thread_stacks.items():
+            if tid not in apart and tid:
+                if len(apart) < self.max_threads:
+                    apart[tid] = [0, 0]  # a thread with waits but no samples
+                else:
+                    tid = 0
+            self.add_thread(kind, tid, rebased(s), w)
+        self.switches += other.switches
+        self.switch_lost = max(self.switch_lost, other.switch_lost)
+        for tid, name in other.thread_names.items():
+            if tid in apart:
+                self.thread_names.setdefault(tid, name)
         if rebase is None:
             self.mappings |= other.mappings
