@@ -26,8 +26,8 @@ NO_KERNEL = 1 << 64
 """``SampleTally.kernel_from`` of a tally without kernel addresses: above all."""
 MAX_THREADS = 4096
 """Threads counted apart per set; the samples of any more share one
-"other threads" count. Bounds memory when a program makes threads by the
-million."""
+"other threads" count, and their `.threads` lines TID 0. Bounds memory when
+a program makes threads by the million."""
 
 
 @dataclass
@@ -78,9 +78,14 @@ class SampleTally:
         """A `.threads` weight: a sample's (``cpu``) or a wait's (S, D, W, ns)."""
         key = (kind, tid, stack)
         ts = self.thread_stacks
-        if key not in ts and len(ts) >= self.max_stacks + self.max_threads:
-            key = (kind, tid if len(self.threads) < self.max_threads or tid in self.threads
-                   else 0, ())
+        if key not in ts:
+            # Threads past max_threads (-k, where every task's samples land
+            # in the kernel set) share TID 0: lines by stack, not by thread.
+            if tid not in self.threads and len(self.threads) >= self.max_threads:
+                tid = 0
+                key = (kind, 0, stack)
+            if key not in ts and len(ts) >= self.max_stacks + self.max_threads:
+                key = (kind, tid, ())
         ts[key] += weight
         if kind != "cpu":
             self.waits += weight

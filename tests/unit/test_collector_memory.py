@@ -19,6 +19,7 @@ from qtools.daemon.machine.host import StaticHost
 from qtools.daemon.machine.tasks import Mapping, ObjectKey, Process
 from qtools.daemon.sets.aggregate import MAX_FOLDED_THREADS
 from qtools.daemon.sets.objects import ObjectCopier
+from qtools.daemon.sets.tally import SampleTally
 from qtools.qformat import QDir, read_info
 
 ROUNDS = 18
@@ -100,3 +101,17 @@ def test_unwind_tables_of_new_objects_push_out_the_first_loaded(tmp_path):
         again = tables.cfi_for(proc, m)  # let go: loaded anew, the same rules
         assert again is not cfi and again is not None
         assert again.fde_count == cfi.fde_count > 0
+
+
+def test_threads_past_the_cap_share_tid_0_by_stack():
+    # -k: every task's samples land in the kernel set, thousands of threads
+    tally = SampleTally(max_threads=4)
+    stacks = [(0xffff_0000 + i, 0xffff_1000) for i in range(3)]
+    for tid in range(1, 1001):
+        for stack in stacks:
+            tally.add(stack[0], 10, stack, (), tid)
+    assert len(tally.threads) == 4 and tally.other_threads == [3 * 996, 3 * 996 * 10]
+    assert len(tally.thread_stacks) == 4 * 3 + 3
+    assert {s: w for (kind, tid, s), w in tally.thread_stacks.items() if tid == 0} == {
+        s: 996 * 10 for s in stacks}
+    assert sum(tally.thread_stacks.values()) == tally.total == 1000 * 3 * 10
