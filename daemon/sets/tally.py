@@ -22,6 +22,8 @@ MAX_STACKS = 200_000
 (the tuple, its addresses, the dict slot), so a set at the cap holds about
 100 MB; reaching it takes 200,000 samples of one task in one slice (over
 3 minutes of CPU at 997 Hz), and real programs show tens of thousands."""
+OTHER_TASKS = "other-tasks"
+"""The name of TID 0 in a set that folded more tasks' threads than it names."""
 NO_KERNEL = 1 << 64
 """``SampleTally.kernel_from`` of a tally without kernel addresses: above all."""
 MAX_THREADS = 4096
@@ -160,6 +162,7 @@ class SampleTally:
                     apart[tid] = [0, 0]  # a thread with waits but no samples
                 else:
                     tid = 0
+                    self.thread_names.setdefault(0, OTHER_TASKS)
             self.add_thread(kind, tid, rebased(s), w)
         self.switches += other.switches
         self.switch_lost = max(self.switch_lost, other.switch_lost)

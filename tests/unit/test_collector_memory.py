@@ -57,7 +57,8 @@ def test_memory_after_rounds_of_churn_stays_where_the_warm_up_left_it(tmp_path):
     for agg in c.book.aggregates.values():
         tally = agg.data.tally
         assert len(tally.threads) <= MAX_FOLDED_THREADS
-        assert len(tally.thread_names) <= MAX_FOLDED_THREADS
+        assert len(tally.thread_names) <= MAX_FOLDED_THREADS + 1
+        assert tally.thread_names[0] == "other-tasks"  # TID 0: the threads of the others
         # a program's stacks: its repertoire, each once under TID 0 and under a few named TIDs
         assert len(tally.stacks) <= churn.repertoire
         assert len(tally.thread_stacks) <= churn.repertoire * 2 + MAX_FOLDED_THREADS * \
