@@ -116,3 +116,20 @@ def test_threads_past_the_cap_share_tid_0_by_stack():
     assert {s: w for (kind, tid, s), w in tally.thread_stacks.items() if tid == 0} == {
         s: 996 * 10 for s in stacks}
     assert sum(tally.thread_stacks.values()) == tally.total == 1000 * 3 * 10
+
+
+def test_programs_past_the_bound_fold_into_one_set(monkeypatch):
+    from qtools.daemon.sets import aggregate
+    from qtools.daemon.sets.aggregate import OTHER_PROGRAMS, SetBook
+
+    monkeypatch.setattr(aggregate, "MAX_AGGREGATES", 8)
+    book = SetBook(cpu=0)
+    for pid in range(100, 120):  # one program run under 20 names (a symlink each)
+        proc = Process(pid, f"name{pid}")
+        book.process_set(proc).data.tally.add(0x1000, 5, (0x1000, 0x2000), (), pid)
+        proc.ended = True
+    sets, folded = book.plan(final=False)
+    assert len(folded) == 20 and len(book.aggregates) == 9
+    other = book.aggregates[OTHER_PROGRAMS]
+    assert other.data.pids == list(range(108, 120)) and other.data.tally.total == 12 * 5
+    assert sum(a.data.tally.samples for a in book.aggregates.values()) == 20
