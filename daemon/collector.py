@@ -176,7 +176,13 @@ class CpuCollector:
                     "user-seconds", 0):
                 ts.stats.counters_last = final
         if not self.book.process_ended(proc):
-            self.table.forget(proc)
+            self._forget(proc)
+
+    def _forget(self, proc: Process) -> None:
+        """An ended process whose sets are written (or that had none): what
+        is kept about it goes, so memory follows the live processes."""
+        self.table.forget(proc)
+        self.copier.forget(proc)
 
     def _refresh_maps(self, proc: Process) -> bool:
         now = time.monotonic()
@@ -406,7 +412,7 @@ class CpuCollector:
             ts.stats.cgroup = self.cgroups.choose(ts.stats.cgroup_weights) or ts.stats.cgroup
         for proc in folded:
             if proc.ended:
-                self.table.forget(proc)
+                self._forget(proc)
         run = self.run_info
         if self.kallsyms is not None:
             run = replace(run, kallsyms=self.kallsyms.current(self.copier))
@@ -422,7 +428,7 @@ class CpuCollector:
         for ts in written:
             done = self.book.written(ts)
             if done is not None and done.ended:
-                self.table.forget(done)
+                self._forget(done)
         if self.book.dropped:
             tell(self.out, f"cpu {self.opts.cpu}: gave up {self.book.dropped} closed sets "
                            f"that could not be written to {self.qdir.path}")

@@ -48,14 +48,27 @@ class ProcessSpace:
         return self.tables.cfi_for(self.proc, m), m.start, m.pgoff
 
 
-class CfiTables:
-    """ObjectCFI per object content, made on first use."""
+MAX_CFI_OBJECTS = 1024
+"""Objects whose unwind tables are kept loaded (each an mmap of the object
+and the rows parsed so far). A machine that builds and runs new binaries
+all day maps a new object with each; past the bound the first loaded
+quarter is let go (loaded again if still in use), so the collector's
+mappings and memory stay bounded."""
 
-    def __init__(self, qdir: QDir, copier: ObjectCopier, vdso: bytes | None) -> None:
+
+class CfiTables:
+    """ObjectCFI per object content, made on first use; at most ``limit``."""
+
+    def __init__(self, qdir: QDir, copier: ObjectCopier, vdso: bytes | None,
+                 limit: int = MAX_CFI_OBJECTS) -> None:
         self.qdir = qdir
         self.copier = copier
         self.vdso = ObjectCFI.from_bytes(vdso) if vdso else None
+        self.limit = max(4, limit)
         self._tables: dict[ObjectKey, ObjectCFI | None] = {}
+
+    def __len__(self) -> int:
+        return len(self._tables)
 
     def cfi_for(self, proc: Process, m: Mapping) -> ObjectCFI | None:
         obj = m.obj
@@ -67,6 +80,11 @@ class CfiTables:
             cfi = None  # JIT or anonymous code: frame pointers through it
         else:
             cfi = self._load(proc, m)
+        if len(self._tables) >= self.limit:
+            # Dropped, not closed: an unwind under way may still hold one
+            # (its mmap goes with the last reference).
+            for key in list(self._tables)[:self.limit // 4]:
+                del self._tables[key]
         self._tables[obj] = cfi
         return cfi
 

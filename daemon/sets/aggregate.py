@@ -45,6 +45,16 @@ PROMOTE_WAIT_NS = 1_000_000_000
 with --min-samples samples does: a thread that mostly sleeps is worth seeing."""
 MAX_PIDS = 1024
 MAX_UNWRITTEN = 128  # ended tasks kept apart while .q cannot be written; then folded
+MAX_AGGREGATES = 1024
+OTHER_PROGRAMS = "q-other-programs"
+"""Aggregate sets per CPU and slice, one per program name: anyone can run a
+program under a million names (a symlink each). Tasks of programs past the
+bound fold into the set named OTHER_PROGRAMS, which no command name can
+sanitize to (16 characters, none of them a trailing ``_``)."""
+MAX_FOLDED_THREADS = 64
+"""Threads an aggregate set's `.threads` names apart; those of any further
+folded tasks share TID 0 (their stacks kept), so a program run thousands of
+times costs memory for its code, not for each run."""
 
 
 class CanonicalLayout:
@@ -223,9 +233,13 @@ class SetBook:
     def _aggregate_for(self, proc: Process) -> CollectedSet:
         prog = sanitize_prog(proc.comm)
         agg = self.aggregates.get(prog)
+        if agg is None and len(self.aggregates) >= MAX_AGGREGATES:
+            prog = OTHER_PROGRAMS
+            agg = self.aggregates.get(prog)
         if agg is None:
-            agg = self._new(SetData(SetName(prog, self.cpu), self._tally(),
-                                    layout=CanonicalLayout()), promoted=True)
+            tally = SampleTally(max_stacks=self.max_stacks, max_threads=MAX_FOLDED_THREADS)
+            agg = self._new(SetData(SetName(prog, self.cpu), tally, layout=CanonicalLayout()),
+                            promoted=True)
             self.aggregates[prog] = agg
         return agg
 

@@ -24,6 +24,7 @@ from ..machine.host import LIVE, Host
 from ..machine.tasks import Mapping, ObjectKey, Process
 
 RETRY_SECONDS = 30.0
+MAX_FAILED = 4096  # objects waiting to be tried again; past it the expired are forgotten
 
 
 @dataclass(frozen=True)
@@ -265,7 +266,7 @@ class ObjectCopier:
         if obj not in self._jobs:
             fd = open_object(proc, mapping, self.host)
             if fd is None:
-                self._failed[obj] = time.monotonic() + RETRY_SECONDS
+                self._fail(obj)
                 return NO_COPY
             try:
                 found = build_id(fd)
@@ -380,6 +381,22 @@ class ObjectCopier:
             return self._maps.get(proc.serial)
         return kept
 
+    def _fail(self, key: object) -> None:
+        """Try ``key`` again in RETRY_SECONDS: the objects of processes
+        gone by then are forgotten, not kept for each short-lived binary."""
+        now = time.monotonic()
+        if len(self._failed) >= MAX_FAILED:
+            self._failed = {k: t for k, t in self._failed.items() if t > now}
+        self._failed[key] = now + RETRY_SECONDS
+
+    def forget(self, proc: Process) -> None:
+        """``proc`` ended and its sets are written: its perf map copy is
+        named no more (a later process of the pid has another serial)."""
+        self._maps.pop(proc.serial, None)
+        pending = self._jobs.pop(proc.serial, None)
+        if pending is not None:
+            pending.job.close()
+
     def _advance(self, key: object, wait: bool = False) -> None:
         pending = self._jobs[key]
         deadline = None if wait else self.budget.deadline(self.limits.slice)
@@ -398,7 +415,7 @@ class ObjectCopier:
             return
         except QFormatError:  # the source cannot be read (any more): later
             del self._jobs[key]
-            self._failed[key] = time.monotonic() + RETRY_SECONDS
+            self._fail(key)
             return
         except OSError:
             del self._jobs[key]

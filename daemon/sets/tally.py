@@ -22,12 +22,14 @@ MAX_STACKS = 200_000
 (the tuple, its addresses, the dict slot), so a set at the cap holds about
 100 MB; reaching it takes 200,000 samples of one task in one slice (over
 3 minutes of CPU at 997 Hz), and real programs show tens of thousands."""
+OTHER_TASKS = "other-tasks"
+"""The name of TID 0 in a set that folded more tasks' threads than it names."""
 NO_KERNEL = 1 << 64
 """``SampleTally.kernel_from`` of a tally without kernel addresses: above all."""
 MAX_THREADS = 4096
 """Threads counted apart per set; the samples of any more share one
-"other threads" count. Bounds memory when a program makes threads by the
-million."""
+"other threads" count, and their `.threads` lines TID 0. Bounds memory when
+a program makes threads by the million."""
 
 
 @dataclass
@@ -89,9 +91,14 @@ class SampleTally:
         """A `.threads` weight: a sample's (``cpu``) or a wait's (S, D, W, ns)."""
         key = (kind, tid, stack)
         ts = self.thread_stacks
-        if key not in ts and len(ts) >= self.max_stacks + self.max_threads:
-            key = (kind, tid if len(self.threads) < self.max_threads or tid in self.threads
-                   else 0, ())
+        if key not in ts:
+            # Threads past max_threads (-k, where every task's samples land
+            # in the kernel set) share TID 0: lines by stack, not by thread.
+            if tid not in self.threads and len(self.threads) >= self.max_threads:
+                tid = 0
+                key = (kind, 0, stack)
+            if key not in ts and len(ts) >= self.max_stacks + self.max_threads:
+                key = (kind, tid, ())
         ts[key] += weight
         if kind != "cpu":
             self.waits += weight
@@ -132,8 +139,16 @@ class SampleTally:
         # How many samples a stack stood for is not kept: a stack folded here
         # counts its share of the other tally's samples by weight.
         per_sample = other.total / other.samples if other.samples else 1.0
+        memo: dict[tuple[int, ...], tuple[int, ...]] = {}
+
+        def rebased(s: tuple[int, ...]) -> tuple[int, ...]:
+            """``s`` in this tally's layout, one tuple however often it comes."""
+            t = memo.get(s)
+            if t is None:
+                t = memo[s] = tuple(tr(a) for a in s)
+            return t
         for s, w in other.stacks.items():
-            self._add_stack(tuple(tr(a) for a in s), w, max(1, round(w / per_sample)))
+            self._add_stack(rebased(s), w, max(1, round(w / per_sample)))
         for (f, t), n in other.arcs.items():
             self.arcs[(tr(f), tr(t))] += n
         self.samples += other.samples
@@ -144,15 +159,26 @@ class SampleTally:
             if self.folded_stacks is None:
                 self.folded_stacks = DistinctCount()
             self.folded_stacks.merge(other.folded_stacks)
-        for (kind, tid, s), w in other.thread_stacks.items():
-            self.add_thread(kind, tid, tuple(tr(a) for a in s), w)
-        self.switches += other.switches
-        self.switch_lost = max(self.switch_lost, other.switch_lost)
-        for tid, name in other.thread_names.items():
-            self.thread_names.setdefault(tid, name)
         for tid, (samples, weight) in other.threads.items():
             self.count_thread(tid, weight, samples)
         self.other_threads[0] += other.other_threads[0]
         self.other_threads[1] += other.other_threads[1]
+        # Threads past max_threads (a program's thousands of short-lived
+        # tasks folded here) share TID 0 and keep their stacks: the lines
+        # grow with the code that ran, not with the number of tasks.
+        apart = self.threads
+        for (kind, tid, s), w in other.thread_stacks.items():
+            if tid not in apart and tid:
+                if len(apart) < self.max_threads:
+                    apart[tid] = [0, 0]  # a thread with waits but no samples
+                else:
+                    tid = 0
+                    self.thread_names.setdefault(0, OTHER_TASKS)
+            self.add_thread(kind, tid, rebased(s), w)
+        self.switches += other.switches
+        self.switch_lost = max(self.switch_lost, other.switch_lost)
+        for tid, name in other.thread_names.items():
+            if tid in apart:
+                self.thread_names.setdefault(tid, name)
         if rebase is None:
             self.mappings |= other.mappings
