@@ -48,9 +48,12 @@ def _program(build, where: Path, name: str, workload: str = "p-fan") -> Path:
     return exe
 
 
-def _set_of(q: Path, pid: int):
-    found = [i for _n, i in infos(q).items() if i.task.pid == pid]
-    assert found, f"no set for pid {pid}: {os.listdir(q)}"
+def _set_of(q: Path, pid: int, comm: str):
+    """The set of ``comm`` in ``pid``: with --min-samples 1 the programs the
+    pid ran before its exec (the forked python, setpriv, sh) may have sets
+    of their own."""
+    found = [i for _n, i in infos(q).items() if i.task.pid == pid and i.task.comm == comm]
+    assert found, f"no set of {comm} for pid {pid}: {os.listdir(q)}"
     return found[0]
 
 
@@ -96,7 +99,7 @@ def test_a_sparse_8tb_perf_map_ends_the_run_in_time_cut_at_the_limit(perf, build
     assert r.returncode == 0, r.stderr
     warning = f"{path} (pid {load.pid}) is larger than --max-map-size 4M"
     assert warning in r.stderr
-    info = _set_of(q, load.pid)
+    info = _set_of(q, load.pid, "sparse-fan")
     copy, = info.perf_maps
     assert (q / copy).stat().st_size == 4 * MiB and _truncated(q, copy) == [copy]
     check_complete(q)
@@ -130,7 +133,7 @@ def test_a_growing_perf_map_is_copied_up_to_the_limit(perf, shared, tmp_path, pe
                          timeout=60)
         assert r.returncode == 0, r.stderr
         assert f"{path} (pid {load.pid}) is larger than --max-map-size 2M" in r.stderr
-        copy, = _set_of(q, load.pid).perf_maps
+        copy, = _set_of(q, load.pid, "python3").perf_maps
         data = (q / copy).read_bytes()
         with open(path, "rb") as f:
             assert f.read(len(data)) == data  # its beginning, as it was
@@ -214,7 +217,7 @@ def test_a_map_planted_for_an_exited_pid_is_not_used(perf, build, tmp_path, perf
     assert collector.returncode == 0, err
     assert f"not using {planted}: owned by uid 65534, not by uid 0 that ran pid {victim.pid}" \
         in err
-    assert not _set_of(q, victim.pid).perf_maps
+    assert not _set_of(q, victim.pid, "gone-fan").perf_maps
     copies = [n for n in os.listdir(q) if n.startswith(".") and ".crc32." in n]
     assert not [n for n in copies if b"planted" in (q / n).read_bytes()]
 
@@ -264,5 +267,5 @@ def test_the_map_of_a_program_gone_before_the_checkpoint_is_taken(perf, build, s
     finally:
         collector.kill()
     assert collector.returncode == 0, "".join(said) + err
-    copy, = _set_of(q, script.pid).perf_maps
+    copy, = _set_of(q, script.pid, "short-jit").perf_maps
     assert b"jitted_spin_loop" in (q / copy).read_bytes()
