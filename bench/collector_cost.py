@@ -148,6 +148,21 @@ def idle_stream(like: Stream) -> Stream:
                   f"made from the ABI like {like.workload} ({like.captured})")
 
 
+def ring_views(batches: list[list[bytes]]) -> list[list[memoryview]]:
+    """Each batch as RingReader.read hands records over: views into one
+    buffer (the ring), not bytes objects of their own, so a sample's user
+    stack is sliced, not copied, as in a live drain."""
+    out = []
+    for batch in batches:
+        buf = memoryview(bytearray(b"".join(batch)))
+        views, off = [], 0
+        for rec in batch:
+            views.append(buf[off:off + len(rec)])
+            off += len(rec)
+        out.append(views)
+    return out
+
+
 def stream_of(data: Path, name: str) -> Stream:
     return idle_stream(load(data / "shallow.stream")) if name == "idle" else \
         load(data / f"{name}.stream")
@@ -246,7 +261,8 @@ def replay_host() -> Any:
     from qtools.daemon.machine.host import StaticHost
     return StaticHost(files=None)
 
-def collector_for(stream: Stream, qdir: QDir, out: io.StringIO) -> Any:
+def collector_for(stream: Stream, qdir: QDir, out: io.StringIO,
+                  views: list[list[memoryview]] | None = None) -> Any:
     """A CpuCollector on ``stream`` as the collector process (daemon/child.py)
     builds it for ``q-syscollect -i -- CMD`` with its defaults, except: a
     ReplaySource, no kallsyms copy (the host's, not the stream's), and the
@@ -260,7 +276,8 @@ def collector_for(stream: Stream, qdir: QDir, out: io.StringIO) -> Any:
 
     cfg = Config(directory=str(qdir.path), cpus=[stream.cpu], command=[stream.binary],
                  inherit_only=True)
-    source = ReplaySource(stream.sample_layout(), stream.batches)
+    source = ReplaySource(stream.sample_layout(),
+                          views if views is not None else ring_views(stream.batches))
     opts = Options(stream.cpu, kernel_only=cfg.kernel_only, checkpoint_interval=cfg.checkpoint,
                    verbose=cfg.verbose, min_samples=cfg.min_samples, max_stacks=cfg.max_stacks,
                    stacks=cfg.call_graph != "none", rotate=cfg.rotate,
@@ -279,10 +296,11 @@ def replay_full(stream: Stream, qpath: Path) -> float:
     checkpoint into a new .q at ``qpath``; the loop of CpuCollector.run
     without its clock: a drain per batch, copies advanced between drains."""
     out = io.StringIO()
+    views = ring_views(stream.batches)  # as the ring holds them, made untimed
     with QDir.open(qpath, create=True) as qdir:
         gc.collect()
         t0 = time.process_time()
-        collector = collector_for(stream, qdir, out)
+        collector = collector_for(stream, qdir, out, views)
         while not collector.source.exhausted:
             collector.step()
             collector.copier.work()
@@ -307,6 +325,7 @@ def replay_decode(stream: Stream, tasks: bool) -> float:
     from qtools.daemon.machine.tasks import TaskTable
 
     layout = stream.sample_layout()
+    views = ring_views(stream.batches)
     gc.collect()
     t0 = time.process_time()
     decode = layout.decode
@@ -317,7 +336,7 @@ def replay_decode(stream: Stream, tasks: bool) -> float:
     except ImportError:
         split = None
     table = TaskTable(owner=replay_host().owner)
-    for batch in stream.batches:
+    for batch in views:
         decoded = []
         rest = split(batch, layout.idle_probe, ())[0] if split is not None else batch
         for data in rest:

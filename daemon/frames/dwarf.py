@@ -20,18 +20,20 @@ from ..sets.objects import ObjectCopier, open_object
 from ..unwind import ObjectCFI, Unwinder
 from ..unwind.regs import sample_positions
 from ..unwind.rules import Rule
+from ..unwind.space import new_serial
 from .jitdump import JitTracker
 
 class ProcessSpace:
     """The unwinder's view of one process (the AddressSpace protocol)."""
 
-    __slots__ = ("proc", "tables", "rule_cache", "version", "jit")
+    __slots__ = ("proc", "tables", "rule_cache", "version", "jit", "serial")
 
     def __init__(self, proc: Process, tables: CfiTables, jit: JitTracker | None = None,
                  version: tuple[int, int] | None = None) -> None:
         self.proc = proc
         self.tables = tables
         self.rule_cache: dict[int, Rule] = {}
+        self.serial = new_serial()  # a new space for new maps: never cleared
         self.version = version if version is not None else (proc.maps_version, 0)
         self.jit = jit
 
