@@ -80,7 +80,7 @@ class Waits:
     def name_threads(self) -> None:
         for proc, ts in self.c.book.by_process.items():
             names = ts.data.tally.thread_names
-            for tid in {key[1] for key in ts.data.tally.thread_stacks} - names.keys():
+            for tid in ts.data.tally.thread_ids() - names.keys():
                 t = proc.threads.get(tid)
                 if t is not None:
                     names[tid] = t.name

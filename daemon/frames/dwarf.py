@@ -10,6 +10,7 @@ process keeps its own rule cache, dropped when its maps change.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 import platform
 
 from qtools.qformat import QDir
@@ -131,18 +132,20 @@ class DwarfFrames:
     def regs_mask(self) -> int:
         return self.unwinder.regs_mask
 
-    def frames(self, proc: Process, sample: Sample, fp_user: list[int]) -> list[int]:
-        if not sample.regs:
+    def frames(self, proc: Process, sample: Sample, fp_user: list[int]) -> Sequence[int]:
+        regs = sample.regs
+        if not regs:
             return fp_user  # a kernel thread, or idle: no user context
         if proc.pid in self.own_pids or (proc.ppid == self.supervisor and not proc.exec_seen):
             # The collector's own processes (the supervisor, and what it forked
             # without exec: collectors; the command it runs execs): their deep
             # interpreter stacks are not what anybody profiles, and cost most.
-            return [sample.regs[self._ip_pos]]
+            return [regs[self._ip_pos]]
         space = proc.unwind
-        version = (proc.maps_version, self.jit.version(proc))
-        if not isinstance(space, ProcessSpace) or space.version != version:
-            self.jit.state(proc)  # finds a jitdump the new maps name
-            version = (proc.maps_version, self.jit.version(proc))
-            space = proc.unwind = ProcessSpace(proc, self.tables, self.jit, version)
-        return list(self.unwinder.unwind(space, sample.regs, sample.stack).frames)
+        jit = proc.jit
+        if space.__class__ is not ProcessSpace or \
+                space.version != (proc.maps_version, jit.version if jit is not None else 0):
+            jit = self.jit.state(proc)  # finds a jitdump the new maps name
+            space = proc.unwind = ProcessSpace(proc, self.tables, self.jit,
+                                               (proc.maps_version, jit.version))
+        return self.unwinder.unwind(space, regs, sample.stack).frames
