@@ -20,7 +20,7 @@ from .clock import SYSTEM, Clock
 from .decode.records import Lost, Record, RecordError, Sample, Switch, split_callchain
 from .decode import idle
 from .decode.routes import handlers
-from .decode.tracepoints import SchedSwitch, SchedWaking
+from .decode.tracepoints import Layouts, SchedSwitch, SchedWaking
 from .waits import Waits
 from .frames.jitdump import JitTracker
 from .kernel import abi
@@ -212,6 +212,8 @@ class CpuCollector:
         raw = self.source.read()
         decoded: list[Record | SchedSwitch | SchedWaking] = []
         decode = self.layout.decode
+        if isinstance(self.layout, Layouts) and not self.layout.by_id:
+            decode = self.layout.main.decode  # no extra event to route by id
         # most of an idle machine's samples, taken apart undecoded (_idle)
         rest, idle_seen = idle.split(raw, *self.layout.idle_probe())
         for data in rest:
@@ -295,8 +297,10 @@ class CpuCollector:
             stack = (tuple(kernel) or (s.ip,)) if self.opts.stacks else None
             ts.data.tally.add(s.ip, weight, stack, (), s.tid)
             return
-        proc = self._process(s.pid, s.time)
-        ts = self.book.process_set(proc)
+        proc = self.table.procs.get(s.pid) or self._process(s.pid, s.time)
+        ts = self.book.by_process.get(proc)  # (process_set, inline for the common case)
+        if ts is None or not ts.writer.dirty:
+            ts = self.book.process_set(proc)
         tally, stats = ts.data.tally, ts.stats
         cgroup = s.cgroup
         if cgroup:
@@ -318,7 +322,10 @@ class CpuCollector:
         arcs = [(b.source, b.target) for b in s.branches if b.is_call] if s.branches else []
         if low < tally.kernel_from:
             tally.kernel_from = low
-        self._note_mappings(proc, ts, user if user or in_kernel else [s.ip], arcs)
+        noted = ts.noted  # _note_mappings' first test, inline: a stack noted before
+        if arcs or noted.maps_version != proc.maps_version or \
+                noted.stacks.get(id(user)) is not user or not user:
+            self._note_mappings(proc, ts, user if user or in_kernel else [s.ip], arcs)
         if self.jit is not None and user and self.jit.has_dump(proc):
             tally.count_thread(s.tid, weight)  # now: the JIT tracker may hold the sample
             # by thread with its addresses as sampled (JIT code unnamed there)

@@ -27,7 +27,7 @@ from .jitdump import JitTracker
 class ProcessSpace:
     """The unwinder's view of one process (the AddressSpace protocol)."""
 
-    __slots__ = ("proc", "tables", "rule_cache", "version", "jit", "serial")
+    __slots__ = ("proc", "tables", "rule_cache", "maps_version", "jit_version", "jit", "serial")
 
     def __init__(self, proc: Process, tables: CfiTables, jit: JitTracker | None = None,
                  version: tuple[int, int] | None = None) -> None:
@@ -35,7 +35,9 @@ class ProcessSpace:
         self.tables = tables
         self.rule_cache: dict[int, Rule] = {}
         self.serial = new_serial()  # a new space for new maps: never cleared
-        self.version = version if version is not None else (proc.maps_version, 0)
+        # what it was made for: the process's maps and JIT code as they were then
+        self.maps_version, self.jit_version = version if version is not None else \
+            (proc.maps_version, 0)
         self.jit = jit
 
     def find(self, ip: int) -> tuple[ObjectCFI | None, int, int] | None:
@@ -143,8 +145,8 @@ class DwarfFrames:
             return [regs[self._ip_pos]]
         space = proc.unwind
         jit = proc.jit
-        if space.__class__ is not ProcessSpace or \
-                space.version != (proc.maps_version, jit.version if jit is not None else 0):
+        if space.__class__ is not ProcessSpace or space.maps_version != proc.maps_version \
+                or jit is None or space.jit_version != jit.version:
             jit = self.jit.state(proc)  # finds a jitdump the new maps name
             space = proc.unwind = ProcessSpace(proc, self.tables, self.jit,
                                                (proc.maps_version, jit.version))

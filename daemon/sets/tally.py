@@ -75,9 +75,14 @@ class SampleTally:
         self.samples += 1
         self.hist[ip] += weight
         if stack:
-            self._add_stack(stack, weight, 1)
-        for arc in arcs:
-            self.arcs[arc] += 1
+            stacks = self.stacks
+            if stack in stacks:  # _add_stack's common case, inline
+                stacks[stack] += weight
+            else:
+                self._add_stack(stack, weight, 1)
+        if arcs:
+            for arc in arcs:
+                self.arcs[arc] += 1
         if tid is not None:  # count_thread, inline: this runs for every sample
             slot = self.threads.get(tid) or self._thread_slot(tid)
             slot[0] += 1

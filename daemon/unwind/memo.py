@@ -54,7 +54,8 @@ class WalkMemo:
         self.hits = 0  # walks recalled
         self._layouts: dict[tuple[int, ...], struct.Struct] = {}
 
-    def recall(self, key: Key, mv: memoryview, base: int, nbytes: int, fp: int) -> Any:
+    def recall(self, key: Key, mv: memoryview | bytes | bytearray, base: int, nbytes: int,
+               fp: int) -> Any:
         """What the walk from ``key`` gave, if this stack (``mv``: ``nbytes``
         bytes from address ``base``) holds the values that walk read (and FP
         is the one it used); else None.
@@ -72,7 +73,7 @@ class WalkMemo:
         if end > nbytes or (fail_at >= 0 and base + nbytes > fail_at):
             return None
         if span:
-            now = mv[off:end].tobytes()
+            now = bytes(mv[off:end])
             if now != span:
                 if layout.unpack_from(mv, off) != words:
                     return None

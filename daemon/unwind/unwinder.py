@@ -111,7 +111,19 @@ class Unwinder:
             return _NO_REGS
         try:
             if self._fast:
-                result = self._walk_fast(space, regs, stack)
+                memo = self.memo
+                tried = memo is not None and (stack.__class__ is not memoryview
+                                              or stack.itemsize == 1)
+                if tried:
+                    # a walk remembered for this very start: nothing more to set up
+                    serial = getattr(space, "serial", None)
+                    if serial is not None:
+                        sp = regs[self._pos_sp]
+                        result = memo.recall((serial, 1, regs[self._pos_ip], sp), stack, sp,
+                                             len(stack) & ~7, regs[self._pos_fp])  # type: ignore[index]
+                        if result is not None:
+                            return result  # type: ignore[no-any-return]
+                result = self._walk_fast(space, regs, stack, tried)
                 if result is not None:
                     return result
             return self._walk_generic(space, regs, stack)
@@ -143,7 +155,7 @@ class Unwinder:
     # -- fast walker ----------------------------------------------------------------------
 
     def _walk_fast(self, space: AddressSpace, regs: Sequence[int],
-                   stack: bytes | bytearray | memoryview) -> UnwindResult | None:
+                   stack: bytes | bytearray | memoryview, tried: bool = False) -> UnwindResult | None:
         """Unwind with SP/FP-based rules only; None hands the sample to the generic walker.
 
         compile_row only emits fast rules whose offsets are multiples of 8 and
@@ -168,9 +180,10 @@ class Unwinder:
         if serial is None:
             return self._walk(space, mv, pc, sp, fp, None)[0]
         key1 = (serial, 1, pc, sp)
-        result = memo.recall(key1, mv, sp, nbytes, fp)  # type: ignore[union-attr]
-        if result is not None:
-            return result  # type: ignore[no-any-return]
+        if not tried:  # (unwind tries when the copy is bytes already)
+            result = memo.recall(key1, mv, sp, nbytes, fp)  # type: ignore[union-attr]
+            if result is not None:
+                return result  # type: ignore[no-any-return]
         result, reads, fail_at, second, deps = self._walk(space, mv, pc, sp, fp, memo)
         if result is None or reads is None:
             return result  # handed on, or not to be remembered
