@@ -275,7 +275,7 @@ class CpuCollector:
         self.samples += 1
         self._tick_samples += 1
         weight = s.period or 1
-        kernel, user = split_callchain(s.callchain) if s.callchain else ([], [])
+        kernel, user = split_callchain(s.callchain) if s.callchain else (_NO_FRAMES, _NO_FRAMES)
         # Kernel or user told as perf does, never by an address constant:
         # frames after PERF_CONTEXT_KERNEL exist only for a sample taken in
         # kernel mode; without them the sample's cpumode says.
@@ -326,11 +326,14 @@ class CpuCollector:
         if arcs or noted.maps_version != proc.maps_version or \
                 noted.stacks.get(id(user)) is not user or not user:
             self._note_mappings(proc, ts, user if user or in_kernel else [s.ip], arcs)
-        if self.jit is not None and user and self.jit.has_dump(proc):
+        jit = proc.jit  # has_dump, inline while the JIT state is current
+        if self.jit is not None and user and (
+                jit.dump is not None if jit is not None and jit.maps_version == proc.maps_version
+                else self.jit.has_dump(proc)):
             tally.count_thread(s.tid, weight)  # now: the JIT tracker may hold the sample
             # by thread with its addresses as sampled (JIT code unnamed there)
             tally.add_thread("cpu", s.tid, stack or (s.ip,), weight)
-            self.jit.sample(proc, s.time, s.ip, weight, kernel, list(user), arcs,
+            self.jit.sample(proc, s.time, s.ip, weight, list(kernel), list(user), arcs,
                             self.opts.stacks, tally.add)
         else:
             tally.add(s.ip, weight, stack, arcs, s.tid)
@@ -556,3 +559,4 @@ def _next_boundary(now: float, every: float) -> float:
 
 
 _ORDER = operator.attrgetter("order")
+_NO_FRAMES: tuple[int, ...] = ()

@@ -14,7 +14,7 @@ import operator
 import struct
 import types
 from dataclasses import dataclass, field
-from typing import Callable, Container, NamedTuple, Union
+from typing import Callable, Container, NamedTuple, Sequence, Union
 
 from ..kernel import abi
 from .idle import IdleProbe
@@ -314,58 +314,81 @@ class SampleLayout:
         """sample_body for a layout whose fields after the prefix are among
         the callchain, user registers and stack, and the cgroup (every
         layout the collector opens): one function, no step calls, the
-        prefix and the callchain's length in one unpack. It decodes what
-        sample_body decodes, and fails where it fails."""
+        prefix and the callchain's length in one unpack, the Sample made by
+        one itemgetter. It decodes what sample_body decodes, and fails where
+        it fails; only the registers come as a view of the record's words
+        (read as a tuple's items; like the stack, valid while the record is)."""
         st = self.sample_type
         if st & ~_FAST_SAMPLE_BITS:
             return None
         cc, ru = bool(st & abi.SAMPLE_CALLCHAIN), bool(st & abi.SAMPLE_REGS_USER)
         su, cg = bool(st & abi.SAMPLE_STACK_USER), bool(st & abi.SAMPLE_CGROUP)
         head = struct.Struct(self._prefix.format + ("Q" if cc else ""))
+        # what the itemgetter picks from: (misc, *prefix, [nr,] callchain,
+        # regs_abi, regs, stack, cgroup, *defaults)
         where = {n: 1 + i for i, n in enumerate(names) if n in _SLOT}
-        tail = 1 + len(names) + cc  # the callchain's length is never picked
-        pick = operator.itemgetter(0, *[where.get(n, tail + k)
+        var = 1 + len(names) + cc
+        where.update(callchain=var, regs_abi=var + 1, regs=var + 2, stack=var + 3, cgroup=var + 4)
+        defaults = var + 5
+        pick = operator.itemgetter(0, *[where.get(n, defaults + k)
                                         for k, n in enumerate(Sample._fields) if k])
         nregs = self.regs_user_mask.bit_count()
-        regs = _u64s(nregs)
         first = 8 + self._prefix.size
         u64 = _U64.unpack_from
-        chain, abi_slot, regs_slot = _SLOT["callchain"], _SLOT["regs_abi"], _SLOT["regs"]
-        stack_slot, cgroup_slot = _SLOT["stack"], _SLOT["cgroup"]
+        abi_and_size = struct.Struct(f"<Q{8 * nregs}xQ")  # the common case in one unpack
+        dyn_and_cgroup = _u64s(2).unpack_from
 
         def body(rec: bytes | memoryview, type_: int, misc: int, size: int) -> Sample:
             h = head.unpack_from(rec, 8)
-            values = list(pick((misc, *h, *_DEFAULTS)))
             off = first
+            chain: tuple[int, ...] = ()
+            regs_abi = cgroup = 0
+            regs: Sequence[int] = ()
+            stack: bytes | memoryview = b""
             if cc:
                 nr = h[-1]
                 if off + 8 + 8 * nr > size:
                     raise RecordError("callchain runs past the record")
                 if nr:
-                    values[chain] = _u64s(nr).unpack_from(rec, off + 8)
+                    chain = _u64s(nr).unpack_from(rec, off + 8)
                 off += 8 + 8 * nr
+            stack_size = -1
             if ru:
-                (regs_abi,) = u64(rec, off)
+                if su and off + abi_and_size.size <= size:
+                    regs_abi, stack_size = abi_and_size.unpack_from(rec, off)
+                else:
+                    (regs_abi,) = u64(rec, off)
                 off += 8
-                values[abi_slot] = regs_abi
                 if regs_abi and nregs:
-                    values[regs_slot] = regs.unpack_from(rec, off)
+                    if off + 8 * nregs > len(rec):
+                        raise RecordError("registers run past the record")
+                    mv = rec if rec.__class__ is memoryview else memoryview(rec)
+                    regs = mv[off:off + 8 * nregs].cast("Q")  # type: ignore[union-attr]
                     off += 8 * nregs
+                else:
+                    stack_size = -1  # read where the registers would have been
             if su:
-                (stack_size,) = u64(rec, off)
+                if stack_size < 0:
+                    (stack_size,) = u64(rec, off)
                 off += 8
                 if stack_size:
                     if off + stack_size + 8 > size:
                         raise RecordError("user stack runs past the record")
+                    if cg and off + stack_size + 16 <= size:
+                        dyn, cgroup = dyn_and_cgroup(rec, off + stack_size)
+                        stack = rec[off:off + min(dyn, stack_size)]
+                        return _new_sample(Sample, pick((misc, *h, chain, regs_abi, regs, stack,
+                                                         cgroup, *_DEFAULTS)))
                     (dyn,) = u64(rec, off + stack_size)
-                    values[stack_slot] = rec[off:off + min(dyn, stack_size)]
+                    stack = rec[off:off + min(dyn, stack_size)]
                     off += stack_size + 8
             if cg:
-                (values[cgroup_slot],) = u64(rec, off)
+                (cgroup,) = u64(rec, off)
                 off += 8
             if off > size:
                 raise RecordError("sample fields run past the record")
-            return _new_sample(Sample, values)
+            return _new_sample(Sample, pick((misc, *h, chain, regs_abi, regs, stack, cgroup,
+                                             *_DEFAULTS)))
         return body
 
     @property

@@ -51,7 +51,7 @@ def capture(binary: str) -> tuple[list[Sample], Mappings]:
             for rec in source.read():
                 got = source.layout.decode(rec)
                 if isinstance(got, Sample) and got.pid == pid and got.regs:
-                    samples.append(got._replace(stack=bytes(got.stack)))
+                    samples.append(got._replace(stack=bytes(got.stack), regs=tuple(got.regs)))
             rec = got = None  # views into the ring: none may outlive the drain
             source.release()
             if not mapped and samples:  # exec'd and running: its maps are final
