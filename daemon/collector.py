@@ -45,7 +45,7 @@ class UserFrames(Protocol):
 
     name: str
 
-    def frames(self, proc: Process, sample: Sample, fp_user: list[int]) -> Sequence[int]: ...
+    def frames(self, proc: Process, sample: Sample, fp_user: Sequence[int]) -> Sequence[int]: ...
 
 
 class FramePointerFrames:
@@ -53,7 +53,7 @@ class FramePointerFrames:
 
     name = "fp"
 
-    def frames(self, proc: Process, sample: Sample, fp_user: list[int]) -> list[int]:
+    def frames(self, proc: Process, sample: Sample, fp_user: Sequence[int]) -> Sequence[int]:
         return fp_user
 
 
@@ -275,6 +275,8 @@ class CpuCollector:
         self.samples += 1
         self._tick_samples += 1
         weight = s.period or 1
+        kernel: Sequence[int]
+        user: Sequence[int]
         kernel, user = split_callchain(s.callchain) if s.callchain else (_NO_FRAMES, _NO_FRAMES)
         # Kernel or user told as perf does, never by an address constant:
         # frames after PERF_CONTEXT_KERNEL exist only for a sample taken in
@@ -298,9 +300,8 @@ class CpuCollector:
             ts.data.tally.add(s.ip, weight, stack, (), s.tid)
             return
         proc = self.table.procs.get(s.pid) or self._process(s.pid, s.time)
-        ts = self.book.by_process.get(proc)  # (process_set, inline for the common case)
-        if ts is None or not ts.writer.dirty:
-            ts = self.book.process_set(proc)
+        known = self.book.by_process.get(proc)  # (process_set, inline for the common case)
+        ts = known if known is not None and known.writer.dirty else self.book.process_set(proc)
         tally, stats = ts.data.tally, ts.stats
         cgroup = s.cgroup
         if cgroup:

@@ -45,8 +45,8 @@ class Waits:
         def frames() -> tuple[int, ...]:
             if memo:
                 return memo[0]
-            kernel, user = split_callchain(s.callchain) if s.callchain else ([], [])
-            user = self.c.user_frames.frames(proc, s, user)
+            kernel, fp_user = split_callchain(s.callchain) if s.callchain else ([], [])
+            user = self.c.user_frames.frames(proc, s, fp_user)
             stack = (tuple(kernel) + tuple(user)) or (s.ip,)
             ts = self.c.book.by_process.get(proc)
             if ts is not None:

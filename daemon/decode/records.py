@@ -304,7 +304,8 @@ class SampleLayout:
         # The routing table names the decoders of records defined here, so it
         # is imported late; each is bound to this layout once.
         from .routes import ROUTES
-        decoders = {r.number: types.MethodType(r.decode, self) for r in ROUTES}
+        decoders: dict[int, Callable[..., Record]] = {
+            r.number: types.MethodType(r.decode, self) for r in ROUTES}
         fast = self._compile_sample(names)
         if fast is not None:  # the collector's layouts: one decoder made for them
             decoders[abi.RECORD_SAMPLE] = fast

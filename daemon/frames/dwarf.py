@@ -134,7 +134,7 @@ class DwarfFrames:
     def regs_mask(self) -> int:
         return self.unwinder.regs_mask
 
-    def frames(self, proc: Process, sample: Sample, fp_user: list[int]) -> Sequence[int]:
+    def frames(self, proc: Process, sample: Sample, fp_user: Sequence[int]) -> Sequence[int]:
         regs = sample.regs
         if not regs:
             return fp_user  # a kernel thread, or idle: no user context

@@ -114,7 +114,7 @@ class Unwinder:
                 memo = self.memo
                 tried = memo is not None and (stack.__class__ is not memoryview
                                               or stack.itemsize == 1)
-                if tried:
+                if memo is not None and tried:
                     # a walk remembered for this very start: nothing more to set up
                     serial = getattr(space, "serial", None)
                     if serial is not None:
