@@ -14,7 +14,7 @@ import operator
 import struct
 import types
 from dataclasses import dataclass, field
-from typing import Callable, Container, NamedTuple, Sequence, Union
+from typing import Any, Callable, Container, NamedTuple, Sequence, Union
 
 from ..kernel import abi
 from .idle import IdleProbe
@@ -88,6 +88,20 @@ Sample.order = Sample.time  # type: ignore[attr-defined]
 _SLOT = {name: i for i, name in enumerate(Sample._fields)}
 _DEFAULTS = tuple(Sample._field_defaults[name] for name in Sample._fields)
 _new_sample = tuple.__new__
+
+
+def _sample_maker(fields: list[str]) -> Callable[..., Sample]:
+    """``make(misc, h, chain, regs_abi, regs, stack, cgroup)``: the Sample
+    whose fields are these expressions over those names (``h``: the
+    prefix's values) or constants, in field order. Compiled once per
+    layout, as namedtuple compiles its __new__: a tuple display is the
+    cheapest way to make the thousands a second the collector decodes.
+    The expressions are field names, ``h[i]`` and reprs of the defaults."""
+    src = ("def make(misc, h, chain, regs_abi, regs, stack, cgroup):\n"
+           f"    return _new(Sample, ({', '.join(fields)},))\n")
+    namespace: dict[str, Any] = {"_new": tuple.__new__, "Sample": Sample}
+    exec(src, namespace)  # noqa: S102 (no outside text in it: see above)
+    return namespace["make"]  # type: ignore[no-any-return]
 
 
 @functools.lru_cache(maxsize=512)
@@ -316,7 +330,7 @@ class SampleLayout:
         the callchain, user registers and stack, and the cgroup (every
         layout the collector opens): one function, no step calls, the
         prefix and the callchain's length in one unpack, the Sample made by
-        one itemgetter. It decodes what sample_body decodes, and fails where
+        one tuple display. It decodes what sample_body decodes, and fails where
         it fails; only the registers come as a view of the record's words
         (read as a tuple's items; like the stack, valid while the record is)."""
         st = self.sample_type
@@ -325,14 +339,11 @@ class SampleLayout:
         cc, ru = bool(st & abi.SAMPLE_CALLCHAIN), bool(st & abi.SAMPLE_REGS_USER)
         su, cg = bool(st & abi.SAMPLE_STACK_USER), bool(st & abi.SAMPLE_CGROUP)
         head = struct.Struct(self._prefix.format + ("Q" if cc else ""))
-        # what the itemgetter picks from: (misc, *prefix, [nr,] callchain,
-        # regs_abi, regs, stack, cgroup, *defaults)
-        where = {n: 1 + i for i, n in enumerate(names) if n in _SLOT}
-        var = 1 + len(names) + cc
-        where.update(callchain=var, regs_abi=var + 1, regs=var + 2, stack=var + 3, cgroup=var + 4)
-        defaults = var + 5
-        pick = operator.itemgetter(0, *[where.get(n, defaults + k)
-                                        for k, n in enumerate(Sample._fields) if k])
+        where = {n: f"h[{i}]" for i, n in enumerate(names) if n in _SLOT}
+        where.update(misc="misc", callchain="chain", regs_abi="regs_abi", regs="regs",
+                     stack="stack", cgroup="cgroup")
+        make = _sample_maker([where.get(n, repr(Sample._field_defaults[n]))
+                              for n in Sample._fields])
         nregs = self.regs_user_mask.bit_count()
         first = 8 + self._prefix.size
         u64 = _U64.unpack_from
@@ -377,19 +388,17 @@ class SampleLayout:
                         raise RecordError("user stack runs past the record")
                     if cg and off + stack_size + 16 <= size:
                         dyn, cgroup = dyn_and_cgroup(rec, off + stack_size)
-                        stack = rec[off:off + min(dyn, stack_size)]
-                        return _new_sample(Sample, pick((misc, *h, chain, regs_abi, regs, stack,
-                                                         cgroup, *_DEFAULTS)))
+                        stack = rec[off:off + (dyn if dyn < stack_size else stack_size)]
+                        return make(misc, h, chain, regs_abi, regs, stack, cgroup)
                     (dyn,) = u64(rec, off + stack_size)
-                    stack = rec[off:off + min(dyn, stack_size)]
+                    stack = rec[off:off + (dyn if dyn < stack_size else stack_size)]
                     off += stack_size + 8
             if cg:
                 (cgroup,) = u64(rec, off)
                 off += 8
             if off > size:
                 raise RecordError("sample fields run past the record")
-            return _new_sample(Sample, pick((misc, *h, chain, regs_abi, regs, stack, cgroup,
-                                             *_DEFAULTS)))
+            return make(misc, h, chain, regs_abi, regs, stack, cgroup)
         return body
 
     @property

@@ -27,7 +27,8 @@ from .jitdump import JitTracker
 class ProcessSpace:
     """The unwinder's view of one process (the AddressSpace protocol)."""
 
-    __slots__ = ("proc", "tables", "rule_cache", "maps_version", "jit_version", "jit", "serial")
+    __slots__ = ("proc", "tables", "rule_cache", "maps_version", "jit_version", "jit", "serial",
+                 "own")
 
     def __init__(self, proc: Process, tables: CfiTables, jit: JitTracker | None = None,
                  version: tuple[int, int] | None = None) -> None:
@@ -35,6 +36,7 @@ class ProcessSpace:
         self.tables = tables
         self.rule_cache: dict[int, Rule] = {}
         self.serial = new_serial()  # a new space for new maps: never cleared
+        self.own = False  # one of the collector's own processes: not unwound
         # what it was made for: the process's maps and JIT code as they were then
         self.maps_version, self.jit_version = version if version is not None else \
             (proc.maps_version, 0)
@@ -138,11 +140,6 @@ class DwarfFrames:
         regs = sample.regs
         if not regs:
             return fp_user  # a kernel thread, or idle: no user context
-        if proc.pid in self.own_pids or (proc.ppid == self.supervisor and not proc.exec_seen):
-            # The collector's own processes (the supervisor, and what it forked
-            # without exec: collectors; the command it runs execs): their deep
-            # interpreter stacks are not what anybody profiles, and cost most.
-            return [regs[self._ip_pos]]
         space = proc.unwind
         jit = proc.jit
         if space.__class__ is not ProcessSpace or space.maps_version != proc.maps_version \
@@ -150,4 +147,11 @@ class DwarfFrames:
             jit = self.jit.state(proc)  # finds a jitdump the new maps name
             space = proc.unwind = ProcessSpace(proc, self.tables, self.jit,
                                                (proc.maps_version, jit.version))
+            # The collector's own processes (the supervisor, and what it forked
+            # without exec: collectors; the command it runs execs): their deep
+            # interpreter stacks are not what anybody profiles, and cost most.
+            space.own = proc.pid in self.own_pids or \
+                (proc.ppid == self.supervisor and not proc.exec_seen)
+        if space.own:
+            return (regs[self._ip_pos],)
         return self.unwinder.unwind(space, regs, sample.stack).frames
