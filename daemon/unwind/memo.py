@@ -44,7 +44,7 @@ _NO_WORDS = struct.Struct("")
 class WalkMemo:
     """Remembered walks, bounded by MEMO_ENTRIES and MEMO_BYTES."""
 
-    __slots__ = ("entries", "size", "max_entries", "max_bytes", "hits", "_layouts")
+    __slots__ = ("entries", "size", "max_entries", "max_bytes", "hits", "_layouts", "_met")
 
     def __init__(self, max_entries: int = MEMO_ENTRIES, max_bytes: int = MEMO_BYTES) -> None:
         self.entries: dict[Key, Entry] = {}
@@ -53,6 +53,7 @@ class WalkMemo:
         self.max_bytes = max_bytes
         self.hits = 0  # walks recalled
         self._layouts: dict[tuple[int, ...], struct.Struct] = {}
+        self._met: dict[Key, None] = {}  # starts walked once, not remembered (yet)
 
     def recall(self, key: Key, mv: memoryview | bytes | bytearray, base: int, nbytes: int,
                fp: int) -> Any:
@@ -81,6 +82,20 @@ class WalkMemo:
                 self.entries[key] = (now, layout, words, offsets, fail_at, fp_used, value)
         self.hits += 1
         return value
+
+    def again(self, key: Key) -> bool:
+        """Whether a walk from ``key`` is worth remembering: True the second
+        time it is walked (and after). Most starts of a program that never
+        runs the same code at the same depth twice (an interpreter's) come
+        once: remembering them would cost more than it saves."""
+        met = self._met
+        if key in met or key in self.entries:
+            met.pop(key, None)
+            return True
+        if len(met) >= 2 * self.max_entries:
+            del met[next(iter(met))]
+        met[key] = None
+        return False
 
     def offsets(self, key: Key) -> tuple[int, ...]:
         return self.entries[key][3]

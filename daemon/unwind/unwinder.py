@@ -187,17 +187,20 @@ class Unwinder:
         result, reads, fail_at, second, deps = self._walk(space, mv, pc, sp, fp, memo)
         if result is None or reads is None:
             return result  # handed on, or not to be remembered
+        if memo is None:  # (never: a serial is asked of the memo's space)
+            return result
         if second is not None:
             key2, fp2, tail = second
             d2 = key2[3] - sp
             if tail is None:  # recalled from the second start: its words are ours too
-                reads += [d2 + off for off in memo.offsets(key2)]  # type: ignore[union-attr]
-                fail_at = memo.fail_at(key2)  # type: ignore[union-attr]
-            else:
-                memo.keep(key2, mv, sp, tuple(sorted({r - d2 for r in reads if r >= d2})),  # type: ignore[union-attr]
+                reads += [d2 + off for off in memo.offsets(key2)]
+                fail_at = memo.fail_at(key2)
+            elif memo.again(key2):
+                memo.keep(key2, mv, sp, tuple(sorted({r - d2 for r in reads if r >= d2})),
                           fail_at, fp2 if deps & 2 else None, tail)
-        memo.keep(key1, mv, sp, tuple(sorted(set(reads))), fail_at,  # type: ignore[union-attr]
-                  fp if deps & 1 else None, result)
+        if memo.again(key1):
+            memo.keep(key1, mv, sp, tuple(sorted(set(reads))), fail_at,
+                      fp if deps & 1 else None, result)
         return result
 
     def _walk(self, space: AddressSpace, mv: memoryview, pc: int, sp: int, fp: int,

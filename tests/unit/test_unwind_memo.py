@@ -30,21 +30,29 @@ def both(memo: Unwinder, space, regs, stack):
     return got
 
 
+def twice(memo: Unwinder, space, regs, stack):
+    """Walked twice: a start is remembered the second time it is met."""
+    first = both(memo, space, regs, stack)
+    assert both(memo, space, regs, stack) == first and memo.memo.hits == 0
+    return first
+
+
 def test_same_start_same_bytes_is_recalled(image):
     st, _ = standard_stack()
     u, space = Unwinder(), space_of(image)
     regs = x86_regs(rt(LEAF + 0x10), SP0, bp=0x1234)
-    first = both(u, space, regs, st.bytes())
-    assert first.complete and u.memo.hits == 0
+    first = twice(u, space, regs, st.bytes())
+    assert first.complete
     again = both(u, space, regs, st.bytes())
-    assert again is first and u.memo.hits == 1
+    assert again == first and u.memo.hits == 1
+    assert both(u, space, regs, st.bytes()) is again  # the very result, recalled
 
 
 def test_a_changed_word_that_was_read_is_walked_again(image):
     st, lay = standard_stack()
     u, space = Unwinder(), space_of(image)
     regs = x86_regs(rt(LEAF + 0x10), SP0, bp=0x1234)
-    first = both(u, space, regs, st.bytes())
+    first = twice(u, space, regs, st.bytes())
     st.put(lay["cfa1"] - 8, rt(LEAF + 0x31))  # mid's return address, now into leaf
     second = both(u, space, regs, st.bytes())
     assert second.frames[:2] == first.frames[:2] and second.frames != first.frames
@@ -55,9 +63,9 @@ def test_a_changed_word_above_the_walk_still_recalls(image):
     st, _ = standard_stack()
     u, space = Unwinder(), space_of(image)
     regs = x86_regs(rt(LEAF + 0x10), SP0, bp=0x1234)
-    first = both(u, space, regs, st.bytes())
+    first = twice(u, space, regs, st.bytes())
     st.put(SP0 + 0x200, 0xDEAD)  # above fpf's frame: no walk reads that far
-    assert both(u, space, regs, st.bytes()) is first and u.memo.hits == 1
+    assert both(u, space, regs, st.bytes()) == first and u.memo.hits == 1
 
 
 def test_a_changed_local_between_the_words_read_still_recalls(image):
@@ -66,17 +74,17 @@ def test_a_changed_local_between_the_words_read_still_recalls(image):
     st, lay = standard_stack()
     u, space = Unwinder(), space_of(image)
     regs = x86_regs(rt(LEAF + 0x10), SP0, bp=0x1234)
-    first = both(u, space, regs, st.bytes())
+    first = twice(u, space, regs, st.bytes())
     st.put(lay["cfa1"] - 32, 0xBEEF)
     st.put(lay["cfa1"] - 16, 0xB1B1)
-    assert both(u, space, regs, st.bytes()) is first and u.memo.hits == 1
+    assert both(u, space, regs, st.bytes()) == first and u.memo.hits == 1
 
 
 def test_a_changed_saved_frame_pointer_is_walked_again(image):
     st, lay = standard_stack()
     u, space = Unwinder(), space_of(image)
     regs = x86_regs(rt(LEAF + 0x10), SP0, bp=0x1234)
-    first = both(u, space, regs, st.bytes())
+    first = twice(u, space, regs, st.bytes())
     # mid's saved rbp is fpf's frame pointer: elsewhere, fpf's frame is garbage
     st.put(lay["cfa1"] - 24, lay["r"] + 0x40)
     got = both(u, space, regs, st.bytes())
@@ -86,7 +94,7 @@ def test_a_changed_saved_frame_pointer_is_walked_again(image):
 def test_another_pc_in_the_same_frame_shares_the_callers(image):
     st, _ = standard_stack()
     u, space = Unwinder(), space_of(image)
-    both(u, space, x86_regs(rt(LEAF + 0x10), SP0, bp=0x1234), st.bytes())
+    twice(u, space, x86_regs(rt(LEAF + 0x10), SP0, bp=0x1234), st.bytes())
     got = both(u, space, x86_regs(rt(LEAF + 0x14), SP0, bp=0x1234), st.bytes())
     assert got.frames[0] == rt(LEAF + 0x14) and got.complete
     assert u.memo.hits == 1  # the walk from mid's return address on
@@ -97,8 +105,9 @@ def test_a_shorter_copy_ends_where_a_fresh_walk_ends(image, cut):
     st, _ = standard_stack()
     u, space = Unwinder(), space_of(image)
     regs = x86_regs(rt(LEAF + 0x10), SP0, bp=0x1234)
-    full = both(u, space, regs, st.bytes())
+    full = twice(u, space, regs, st.bytes())
     short = both(u, space, regs, st.bytes()[:cut])
+    assert both(u, space, regs, st.bytes()[:cut]) == short  # now remembered as it ended
     assert short.reason == "end-of-stack" and len(short.frames) < len(full.frames)
     # and a walk that ran off a short copy is not recalled for a longer one
     assert both(u, space, regs, st.bytes()) == full
@@ -108,7 +117,7 @@ def test_new_mappings_forget_the_walks(image):
     st, _ = standard_stack()
     u, space = Unwinder(), space_of(image)
     regs = x86_regs(rt(LEAF + 0x10), SP0, bp=0x1234)
-    first = both(u, space, regs, st.bytes())
+    first = twice(u, space, regs, st.bytes())
     space.remove(rt(MID), rt(MID) + 1)  # the object unmapped: a new serial, no walk recalled
     got = both(u, space, regs, st.bytes())
     assert got != first and u.memo.hits == 0
@@ -124,6 +133,15 @@ def test_bounds_forget_the_oldest_first():
     assert sorted(k[2] for k in memo.entries) == [4, 9] and memo.size == 128 + 288
     memo.keep((1, 1, 10, SP0), mv, SP0, tuple(range(0, 1024, 8)), -1, None, 10)  # larger than all
     assert (1, 1, 10, SP0) not in memo.entries and memo.size <= 416
+
+
+def test_a_start_met_once_is_not_remembered(image):
+    st, _ = standard_stack()
+    u, space = Unwinder(), space_of(image)
+    for pc in range(0x10, 0x30):  # every pc once: the walks from the callers are met again
+        both(u, space, x86_regs(rt(LEAF + pc), SP0, bp=0x1234), st.bytes())
+    assert not any(key[1] == 1 for key in u.memo.entries)
+    assert [key[1] for key in u.memo.entries] == [2] and u.memo.hits == 0x1e
 
 
 def test_a_full_memo_still_answers_right(image):
