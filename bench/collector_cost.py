@@ -148,6 +148,21 @@ def idle_stream(like: Stream) -> Stream:
                   f"made from the ABI like {like.workload} ({like.captured})")
 
 
+def ring_views(batches: list[list[bytes]]) -> list[list[memoryview]]:
+    """Each batch as RingReader.read hands records over: views into one
+    buffer (the ring), not bytes objects of their own, so a sample's user
+    stack is sliced, not copied, as in a live drain."""
+    out = []
+    for batch in batches:
+        buf = memoryview(bytearray(b"".join(batch)))
+        views, off = [], 0
+        for rec in batch:
+            views.append(buf[off:off + len(rec)])
+            off += len(rec)
+        out.append(views)
+    return out
+
+
 def stream_of(data: Path, name: str) -> Stream:
     return idle_stream(load(data / "shallow.stream")) if name == "idle" else \
         load(data / f"{name}.stream")
@@ -246,7 +261,8 @@ def replay_host() -> Any:
     from qtools.daemon.machine.host import StaticHost
     return StaticHost(files=None)
 
-def collector_for(stream: Stream, qdir: QDir, out: io.StringIO) -> Any:
+def collector_for(stream: Stream, qdir: QDir, out: io.StringIO,
+                  views: list[list[memoryview]] | None = None) -> Any:
     """A CpuCollector on ``stream`` as the collector process (daemon/child.py)
     builds it for ``q-syscollect -i -- CMD`` with its defaults, except: a
     ReplaySource, no kallsyms copy (the host's, not the stream's), and the
@@ -260,7 +276,8 @@ def collector_for(stream: Stream, qdir: QDir, out: io.StringIO) -> Any:
 
     cfg = Config(directory=str(qdir.path), cpus=[stream.cpu], command=[stream.binary],
                  inherit_only=True)
-    source = ReplaySource(stream.sample_layout(), stream.batches)
+    source = ReplaySource(stream.sample_layout(),
+                          views if views is not None else ring_views(stream.batches))
     opts = Options(stream.cpu, kernel_only=cfg.kernel_only, checkpoint_interval=cfg.checkpoint,
                    verbose=cfg.verbose, min_samples=cfg.min_samples, max_stacks=cfg.max_stacks,
                    stacks=cfg.call_graph != "none", rotate=cfg.rotate,
@@ -279,10 +296,11 @@ def replay_full(stream: Stream, qpath: Path) -> float:
     checkpoint into a new .q at ``qpath``; the loop of CpuCollector.run
     without its clock: a drain per batch, copies advanced between drains."""
     out = io.StringIO()
+    views = ring_views(stream.batches)  # as the ring holds them, made untimed
     with QDir.open(qpath, create=True) as qdir:
         gc.collect()
         t0 = time.process_time()
-        collector = collector_for(stream, qdir, out)
+        collector = collector_for(stream, qdir, out, views)
         while not collector.source.exhausted:
             collector.step()
             collector.copier.work()
@@ -307,6 +325,7 @@ def replay_decode(stream: Stream, tasks: bool) -> float:
     from qtools.daemon.machine.tasks import TaskTable
 
     layout = stream.sample_layout()
+    views = ring_views(stream.batches)
     gc.collect()
     t0 = time.process_time()
     decode = layout.decode
@@ -317,7 +336,7 @@ def replay_decode(stream: Stream, tasks: bool) -> float:
     except ImportError:
         split = None
     table = TaskTable(owner=replay_host().owner)
-    for batch in stream.batches:
+    for batch in views:
         decoded = []
         rest = split(batch, layout.idle_probe, ())[0] if split is not None else batch
         for data in rest:
@@ -406,6 +425,69 @@ def cmd_replay(args: argparse.Namespace) -> int:
                   flush=True)
     return 0
 
+# ---------------------------------------------------------------- breakdown
+
+def marginal(stream: Stream, runs: int) -> tuple[float, float]:
+    """(µs per sample of the full replay, µs per sample added by the
+    samples of batches 5 on): the second leaves out what a replay costs
+    once (the collector's set-up, the first walks and CFI reads, the
+    final checkpoint), so it is the per-sample cost of a long run."""
+    from dataclasses import replace
+    few = replace(stream, batches=stream.batches[:4])
+    full = min(replay_full(stream, Path(tempfile.mkdtemp()) / "q") for _ in range(runs))
+    part = min(replay_full(few, Path(tempfile.mkdtemp()) / "q") for _ in range(runs))
+    return (full / stream.samples * 1e6,
+            (full - part) / (stream.samples - few.samples) * 1e6)
+
+
+# (label, function names whose cumulative time it is) of a drain's work
+PARTS = (("decode", ("body", "sample_body")), ("unwind", ("frames",)),
+         ("tally", ("add",)), ("mappings", ("_note_mappings",)), ("sample", ("_sample",)),
+         ("drain", ("step",)))
+
+
+def breakdown(stream: Stream) -> dict[str, float]:
+    """Shares of a full replay's drains, from cProfile's cumulative times:
+    decoding samples, unwinding (DwarfFrames.frames), the tally, noting
+    mappings, the rest of the per-sample handler, the rest of the drain
+    (reading, the idle split, sorting, side-band records)."""
+    import cProfile
+    import pstats
+    prof = cProfile.Profile()
+    prof.enable()
+    replay_full(stream, Path(tempfile.mkdtemp()) / "q")
+    prof.disable()
+    cum: dict[str, float] = {}
+    for (file, _line, func), row in pstats.Stats(prof).stats.items():  # type: ignore[attr-defined]
+        if "qtools/daemon" not in file:
+            continue
+        for label, names in PARTS:
+            if func in names and (label != "tally" or file.endswith("tally.py")):
+                cum[label] = cum.get(label, 0.0) + row[3]
+    drain = cum.get("drain", 0.0) or 1.0
+    sample = cum.get("sample", 0.0)
+    within = sum(cum.get(k, 0.0) for k in ("unwind", "tally", "mappings"))
+    return {"decode": cum.get("decode", 0.0) / drain, "unwind": cum.get("unwind", 0.0) / drain,
+            "tally": cum.get("tally", 0.0) / drain, "mappings": cum.get("mappings", 0.0) / drain,
+            "rest of the sample handler": (sample - within) / drain,
+            "rest of the drain": (drain - sample - cum.get("decode", 0.0)) / drain}
+
+
+def cmd_breakdown(args: argparse.Namespace) -> int:
+    steady_heap()
+    data = Path(args.data)
+    print(f"breakdown at {time.strftime('%Y-%m-%d %H:%M')} of {_commit()}, load "
+          f"{os.getloadavg()[0]:.2f}; min of {args.runs} runs")
+    for name in args.workloads:
+        stream = stream_of(data, name)
+        check_binary(stream)
+        full, per = marginal(stream, args.runs)
+        shares = breakdown(stream)
+        print(f"{name}: {stream.samples} samples: full replay {full:.2f} us/sample, "
+              f"marginal {per:.2f} us/sample")
+        print("  " + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()))
+    return 0
+
 # ---------------------------------------------------------------- compare
 
 TIMES = ("q:start-time", "q:end-time", "q:run-start", "q:run-id", "q:clock-step")
@@ -420,7 +502,7 @@ def _contents(qpath: Path) -> dict[str, str]:
         info = read_info(qpath / name)
         out[name] = _info_text(qpath / name)
         for label, ref in (("hist", info.histogram), ("stack", info.call_stacks),
-                           ("edge", info.call_counts)):
+                           ("edge", info.call_counts), ("threads", info.threads)):
             file = getattr(ref, "file", None) if ref is not None else None
             if file:
                 out[f"{name} {label}"] = _data_text(qpath / file)
@@ -474,8 +556,13 @@ def main() -> int:
     r.add_argument("-n", dest="runs", type=int, default=7)
     r.add_argument("--mode", dest="modes", action="append", choices=MODES)
     r.add_argument("--keep", metavar="DIR", help="keep the .q of each workload's last full replay")
-    r.add_argument("workloads", nargs="*", default=list(WORKLOADS),
-                   choices=[*WORKLOADS, "idle"])
+    r.add_argument("workloads", nargs="*", metavar="WORKLOAD",
+                   help="shallow, deep or idle (default: shallow and deep)")
+    b = sub.add_parser("breakdown", help="marginal CPU per sample, and where it goes")
+    b.add_argument("--data", default=str(DEFAULT_DATA))
+    b.add_argument("-n", dest="runs", type=int, default=5)
+    b.add_argument("workloads", nargs="*", metavar="WORKLOAD",
+                   help="shallow or deep (default: both)")
     k = sub.add_parser("compare", help="the sets two replays wrote, minus times")
     k.add_argument("a")
     k.add_argument("b")
@@ -483,7 +570,13 @@ def main() -> int:
     args = p.parse_args()
     if args.command == "replay" and not args.modes:
         args.modes = list(MODES)
-    return {"capture": cmd_capture, "replay": cmd_replay, "compare": cmd_compare}[args.command](args)
+    if args.command in ("replay", "breakdown"):
+        known = [*WORKLOADS, "idle"] if args.command == "replay" else list(WORKLOADS)
+        args.workloads = args.workloads or list(WORKLOADS)
+        if not set(args.workloads) <= set(known):
+            p.error(f"workloads are {', '.join(known)}")
+    return {"capture": cmd_capture, "replay": cmd_replay, "compare": cmd_compare,
+            "breakdown": cmd_breakdown}[args.command](args)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -7,11 +7,12 @@ The loop knows nothing of syscalls: records come from an ``EventSource``
 from __future__ import annotations
 
 import math
+import operator
 import os
 import sys
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Protocol, TextIO
+from typing import Callable, Protocol, Sequence, TextIO
 
 from qtools.qformat import QDir
 
@@ -19,7 +20,7 @@ from .clock import SYSTEM, Clock
 from .decode.records import Lost, Record, RecordError, Sample, Switch, split_callchain
 from .decode import idle
 from .decode.routes import handlers
-from .decode.tracepoints import SchedSwitch, SchedWaking
+from .decode.tracepoints import Layouts, SchedSwitch, SchedWaking
 from .waits import Waits
 from .frames.jitdump import JitTracker
 from .kernel import abi
@@ -29,7 +30,7 @@ from .machine.cgroups import CgroupTable, weigh
 from .machine.host import Host
 from .machine.tasks import Process, TaskTable
 from .messages import Tally, tell
-from .sets.aggregate import MAX_STACKS, CollectedSet, SetBook
+from .sets.aggregate import MAX_STACKS, NOTED_STACKS, CollectedSet, SetBook
 from .sets.checkpoint import RunInfo, write_sets
 from .sets.tally import NO_KERNEL
 from .sets.objects import KallsymsCopy, ObjectCopier
@@ -44,7 +45,7 @@ class UserFrames(Protocol):
 
     name: str
 
-    def frames(self, proc: Process, sample: Sample, fp_user: list[int]) -> list[int]: ...
+    def frames(self, proc: Process, sample: Sample, fp_user: Sequence[int]) -> Sequence[int]: ...
 
 
 class FramePointerFrames:
@@ -52,7 +53,7 @@ class FramePointerFrames:
 
     name = "fp"
 
-    def frames(self, proc: Process, sample: Sample, fp_user: list[int]) -> list[int]:
+    def frames(self, proc: Process, sample: Sample, fp_user: Sequence[int]) -> Sequence[int]:
         return fp_user
 
 
@@ -211,6 +212,8 @@ class CpuCollector:
         raw = self.source.read()
         decoded: list[Record | SchedSwitch | SchedWaking] = []
         decode = self.layout.decode
+        if isinstance(self.layout, Layouts) and not self.layout.by_id:
+            decode = self.layout.main.decode  # no extra event to route by id
         # most of an idle machine's samples, taken apart undecoded (_idle)
         rest, idle_seen = idle.split(raw, *self.layout.idle_probe())
         for data in rest:
@@ -220,7 +223,7 @@ class CpuCollector:
                 self.damaged += 1
         if idle_seen:
             self._idle(idle_seen)
-        decoded.sort(key=_time)
+        decoded.sort(key=_ORDER)  # by the time each was taken
         route = self._routes.get
         for rec in decoded:
             handler = route(type(rec))
@@ -272,7 +275,9 @@ class CpuCollector:
         self.samples += 1
         self._tick_samples += 1
         weight = s.period or 1
-        kernel, user = split_callchain(s.callchain) if s.callchain else ([], [])
+        kernel: Sequence[int]
+        user: Sequence[int]
+        kernel, user = split_callchain(s.callchain) if s.callchain else (_NO_FRAMES, _NO_FRAMES)
         # Kernel or user told as perf does, never by an address constant:
         # frames after PERF_CONTEXT_KERNEL exist only for a sample taken in
         # kernel mode; without them the sample's cpumode says.
@@ -294,8 +299,9 @@ class CpuCollector:
             stack = (tuple(kernel) or (s.ip,)) if self.opts.stacks else None
             ts.data.tally.add(s.ip, weight, stack, (), s.tid)
             return
-        proc = self._process(s.pid, s.time)
-        ts = self.book.process_set(proc)
+        proc = self.table.procs.get(s.pid) or self._process(s.pid, s.time)
+        known = self.book.by_process.get(proc)  # (process_set, inline for the common case)
+        ts = known if known is not None and known.writer.dirty else self.book.process_set(proc)
         tally, stats = ts.data.tally, ts.stats
         cgroup = s.cgroup
         if cgroup:
@@ -311,18 +317,25 @@ class CpuCollector:
             if now - stats.counters_at >= STATS_SECONDS:  # it may end any time: keep up
                 stats.counters_at = now
                 stats.counters_last = self.host.task_counters(proc.pid) or stats.counters_last
-        user = self.user_frames.frames(proc, s, user)
-        stack = (tuple(kernel + user) or (s.ip,)) if self.opts.stacks else None
+        user = self.user_frames.frames(proc, s, user)  # a tuple the unwinder may hand out again
+        stack = ((tuple(kernel) + tuple(user) if kernel else tuple(user)) or (s.ip,)) \
+            if self.opts.stacks else None
         arcs = [(b.source, b.target) for b in s.branches if b.is_call] if s.branches else []
         if low < tally.kernel_from:
             tally.kernel_from = low
-        self._note_mappings(proc, ts, user if user or in_kernel else [s.ip], arcs)
-        if self.jit is not None and user and self.jit.has_dump(proc):
+        noted = ts.noted  # _note_mappings' first test, inline: a stack noted before
+        if arcs or noted.maps_version != proc.maps_version or \
+                noted.stacks.get(id(user)) is not user or not user:
+            self._note_mappings(proc, ts, user if user or in_kernel else [s.ip], arcs)
+        jit = proc.jit  # has_dump, inline while the JIT state is current
+        if self.jit is not None and user and (
+                jit.dump is not None if jit is not None and jit.maps_version == proc.maps_version
+                else self.jit.has_dump(proc)):
             tally.count_thread(s.tid, weight)  # now: the JIT tracker may hold the sample
             # by thread with its addresses as sampled (JIT code unnamed there)
             tally.add_thread("cpu", s.tid, stack or (s.ip,), weight)
-            self.jit.sample(proc, s.time, s.ip, weight, kernel, user, arcs, self.opts.stacks,
-                            tally.add)
+            self.jit.sample(proc, s.time, s.ip, weight, list(kernel), list(user), arcs,
+                            self.opts.stacks, tally.add)
         else:
             tally.add(s.ip, weight, stack, arcs, s.tid)
 
@@ -353,7 +366,7 @@ class CpuCollector:
         kernel.stats.counters_last = now
         kernel.writer.dirty = True
 
-    def _note_mappings(self, proc: Process, ts: CollectedSet, addresses: list[int],
+    def _note_mappings(self, proc: Process, ts: CollectedSet, addresses: Sequence[int],
                        arcs: list[tuple[int, int]]) -> None:
         """Record which mappings the sample touched (their objects get copied
         and listed); addresses seen before under the same maps are skipped.
@@ -362,9 +375,19 @@ class CpuCollector:
         noted = cache.addresses
         if cache.maps_version != proc.maps_version:
             noted.clear()
+            cache.stacks.clear()
             cache.maps_version = proc.maps_version
-        if not arcs and noted.issuperset(addresses):  # the common case, at C speed
-            return
+        if not arcs:
+            # the unwinder hands out one tuple for every sample of a stack it
+            # remembers: one seen here before is noted (held, so its id stays its own)
+            if cache.stacks.get(id(addresses)) is addresses:
+                return
+            if noted.issuperset(addresses):  # the common case, at C speed
+                if type(addresses) is tuple:
+                    if len(cache.stacks) >= NOTED_STACKS:
+                        cache.stacks.clear()
+                    cache.stacks[id(addresses)] = addresses
+                return
         fresh = [a for a in addresses if a not in noted]
         if arcs:
             fresh += [a for arc in arcs for a in arc if a not in noted]
@@ -378,6 +401,7 @@ class CpuCollector:
                 refreshed = True
                 if self._refresh_maps(proc):
                     noted.clear()
+                    cache.stacks.clear()
                     cache.maps_version = proc.maps_version
                     m = proc.maps.find(addr)
             if m is None:
@@ -535,8 +559,5 @@ def _next_boundary(now: float, every: float) -> float:
     return (math.floor(now / every) + 1) * every
 
 
-def _time(rec: object) -> int:
-    if isinstance(rec, (Sample, SchedSwitch, SchedWaking)):
-        return rec.time
-    sid = getattr(rec, "sid", None)
-    return sid.time if sid is not None else 0
+_ORDER = operator.attrgetter("order")
+_NO_FRAMES: tuple[int, ...] = ()

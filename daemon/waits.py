@@ -38,15 +38,16 @@ class Waits:
         """The stack at a switch-out, unwound only if the wait turns out to
         be at least --off-cpu-min long (most are far shorter): the cost of
         a switch is then copying its user stack, not unwinding it."""
-        s = s._replace(stack=bytes(s.stack), raw=b"")  # the ring's bytes are reused
+        # the ring's bytes are reused: registers and stack copied out of it
+        s = s._replace(stack=bytes(s.stack), regs=tuple(s.regs), raw=b"")
         memo: list[tuple[int, ...]] = []
 
         def frames() -> tuple[int, ...]:
             if memo:
                 return memo[0]
-            kernel, user = split_callchain(s.callchain) if s.callchain else ([], [])
-            user = self.c.user_frames.frames(proc, s, user)
-            stack = tuple(kernel + user) or (s.ip,)
+            kernel, fp_user = split_callchain(s.callchain) if s.callchain else ([], [])
+            user = self.c.user_frames.frames(proc, s, fp_user)
+            stack = (tuple(kernel) + tuple(user)) or (s.ip,)
             ts = self.c.book.by_process.get(proc)
             if ts is not None:
                 low = min(min(kernel), s.ip) if kernel else s.ip
@@ -80,7 +81,7 @@ class Waits:
     def name_threads(self) -> None:
         for proc, ts in self.c.book.by_process.items():
             names = ts.data.tally.thread_names
-            for tid in {key[1] for key in ts.data.tally.thread_stacks} - names.keys():
+            for tid in ts.data.tally.thread_ids() - names.keys():
                 t = proc.threads.get(tid)
                 if t is not None:
                     names[tid] = t.name

@@ -14,7 +14,7 @@ import operator
 import struct
 import types
 from dataclasses import dataclass, field
-from typing import Callable, Container, NamedTuple, Union
+from typing import Any, Callable, Container, NamedTuple, Sequence, Union
 
 from ..kernel import abi
 from .idle import IdleProbe
@@ -81,9 +81,27 @@ class Sample(NamedTuple):
         return self.cpumode in (abi.MISC_KERNEL, abi.MISC_GUEST_KERNEL)
 
 
+# Records sort by ``order``, the time they were taken: a sample's own field
+# (read at C speed: drains sort thousands), the sample_id's time for the others.
+Sample.order = Sample.time  # type: ignore[attr-defined]
+
 _SLOT = {name: i for i, name in enumerate(Sample._fields)}
 _DEFAULTS = tuple(Sample._field_defaults[name] for name in Sample._fields)
 _new_sample = tuple.__new__
+
+
+def _sample_maker(fields: list[str]) -> Callable[..., Sample]:
+    """``make(misc, h, chain, regs_abi, regs, stack, cgroup)``: the Sample
+    whose fields are these expressions over those names (``h``: the
+    prefix's values) or constants, in field order. Compiled once per
+    layout, as namedtuple compiles its __new__: a tuple display is the
+    cheapest way to make the thousands a second the collector decodes.
+    The expressions are field names, ``h[i]`` and reprs of the defaults."""
+    src = ("def make(misc, h, chain, regs_abi, regs, stack, cgroup):\n"
+           f"    return _new(Sample, ({', '.join(fields)},))\n")
+    namespace: dict[str, Any] = {"_new": tuple.__new__, "Sample": Sample}
+    exec(src, namespace)  # noqa: S102 (no outside text in it: see above)
+    return namespace["make"]  # type: ignore[no-any-return]
 
 
 @functools.lru_cache(maxsize=512)
@@ -125,6 +143,10 @@ class Mmap:
     executable: bool = True
     sid: SampleId = NO_ID
 
+    @property
+    def order(self) -> int:
+        return self.sid.time
+
 
 @dataclass(frozen=True, slots=True)
 class Comm:
@@ -136,6 +158,10 @@ class Comm:
     # False for one made up from /proc (synthesize.py): its exec is when we
     # looked, not when the program began
     seen: bool = True
+
+    @property
+    def order(self) -> int:
+        return self.sid.time
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +176,10 @@ class Task:
     time: int
     sid: SampleId = NO_ID
 
+    @property
+    def order(self) -> int:
+        return self.sid.time
+
 
 @dataclass(frozen=True, slots=True)
 class Lost:
@@ -159,6 +189,10 @@ class Lost:
     id: int = 0
     sid: SampleId = NO_ID
 
+    @property
+    def order(self) -> int:
+        return self.sid.time
+
 
 @dataclass(frozen=True, slots=True)
 class Throttle:
@@ -166,6 +200,10 @@ class Throttle:
     id: int
     unthrottle: bool
     sid: SampleId = NO_ID
+
+    @property
+    def order(self) -> int:
+        return self.sid.time
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +219,10 @@ class Switch:
     next_prev_tid: int = 0
     sid: SampleId = NO_ID
 
+    @property
+    def order(self) -> int:
+        return self.sid.time
+
 
 @dataclass(frozen=True, slots=True)
 class Cgroup:
@@ -191,12 +233,18 @@ class Cgroup:
     path: str
     sid: SampleId = NO_ID
 
+    @property
+    def order(self) -> int:
+        return self.sid.time
+
 
 @dataclass(frozen=True, slots=True)
 class Other:
     type: int
     misc: int
     size: int
+
+    order = 0  # never sorted among others: no time
 
 
 Record = Union[Sample, Mmap, Comm, Task, Lost, Throttle, Switch, Cgroup, Other]
@@ -270,8 +318,88 @@ class SampleLayout:
         # The routing table names the decoders of records defined here, so it
         # is imported late; each is bound to this layout once.
         from .routes import ROUTES
-        object.__setattr__(self, "_decoders", {r.number: types.MethodType(r.decode, self)
-                                               for r in ROUTES})
+        decoders: dict[int, Callable[..., Record]] = {
+            r.number: types.MethodType(r.decode, self) for r in ROUTES}
+        fast = self._compile_sample(names)
+        if fast is not None:  # the collector's layouts: one decoder made for them
+            decoders[abi.RECORD_SAMPLE] = fast
+        object.__setattr__(self, "_decoders", decoders)
+
+    def _compile_sample(self, names: list[str]) -> Callable[..., Sample] | None:
+        """sample_body for a layout whose fields after the prefix are among
+        the callchain, user registers and stack, and the cgroup (every
+        layout the collector opens): one function, no step calls, the
+        prefix and the callchain's length in one unpack, the Sample made by
+        one tuple display. It decodes what sample_body decodes, and fails where
+        it fails; only the registers come as a view of the record's words
+        (read as a tuple's items; like the stack, valid while the record is)."""
+        st = self.sample_type
+        if st & ~_FAST_SAMPLE_BITS:
+            return None
+        cc, ru = bool(st & abi.SAMPLE_CALLCHAIN), bool(st & abi.SAMPLE_REGS_USER)
+        su, cg = bool(st & abi.SAMPLE_STACK_USER), bool(st & abi.SAMPLE_CGROUP)
+        head = struct.Struct(self._prefix.format + ("Q" if cc else ""))
+        where = {n: f"h[{i}]" for i, n in enumerate(names) if n in _SLOT}
+        where.update(misc="misc", callchain="chain", regs_abi="regs_abi", regs="regs",
+                     stack="stack", cgroup="cgroup")
+        make = _sample_maker([where.get(n, repr(Sample._field_defaults[n]))
+                              for n in Sample._fields])
+        nregs = self.regs_user_mask.bit_count()
+        first = 8 + self._prefix.size
+        u64 = _U64.unpack_from
+        abi_and_size = struct.Struct(f"<Q{8 * nregs}xQ")  # the common case in one unpack
+        dyn_and_cgroup = _u64s(2).unpack_from
+
+        def body(rec: bytes | memoryview, type_: int, misc: int, size: int) -> Sample:
+            h = head.unpack_from(rec, 8)
+            off = first
+            chain: tuple[int, ...] = ()
+            regs_abi = cgroup = 0
+            regs: Sequence[int] = ()
+            stack: bytes | memoryview = b""
+            if cc:
+                nr = h[-1]
+                if off + 8 + 8 * nr > size:
+                    raise RecordError("callchain runs past the record")
+                if nr:
+                    chain = _u64s(nr).unpack_from(rec, off + 8)
+                off += 8 + 8 * nr
+            stack_size = -1
+            if ru:
+                if su and off + abi_and_size.size <= size:
+                    regs_abi, stack_size = abi_and_size.unpack_from(rec, off)
+                else:
+                    (regs_abi,) = u64(rec, off)
+                off += 8
+                if regs_abi and nregs:
+                    if off + 8 * nregs > len(rec):
+                        raise RecordError("registers run past the record")
+                    mv = rec if rec.__class__ is memoryview else memoryview(rec)
+                    regs = mv[off:off + 8 * nregs].cast("Q")  # type: ignore[union-attr]
+                    off += 8 * nregs
+                else:
+                    stack_size = -1  # read where the registers would have been
+            if su:
+                if stack_size < 0:
+                    (stack_size,) = u64(rec, off)
+                off += 8
+                if stack_size:
+                    if off + stack_size + 8 > size:
+                        raise RecordError("user stack runs past the record")
+                    if cg and off + stack_size + 16 <= size:
+                        dyn, cgroup = dyn_and_cgroup(rec, off + stack_size)
+                        stack = rec[off:off + (dyn if dyn < stack_size else stack_size)]
+                        return make(misc, h, chain, regs_abi, regs, stack, cgroup)
+                    (dyn,) = u64(rec, off + stack_size)
+                    stack = rec[off:off + (dyn if dyn < stack_size else stack_size)]
+                    off += stack_size + 8
+            if cg:
+                (cgroup,) = u64(rec, off)
+                off += 8
+            if off > size:
+                raise RecordError("sample fields run past the record")
+            return make(misc, h, chain, regs_abi, regs, stack, cgroup)
+        return body
 
     @property
     def id_size(self) -> int:
@@ -292,6 +420,8 @@ class SampleLayout:
         """The decoder routes.ROUTES names for PERF_RECORD_SAMPLE: the header is read."""
         fixed = self._gather((misc, *self._prefix.unpack_from(rec, 8), *_DEFAULTS))
         if not self._steps:
+            if 8 + self._prefix.size > size:
+                raise RecordError("sample fields run past the record")
             return _new_sample(Sample, fixed)
         values = list(fixed)
         self._variable(rec, 8 + self._prefix.size, size, values)
@@ -417,6 +547,11 @@ class SampleLayout:
 
 
 _CALLCHAIN = _SLOT["callchain"]
+# the fields _compile_sample decodes: the prefix, then these
+_FAST_SAMPLE_BITS = (abi.SAMPLE_IDENTIFIER | abi.SAMPLE_IP | abi.SAMPLE_TID | abi.SAMPLE_TIME
+                     | abi.SAMPLE_ADDR | abi.SAMPLE_ID | abi.SAMPLE_STREAM_ID | abi.SAMPLE_CPU
+                     | abi.SAMPLE_PERIOD | abi.SAMPLE_CALLCHAIN | abi.SAMPLE_REGS_USER
+                     | abi.SAMPLE_STACK_USER | abi.SAMPLE_CGROUP)
 
 
 def _regs(rec: bytes | memoryview, off: int, mask: int, values: list | None,

@@ -38,6 +38,10 @@ class SchedSwitch:
     next_comm: str
     sample: Sample | None
 
+    @property
+    def order(self) -> int:
+        return self.time
+
 
 @dataclass(frozen=True, slots=True)
 class SchedWaking:
@@ -45,6 +49,10 @@ class SchedWaking:
 
     time: int
     tid: int
+
+    @property
+    def order(self) -> int:
+        return self.time
 
 
 def _comm(raw: bytes, off: int) -> str:

@@ -10,6 +10,7 @@ process keeps its own rule cache, dropped when its maps change.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 import platform
 
 from qtools.qformat import QDir
@@ -20,19 +21,25 @@ from ..sets.objects import ObjectCopier, open_object
 from ..unwind import ObjectCFI, Unwinder
 from ..unwind.regs import sample_positions
 from ..unwind.rules import Rule
+from ..unwind.space import new_serial
 from .jitdump import JitTracker
 
 class ProcessSpace:
     """The unwinder's view of one process (the AddressSpace protocol)."""
 
-    __slots__ = ("proc", "tables", "rule_cache", "version", "jit")
+    __slots__ = ("proc", "tables", "rule_cache", "maps_version", "jit_version", "jit", "serial",
+                 "own")
 
     def __init__(self, proc: Process, tables: CfiTables, jit: JitTracker | None = None,
                  version: tuple[int, int] | None = None) -> None:
         self.proc = proc
         self.tables = tables
         self.rule_cache: dict[int, Rule] = {}
-        self.version = version if version is not None else (proc.maps_version, 0)
+        self.serial = new_serial()  # a new space for new maps: never cleared
+        self.own = False  # one of the collector's own processes: not unwound
+        # what it was made for: the process's maps and JIT code as they were then
+        self.maps_version, self.jit_version = version if version is not None else \
+            (proc.maps_version, 0)
         self.jit = jit
 
     def find(self, ip: int) -> tuple[ObjectCFI | None, int, int] | None:
@@ -129,18 +136,22 @@ class DwarfFrames:
     def regs_mask(self) -> int:
         return self.unwinder.regs_mask
 
-    def frames(self, proc: Process, sample: Sample, fp_user: list[int]) -> list[int]:
-        if not sample.regs:
+    def frames(self, proc: Process, sample: Sample, fp_user: Sequence[int]) -> Sequence[int]:
+        regs = sample.regs
+        if not regs:
             return fp_user  # a kernel thread, or idle: no user context
-        if proc.pid in self.own_pids or (proc.ppid == self.supervisor and not proc.exec_seen):
+        space = proc.unwind
+        jit = proc.jit
+        if space.__class__ is not ProcessSpace or space.maps_version != proc.maps_version \
+                or jit is None or space.jit_version != jit.version:
+            jit = self.jit.state(proc)  # finds a jitdump the new maps name
+            space = proc.unwind = ProcessSpace(proc, self.tables, self.jit,
+                                               (proc.maps_version, jit.version))
             # The collector's own processes (the supervisor, and what it forked
             # without exec: collectors; the command it runs execs): their deep
             # interpreter stacks are not what anybody profiles, and cost most.
-            return [sample.regs[self._ip_pos]]
-        space = proc.unwind
-        version = (proc.maps_version, self.jit.version(proc))
-        if not isinstance(space, ProcessSpace) or space.version != version:
-            self.jit.state(proc)  # finds a jitdump the new maps name
-            version = (proc.maps_version, self.jit.version(proc))
-            space = proc.unwind = ProcessSpace(proc, self.tables, self.jit, version)
-        return list(self.unwinder.unwind(space, sample.regs, sample.stack).frames)
+            space.own = proc.pid in self.own_pids or \
+                (proc.ppid == self.supervisor and not proc.exec_seen)
+        if space.own:
+            return (regs[self._ip_pos],)
+        return self.unwinder.unwind(space, regs, sample.stack).frames

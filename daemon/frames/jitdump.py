@@ -106,15 +106,14 @@ class JitTracker:
         self.qdir = qdir
         #: the last copy of each ended process's dump, for the sets its samples are folded into
         self._ended_refs: dict[int, JitdumpRef] = {}
-        self._procs: weakref.WeakKeyDictionary[Process, JitProcess] = weakref.WeakKeyDictionary()
         self._pending: list[_Pending] = []
 
     # ------------------------------------------------------------ per process
 
     def state(self, proc: Process) -> JitProcess:
-        st = self._procs.get(proc)
+        st = proc.jit
         if st is None:
-            st = self._procs[proc] = JitProcess()
+            st = proc.jit = JitProcess()
             weakref.finalize(proc, st.close)
         if st.maps_version != proc.maps_version:
             st.maps_version = proc.maps_version
@@ -162,11 +161,14 @@ class JitTracker:
             print(line, file=self.out, flush=True)
 
     def version(self, proc: Process) -> int:
-        st = self._procs.get(proc)
+        st = proc.jit
         return st.version if st is not None else 0
 
     def has_dump(self, proc: Process) -> bool:
-        return self.state(proc).dump is not None
+        st = proc.jit  # asked for every sample: the state itself when it is current
+        if st is None or st.maps_version != proc.maps_version:
+            st = self.state(proc)
+        return st.dump is not None
 
     # ------------------------------------------------------------ unwinding
 
@@ -299,7 +301,7 @@ class JitTracker:
         self._pending = keep
 
     def process_ended(self, proc: Process) -> None:
-        st = self._procs.get(proc)
+        st = proc.jit
         if st is None:
             return
         self.resolve_pending(final_for=proc)
@@ -333,7 +335,7 @@ class JitTracker:
     def copy(self, proc: Process, qdir: QDir) -> JitdumpRef | None:
         """Store what is kept of the process's dump (when it changed) and
         describe it for ``q:jitdump``. Raises OSError for trouble writing."""
-        st = self._procs.get(proc)
+        st = proc.jit
         dump = st.dump if st is not None else None
         if dump is None or not dump.kept:
             return None

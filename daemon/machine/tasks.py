@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import itertools
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from ..decode.records import Comm, Mmap, Task
 from ..decode.routes import handlers
@@ -148,6 +148,7 @@ class Process:
     stub: bool = False  # made up for a sample before any record or the host told about it
     ppid: int | None = None
     unwind: object = None  # the user-stack unwinder's per-process state
+    jit: Any = None  # the JIT tracker's per-process state (found per sample: no lookup)
     uid: int | None = None  # its owner as first seen (seed, fork, exec): kept after it ends
     #: ended threads other than the main one, the first ended first: the first to forget
     _ended_threads: dict[int, None] = field(default_factory=dict, repr=False)
@@ -157,9 +158,6 @@ class Process:
             self.threads = {tid: Thread(tid, self.comm) for tid in self.threads}
         if self.pid not in self.threads:
             self.threads[self.pid] = Thread(self.pid, self.comm)
-
-    def __hash__(self) -> int:
-        return self.serial
 
     @property
     def live_threads(self) -> set[int]:

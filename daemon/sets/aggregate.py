@@ -163,6 +163,12 @@ class NotedAddresses:
 
     addresses: set[int] = field(default_factory=set)
     maps_version: int = -1
+    #: id -> stack tuple of stacks whose addresses are all noted (held: their ids stay theirs)
+    stacks: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+
+NOTED_STACKS = 1024
+"""Stacks a set's NotedAddresses holds, at most (cleared when full)."""
 
 
 @dataclass(eq=False)

@@ -130,7 +130,7 @@ def build_info(ts: CollectedSet, run: RunInfo, copier: ObjectCopier, version: in
                                y_granularity=granularity)
     if run.unwinder and (prof.stacks or prof.folded_weight):
         info.call_stacks = CallStacks(name.file("stack", version), unwinder=run.unwinder)
-    if prof.thread_stacks:  # docs/q-format.md 4.9
+    if prof.has_thread_lines:  # docs/q-format.md 4.9
         info.threads = Threads(name.file("threads", version), off_cpu=1 if run.off_cpu else None,
                                time_unit_label="seconds" if run.off_cpu else None,
                                time_conversion_factor=1e-09 if run.off_cpu else None,
@@ -155,8 +155,7 @@ def build_info(ts: CollectedSet, run: RunInfo, copier: ObjectCopier, version: in
 
 
 def _wait_seconds(prof: SampleTally, kinds: tuple[str, ...]) -> float:
-    ns = sum(w for (kind, _tid, _s), w in prof.thread_stacks.items() if kind in kinds)
-    return round(ns * 1e-9, 6)
+    return round(prof.wait_ns(kinds) * 1e-9, 6)
 
 
 def _prefixed(stats: dict[str, float] | None) -> dict[str, float] | None:

@@ -50,9 +50,14 @@ class SampleTally:
     other_threads: list[int] = field(default_factory=lambda: [0, 0])  # beyond max_threads
     max_threads: int = MAX_THREADS
     # (kind, tid, stack) -> weight: `.threads` lines; "cpu" in event units,
-    # S/D/W in ns. Capped with the stacks: beyond, the stack is left out (-)
-    thread_stacks: defaultdict[tuple[str, int, tuple[int, ...]], int] = field(
+    # S/D/W in ns. Capped with the stacks: beyond, the stack is left out (-).
+    # While every sample came from one thread (``solo``), that thread's "cpu"
+    # lines are the set's stacks and are not kept twice (``thread_stacks``
+    # gives them); the first sample of another thread writes them out here.
+    by_thread: defaultdict[tuple[str, int, tuple[int, ...]], int] = field(
         default_factory=lambda: defaultdict(int))
+    solo: int | None = None  # the thread of every sample so far, while ``split`` is False
+    split: bool = False  # "cpu" lines are kept in by_thread
     thread_names: dict[int, str] = field(default_factory=dict)
     waits: int = 0  # ns of S/D/W: a set with waits is written even without samples
     switches: int = 0  # switches out of its threads on this CPU (--off-cpu)
@@ -64,33 +69,51 @@ class SampleTally:
     def add(self, ip: int, weight: int, stack: tuple[int, ...] | None,
             arcs: Iterable[tuple[int, int]] = (), tid: int | None = None) -> None:
         """One sample; ``tid`` None: its thread is counted apart (``count_thread``)."""
+        if not self.split and (tid is None or (tid != self.solo and
+                                               (self.solo is not None or self.samples))):
+            self._split()
         self.samples += 1
         self.hist[ip] += weight
         if stack:
-            self._add_stack(stack, weight, 1)
-        for arc in arcs:
-            self.arcs[arc] += 1
+            stacks = self.stacks
+            if stack in stacks:  # _add_stack's common case, inline
+                stacks[stack] += weight
+            else:
+                self._add_stack(stack, weight, 1)
+        if arcs:
+            for arc in arcs:
+                self.arcs[arc] += 1
         if tid is not None:  # count_thread, inline: this runs for every sample
             slot = self.threads.get(tid) or self._thread_slot(tid)
             slot[0] += 1
             slot[1] += weight
-            self.add_thread("cpu", tid, stack or (ip,), weight)
+            if self.split:
+                self.add_thread("cpu", tid, stack or (ip,), weight)
+            else:
+                self.solo = tid
 
     def add_same(self, ip: int, weight: int, samples: int, stack: tuple[int, ...] | None,
                  tid: int) -> None:
         """``samples`` samples of one pc, stack and thread, ``weight`` in all:
         as many ``add`` calls, in one."""
+        if not self.split and tid != self.solo and (self.solo is not None or self.samples):
+            self._split()
         self.samples += samples
         self.hist[ip] += weight
         if stack:
             self._add_stack(stack, weight, samples)
         self.count_thread(tid, weight, samples)
-        self.add_thread("cpu", tid, stack or (ip,), weight)
+        if self.split:
+            self.add_thread("cpu", tid, stack or (ip,), weight)
+        else:
+            self.solo = tid
 
     def add_thread(self, kind: str, tid: int, stack: tuple[int, ...], weight: int) -> None:
         """A `.threads` weight: a sample's (``cpu``) or a wait's (S, D, W, ns)."""
+        if kind == "cpu" and not self.split:
+            self._split()
         key = (kind, tid, stack)
-        ts = self.thread_stacks
+        ts = self.by_thread
         if key not in ts:
             # Threads past max_threads (-k, where every task's samples land
             # in the kernel set) share TID 0: lines by stack, not by thread.
@@ -102,6 +125,55 @@ class SampleTally:
         ts[key] += weight
         if kind != "cpu":
             self.waits += weight
+
+    def _solo_lines(self) -> Iterable[tuple[tuple[str, int, tuple[int, ...]], int]]:
+        """The one thread's "cpu" lines, as add_thread would have kept them:
+        its stacks (and the remainder past max_stacks), or its pcs when the
+        run keeps no stacks."""
+        tid = self.solo
+        if tid is None or self.split:
+            return
+        if self.stacks or self.folded_weight:
+            for s, w in self.stacks.items():
+                yield ("cpu", tid, s), w
+            if self.folded_weight:
+                yield ("cpu", tid, ()), self.folded_weight
+        else:
+            for ip, w in self.hist.items():
+                yield ("cpu", tid, (ip,)), w
+
+    def _split(self) -> None:
+        """From now on, "cpu" lines are kept in by_thread: those of the one
+        thread so far first."""
+        lines = list(self._solo_lines())
+        self.split = True
+        for key, w in lines:
+            self.by_thread[key] += w
+
+    @property
+    def thread_stacks(self) -> dict[tuple[str, int, tuple[int, ...]], int]:
+        """(kind, tid, stack) -> weight of every `.threads` line."""
+        if self.split or self.solo is None:
+            return self.by_thread
+        lines = dict(self.by_thread)
+        for key, w in self._solo_lines():
+            lines[key] = lines.get(key, 0) + w
+        return lines
+
+    @property
+    def has_thread_lines(self) -> bool:
+        return bool(self.by_thread) or (self.solo is not None and not self.split)
+
+    def thread_ids(self) -> set[int]:
+        """The tids its `.threads` lines name."""
+        tids = {key[1] for key in self.by_thread}
+        if self.solo is not None and not self.split:
+            tids.add(self.solo)
+        return tids
+
+    def wait_ns(self, kinds: tuple[str, ...]) -> int:
+        """ns of the waits of these kinds (S, D, W: never "cpu")."""
+        return sum(w for (kind, _tid, _s), w in self.by_thread.items() if kind in kinds)
 
     def count_thread(self, tid: int, weight: int, samples: int = 1) -> None:
         slot = self.threads.get(tid) or self._thread_slot(tid)
@@ -131,6 +203,8 @@ class SampleTally:
 
     def merge(self, other: SampleTally, rebase: CanonicalLayout | None = None,
               proc: Process | None = None) -> None:
+        if not self.split:
+            self._split()  # before other's stacks join this one's: its lines stay its own
         kernel_from = other.kernel_from  # kernel addresses are never rebased
         tr = (lambda a: a) if rebase is None or proc is None else \
             (lambda a: a if a >= kernel_from else rebase.translate(a, proc))
