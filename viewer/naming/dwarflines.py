@@ -25,6 +25,7 @@ from elftools.elf.elffile import ELFFile
 
 from qtools.qformat import open_regular
 
+from .lazydwarf import dwarf_info
 from .symtab import RawSymbol, SymbolTable
 
 MAX_ROWS = 4_000_000  # line rows kept for one object (libpython has ~1M)
@@ -253,7 +254,7 @@ def dwarf_of(f: BinaryIO) -> Any:
         elf = ELFFile(f)
         if not elf.has_dwarf_info():
             raise LineProblem("no DWARF")
-        return elf.get_dwarf_info(relocate_dwarf_sections=False)
+        return dwarf_info(elf, f)
     except LineProblem:
         raise
     except Exception as e:  # pyelftools raises ELFError, DWARFError, struct errors, ...
