@@ -54,7 +54,10 @@ class KallsymsText:
         if i < 0:
             return None
         start = lines[i][:16]
-        begin = int(start, 16)
+        try:
+            begin = int(start, 16)
+        except ValueError:  # a cache entry vouched for a layout that is not there
+            return None
         if begin == 0 or (start == self.last and address != begin):
             return None  # address 0 is no symbol; the last one ends after its start
         best: RawSymbol | None = None
@@ -72,15 +75,18 @@ class KallsymsText:
         return best.name, begin, module.decode("ascii") if module is not None else None
 
 
-def read_plain(data: bytes) -> KallsymsText | None:
+def read_plain(data: bytes, checked: bool = False) -> KallsymsText | None:
     """The copy ``data`` for lookups, or None where it is not in the kernel's
-    layout (every line, ASCII): that is read line by line."""
-    if len(data) > MAX_TEXT or not data.isascii() or not _LAYOUT.fullmatch(data):
+    layout (every line, ASCII): that is read line by line. ``checked``: the
+    symbol cache says this content's layout was checked (it is keyed by the
+    content's SHA-256), so only its ASCII and line lengths are."""
+    if len(data) > MAX_TEXT or not data.isascii() \
+            or not (checked or _LAYOUT.fullmatch(data)):
         return None
     lines = data.split(b"\n")
     if lines and not lines[-1]:
         lines.pop()
-    if lines and max(map(len, lines)) >= MAX_LINE - 1:
+    if lines and (max(map(len, lines)) >= MAX_LINE - 1 or min(map(len, lines)) < 20):
         return None
     if not _NONZERO.search(data):
         return KallsymsText([], {}, restricted=True)

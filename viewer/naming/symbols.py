@@ -380,21 +380,26 @@ class Symbols:
     def _cached_kallsyms(self, directory: str, copy: str, source: str) -> Kallsyms | None:
         # A kallsyms copy is 5 MB of text: parsing it line by line dominates
         # a view. One in the kernel's own layout is looked up in its sorted
-        # lines (kallsyms.py), which costs less than a cached table; any
-        # other is parsed and cached like any object's symbols.
+        # lines (kallsyms.py), which costs less than a cached table: its
+        # cache entry only says that its layout was checked. Any other is
+        # parsed and cached like any object's symbols.
         path = os.path.join(directory, copy)
-        try:
-            with os.fdopen(open_regular(source), "rb") as f:
-                text = read_plain(f.read(MAX_TEXT + 1))
-        except OSError as e:
-            self.warn(f"{path}: cannot read: {e.strerror}; kernel symbols are unknown")
-            return None
-        if text is not None:
-            return Kallsyms(SymbolTable.empty(), {}, text.restricted,
-                            None if text.restricted else text)
         cache_key = self._cache_key(source, copy, "kallsyms")
         hit = self.cache.load(cache_key) if cache_key else None
-        if hit is not None:
+        checked = hit is not None and hit[1].get("layout") == "kernel"
+        if hit is None or checked:
+            try:
+                with os.fdopen(open_regular(source), "rb") as f:
+                    text = read_plain(f.read(MAX_TEXT + 1), checked)
+            except OSError as e:
+                self.warn(f"{path}: cannot read: {e.strerror}; kernel symbols are unknown")
+                return None
+            if text is not None:
+                if cache_key and not checked:
+                    self.cache.store(cache_key, SymbolTable.empty(), {"layout": "kernel"})
+                return Kallsyms(SymbolTable.empty(), {}, text.restricted,
+                                None if text.restricted else text)
+        if hit is not None and not checked:
             table, meta = hit
             modules = meta.get("modules")
             if isinstance(modules, list) and all(
