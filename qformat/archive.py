@@ -26,7 +26,7 @@ from typing import IO, TYPE_CHECKING
 from zlib_ng import gzip_ng, zlib_ng
 
 from .errors import QFormatError
-from .info import Info, info_from_bytes
+from .info import Info, Unwanted, Wanted, info_from_bytes
 from .limits import DEFAULT_LIMITS, Limits, exceeded, show
 from .names import check_plain_name, info_versions, parse_copy_name
 from .store import CopyProblem, MissingFile, open_regular
@@ -259,13 +259,15 @@ class TarStore(Store):
         return io.BufferedReader(_Window(self.archive.fd, m.offset, m.size),  # type: ignore[return-value]
                                  1 << 16)
 
-    def read_info(self, name: str, objects: bool = True,
-                  limits: Limits = DEFAULT_LIMITS) -> tuple[Info, Identity]:
+    def read_info(self, name: str, objects: bool = True, limits: Limits = DEFAULT_LIMITS,
+                  wanted: Wanted | None = None) -> tuple[Info, Identity]:
         m = self._member(name)
         path = self.path(name)
         if m.size > limits.info_size:
             raise exceeded(f"{m.size} bytes", path, "info-size", limits.info_size)
         data = os.pread(self.archive.fd, m.size, m.offset)
+        if wanted is not None and not wanted(data):
+            raise Unwanted(path)
         return info_from_bytes(data, path, objects, limits), None
 
     def open_copy(self, name: str, max_size: int | None = None

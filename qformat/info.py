@@ -14,7 +14,7 @@ import errno
 import os
 import types
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, Callable, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from .errors import QFormatError
 from .names import check_plain_name
@@ -402,15 +402,25 @@ def parse_info(data: str | bytes, path: str | os.PathLike[str] | None = None,
         raise e.located(name) from None
 
 
+class Unwanted(Exception):
+    """An `.info` whose text a reader's ``wanted`` test turned down unparsed."""
+
+
+Wanted = Callable[[bytes], bool]
+"""Whether an `.info`'s raw text may hold what a reader looks for: False
+only where it certainly does not (parsing is what costs, not reading)."""
+
+
 def read_info(path: str | os.PathLike[str], objects: bool = True,
               limits: Limits = DEFAULT_LIMITS, *, follow: bool = True,
-              fd: int | None = None) -> Info:
+              fd: int | None = None, wanted: Wanted | None = None) -> Info:
     """Read and parse an `.info` file (see ``parse_info`` for ``objects``).
 
     At most ``limits.info_size`` bytes are read; a larger file is refused
     (LimitExceeded) before any is parsed. Without ``follow`` the file itself
     must not be a symlink. With ``fd`` (an open regular file, taken over and
-    closed) ``path`` only names it in errors.
+    closed) ``path`` only names it in errors. Where ``wanted`` says no to
+    the text read, nothing is parsed: ``Unwanted``.
     """
     cap = limits.info_size
     try:
@@ -426,6 +436,8 @@ def read_info(path: str | os.PathLike[str], objects: bool = True,
         raise QFormatError(f"cannot read: {e.strerror}", path) from None
     if len(data) > cap:  # grew while being read
         raise exceeded(f"more than {cap} bytes", os.fspath(path), "info-size", cap)
+    if wanted is not None and not wanted(data):
+        raise Unwanted(os.fspath(path))
     return info_from_bytes(data, os.fspath(path), objects, limits)
 
 

@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from typing import IO
 
 from .errors import QFormatError
-from .info import Info, read_info
+from .info import Info, Wanted, read_info
 from .limits import DEFAULT_LIMITS, Limits
 from .store import CopyProblem, QDir, open_in_directory
 
@@ -52,9 +52,10 @@ class Store(ABC):
         that an `.info` and its data come from one directory."""
 
     @abstractmethod
-    def read_info(self, name: str, objects: bool = True,
-                  limits: Limits = DEFAULT_LIMITS) -> tuple[Info, Identity]:
-        """The parsed `.info` ``name`` (at most ``limits.info_size`` bytes)."""
+    def read_info(self, name: str, objects: bool = True, limits: Limits = DEFAULT_LIMITS,
+                  wanted: Wanted | None = None) -> tuple[Info, Identity]:
+        """The parsed `.info` ``name`` (at most ``limits.info_size`` bytes);
+        ``Unwanted`` where ``wanted`` turns its text down."""
 
     @abstractmethod
     def open_copy(self, name: str, max_size: int | None = None
@@ -97,10 +98,10 @@ class DirStore(Store):
         fd, _dir = open_in_directory(self.label, name, expect)
         return os.fdopen(fd, "rb")
 
-    def read_info(self, name: str, objects: bool = True,
-                  limits: Limits = DEFAULT_LIMITS) -> tuple[Info, Identity]:
+    def read_info(self, name: str, objects: bool = True, limits: Limits = DEFAULT_LIMITS,
+                  wanted: Wanted | None = None) -> tuple[Info, Identity]:
         fd, identity = open_in_directory(self.label, name)
-        return read_info(self.path(name), objects, limits, fd=fd), identity
+        return read_info(self.path(name), objects, limits, fd=fd, wanted=wanted), identity
 
     def open_copy(self, name: str, max_size: int | None = None
                   ) -> tuple[int, None] | tuple[None, CopyProblem]:

@@ -27,7 +27,6 @@ from .errors import UsageError, ViewError
 from .inputs import hints, runs
 from .profile import diff, filters, processes
 from .profile.build import BY_CHOICES
-from .profile.export import check_options, exported
 from .profile.model import CallGraph, InconsistentGraph, printable
 from .inputs.load import Selection, Source, StoredSet, close_inputs, default_directory, \
     is_directory, open_inputs
@@ -319,6 +318,7 @@ def _show(args: argparse.Namespace, inputs: list[Source], selection: Selection,
         return annotate.show(sets, args, out, _Warnings(err))
     encode = FORMATS[args.format].export
     if encode is not None and export_to is not None:
+        from .profile.export import exported  # pprof and otlp only
         _write(export_to, exported(sets, args, _Warnings(err), encode))
         return 0
     try:
@@ -363,6 +363,7 @@ def _export_target(args: argparse.Namespace, out: TextIO) -> str | BinaryIO | No
     not a terminal (UsageError when it is); None for the other formats."""
     if FORMATS[args.format].export is None:
         return None
+    from .profile.export import check_options
     check_options(args)
     if args.output:
         return str(args.output)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import shlex
 import time
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from qtools.qformat import DEFAULT_LIMITS, Info, Limits, MissingFile, QFormatErr
     read_stacks, require_complete, resolve_info, sanitize_prog
 from qtools.qformat.archive import looks_like_archive, open_archive
 from qtools.qformat.data import Arc
+from qtools.qformat.info import Unwanted, Wanted
 from qtools.qformat.threads import ThreadName, ThreadWeight, read_threads
 from qtools.qformat.stores import DirStore, Store
 
@@ -30,6 +32,7 @@ from . import hints, runs
 from .timewin import overlaps
 
 DEFAULT_DIR = ".q"
+_DELIMITERS = re.escape(b" \t\n\r\x0b\x0c()[]{}\";\\'")  # around an atom (qformat.sexp)
 MTIME_SLACK = 60.0  # seconds: file times lag the clock that stamps end-time by a tick or so
 
 
@@ -249,11 +252,12 @@ def _closing(f: IO[bytes], records: Iterator[_T]) -> Iterator[_T]:
 
 
 def read_set(source: Source, name: str, set_name: SetName | None, limits: Limits,
-             objects: bool = True) -> StoredSet:
+             objects: bool = True, wanted: Wanted | None = None) -> StoredSet:
     """The task set of the `.info` ``name`` in ``source``: no symlink, within
-    ``limits``, whole (an empty or cut `.info` is an error, not an empty set)."""
+    ``limits``, whole (an empty or cut `.info` is an error, not an empty set);
+    ``Unwanted`` where ``wanted`` turns its text down."""
     store = _store(source)
-    info, dir_id = store.read_info(name, objects, limits)
+    info, dir_id = store.read_info(name, objects, limits, wanted)
     require_complete(info, store.path(name))
     return StoredSet(store.label, name, info, set_name, limits, dir_id, store)
 
@@ -315,15 +319,17 @@ def sets_in(source: Source, all_versions: bool = False,
             named: Callable[[SetName], bool] | None = None,
             written_since: float | None = None, objects: bool = True,
             limits: Limits = DEFAULT_LIMITS,
-            known: dict[str, StoredSet] | None = None) -> list[StoredSet]:
+            known: dict[str, StoredSet] | None = None,
+            text: Callable[[SetName], Wanted | None] | None = None) -> list[StoredSet]:
     """Task sets of a directory: the latest version of each, or every version.
 
     A directory of a long run holds thousands, so what can be told without
     parsing is: only sets whose name passes ``named``, only `.info` files
     last written at ``written_since`` or later (a slice's end time precedes
-    the write of its last `.info`), and without ``objects`` no q:object
-    forms (a listing needs none). Sets in ``known`` (by path) were read
-    already: they are not read again."""
+    the write of its last `.info`), only those whose text passes the test
+    ``text`` gives for their name (if any), and without ``objects`` no
+    q:object forms (a listing needs none). Sets in ``known`` (by path) were
+    read already: they are not read again."""
     store = _store(source)
     versions = info_versions(store.names() if isinstance(source, Store) else _listdir(source))
     out = []
@@ -339,9 +345,12 @@ def sets_in(source: Source, all_versions: bool = False,
                 out.append(known[store.path(name)])
                 continue
             try:
-                out.append(read_set(store, name, set_name, limits, objects))
+                out.append(read_set(store, name, set_name, limits, objects,
+                                    text(set_name) if text is not None else None))
             except MissingFile:
                 continue  # removed since the listing (retention): not damage
+            except Unwanted:
+                continue
     return out
 
 
@@ -380,6 +389,25 @@ class Selection:
         if self.pid is not None and set_name.pid is not None and set_name.pid != self.pid:
             return False
         return self.cpu is None or set_name.cpu == self.cpu
+
+    def text_test(self, set_name: SetName) -> Wanted | None:
+        """For ``--comm``, what an `.info`'s text must hold to be worth
+        parsing, where its name does not match already (a task may rename
+        itself): the name as a string, or an escape that could spell it.
+        None: parse it whatever its text (no --comm; the name matches; a
+        name the test cannot be sure of)."""
+        comm = self.comm
+        if not comm or not comm.isascii() or not comm.isprintable() \
+                or '"' in comm or "\\" in comm:
+            return None
+        needles = {comm, sanitize_prog(comm)}
+        if set_name.prog in needles:
+            return None
+        # the name as a whole atom of the s-expression (a string's body or a
+        # symbol), as qformat.sexp delimits atoms
+        atom = re.compile(rb"(?<![^%s])(?:%s)(?![^%s])" % (
+            _DELIMITERS, b"|".join(re.escape(n.encode()) for n in needles if n), _DELIMITERS))
+        return lambda data: b"\\" in data or atom.search(data) is not None
 
     def wants(self, ts: StoredSet) -> bool:
         return self.matches(ts) and self.in_window(ts)
@@ -456,7 +484,7 @@ def select(inputs: list[Source], selection: Selection, all_versions: bool,
     for item in inputs:
         if item in directories:
             sets = sets_in(item, every, selection.may_match, selection.written_since,
-                           limits=limits)
+                           limits=limits, text=selection.text_test)
             if not sets and isinstance(item, str) and not info_versions(_listdir(item)):
                 raise hints.no_sets(item)
             found += sets
@@ -472,6 +500,10 @@ def select(inputs: list[Source], selection: Selection, all_versions: bool,
         chosen = pick_run(chosen, run, directories, selection, every, limits=limits)
     chosen += [ts for ts in named if selection.wants(ts)]
     if not chosen:
+        if selection.comm is not None:  # the sets --comm skipped name the near ones
+            found = [ts for d in directories
+                     for ts in sets_in(d, every, selection.may_match, selection.written_since,
+                                       limits=limits)]
         raise _nothing_matches(selection, run, inputs, found + named)
     seen: set[str] = set()
     unique = []

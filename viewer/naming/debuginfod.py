@@ -18,9 +18,7 @@ import os
 import shutil
 import tempfile
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Callable
 
 DEFAULT_TIMEOUT = 30.0  # seconds per request
@@ -130,6 +128,8 @@ class Debuginfod:
     def _fetch(self, server: str, url: str, folder: str) -> str | None:
         """The body of ``url`` in a temporary file of ``folder``; None when the
         server has not got it (404) or fails (one warning per server)."""
+        import urllib.error  # with urllib.request (ssl, http, email): 20 ms of every
+        import urllib.request  # view's start-up, for the few that fetch
         self._last_404 = False
         fd, tmp = tempfile.mkstemp(prefix=".fetch-", dir=folder)
         try:

@@ -16,6 +16,7 @@ object's lines unknown (one warning), and the rows kept are capped.
 from __future__ import annotations
 
 import os
+import struct
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Iterable, Iterator
@@ -24,6 +25,7 @@ from elftools.elf.elffile import ELFFile
 
 from qtools.qformat import open_regular
 
+from .lazydwarf import dwarf_info
 from .symtab import RawSymbol, SymbolTable
 
 MAX_ROWS = 4_000_000  # line rows kept for one object (libpython has ~1M)
@@ -114,7 +116,56 @@ def has_lines(path: str) -> bool:
 
 def read_index(path: str) -> LineIndex:
     """The unit ranges of the file at ``path``; no rows yet."""
+    try:
+        with os.fdopen(open_regular(path), "rb") as f:
+            ranges = _plain_aranges(f)
+    except Exception:  # read as below, which says what is wrong
+        ranges = None
+    if ranges is not None:
+        return LineIndex(SymbolTable.empty(), ranges, set(), not ranges)
     return _with_dwarf(path, lambda dw: _ranges(dw))
+
+
+_ARANGES_HEADER = struct.Struct("IHIBB")  # 32-bit DWARF: length, version, unit, sizes
+
+
+def _plain_aranges(f: BinaryIO) -> list[tuple[int, int, int]] | None:
+    """What ``_ranges`` reads through pyelftools, from the ``.debug_aranges``
+    section alone, where it is plain (32-bit DWARF, no segments, not GNU
+    ``.zdebug`` compressed): pyelftools would decompress every DWARF section
+    first (a large debug file's 50 ms) and parse each entry with construct.
+    None: read it through pyelftools."""
+    elf = ELFFile(f)
+    if elf.has_phantom_bytes() or elf.get_section_by_name(".debug_info") is None \
+            or elf.get_section_by_name(".zdebug_info") is not None:
+        return None
+    section = elf.get_section_by_name(".debug_aranges")
+    if section is None:
+        return None
+    data = section.data()
+    order = "<" if elf.little_endian else ">"
+    header = struct.Struct(order + _ARANGES_HEADER.format)
+    pairs = {4: struct.Struct(order + "II"), 8: struct.Struct(order + "QQ")}
+    ranges: list[tuple[int, int, int]] = []
+    offset = 0
+    while offset < len(data):
+        length, _version, unit, address_size, segment_size = header.unpack_from(data, offset)
+        pair = pairs.get(address_size)
+        if length >= 0xFFFFFFF0 or segment_size or pair is None:
+            return None
+        pos = -(-(offset + header.size) // pair.size) * pair.size  # tuples are aligned
+        while True:
+            begin, size = pair.unpack_from(data, pos)
+            pos += pair.size
+            if begin == 0 and size == 0:
+                break
+            if size > 0:
+                ranges.append((begin, begin + size, unit))
+            if len(ranges) > MAX_UNITS * 16:
+                raise LineProblem("too many address ranges")
+        offset += length + 4
+    ranges.sort()
+    return ranges
 
 
 def parse_rows(units: set[int] | None) -> Callable[[Any], tuple[SymbolTable, set[int]]]:
@@ -203,7 +254,7 @@ def dwarf_of(f: BinaryIO) -> Any:
         elf = ELFFile(f)
         if not elf.has_dwarf_info():
             raise LineProblem("no DWARF")
-        return elf.get_dwarf_info(relocate_dwarf_sections=False)
+        return dwarf_info(elf, f)
     except LineProblem:
         raise
     except Exception as e:  # pyelftools raises ELFError, DWARFError, struct errors, ...

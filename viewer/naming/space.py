@@ -218,8 +218,8 @@ class AddressSpace:
         ks = self.symbols.kallsyms(self.directory, self._kallsyms) if self._kallsyms else None
         if ks is None or ks.restricted:
             return Symbolized(KERNEL_UNKNOWN, KERNEL_OBJECT, True, address, None)
-        hit = ks.table.lookup(address)
+        hit = ks.symbol(address)
         if hit is None:
             return Symbolized(f"0x{address:x}<{KERNEL_OBJECT}>", KERNEL_OBJECT, True, address, None)
-        module = ks.modules.get(hit[1])
-        return Symbolized(hit[0], f"[{module}]" if module else KERNEL_OBJECT, True, address, hit[1])
+        name, start, module = hit
+        return Symbolized(name, f"[{module}]" if module else KERNEL_OBJECT, True, address, start)

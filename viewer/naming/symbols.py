@@ -30,6 +30,7 @@ from .debuginfod import Debuginfod
 from .elf import ElfObject, ElfProblem, Segment, read_elf
 from .fde import read_fde_ranges, read_root_ranges
 from .jitnames import JitNames, load_jitdump
+from .kallsyms import MAX_TEXT, KallsymsText, read_plain
 from .lines import (LineIndex, LineProblem, ObjectLines, has_lines, path_opener, path_tag,
                     read_index)
 from .symcache import SymbolCache
@@ -82,6 +83,14 @@ class Kallsyms:
     table: SymbolTable
     modules: dict[int, str]  # symbol start -> module name, for module symbols
     restricted: bool  # all addresses zero (kptr_restrict): kernel frames stay unknown
+    text: KallsymsText | None = None  # a copy in the kernel's layout: no table built
+
+    def symbol(self, address: int) -> tuple[str, int, str | None] | None:
+        """(name, start, module or None) of the text symbol holding ``address``."""
+        if self.text is not None:
+            return self.text.symbol(address)
+        hit = self.table.lookup(address)
+        return (hit[0], hit[1], self.modules.get(hit[1])) if hit is not None else None
 
 
 def debug_roots_from_env() -> list[str]:
@@ -369,12 +378,28 @@ class Symbols:
         return self._kallsyms[key]
 
     def _cached_kallsyms(self, directory: str, copy: str, source: str) -> Kallsyms | None:
-        # A kallsyms copy is 5 MB of text: parsing it dominates a warm run
-        # unless it is cached like any object's symbols.
+        # A kallsyms copy is 5 MB of text: parsing it line by line dominates
+        # a view. One in the kernel's own layout is looked up in its sorted
+        # lines (kallsyms.py), which costs less than a cached table: its
+        # cache entry only says that its layout was checked. Any other is
+        # parsed and cached like any object's symbols.
         path = os.path.join(directory, copy)
         cache_key = self._cache_key(source, copy, "kallsyms")
         hit = self.cache.load(cache_key) if cache_key else None
-        if hit is not None:
+        checked = hit is not None and hit[1].get("layout") == "kernel"
+        if hit is None or checked:
+            try:
+                with os.fdopen(open_regular(source), "rb") as f:
+                    text = read_plain(f.read(MAX_TEXT + 1), checked)
+            except OSError as e:
+                self.warn(f"{path}: cannot read: {e.strerror}; kernel symbols are unknown")
+                return None
+            if text is not None:
+                if cache_key and not checked:
+                    self.cache.store(cache_key, SymbolTable.empty(), {"layout": "kernel"})
+                return Kallsyms(SymbolTable.empty(), {}, text.restricted,
+                                None if text.restricted else text)
+        if hit is not None and not checked:
             table, meta = hit
             modules = meta.get("modules")
             if isinstance(modules, list) and all(

@@ -1,0 +1,153 @@
+"""The shortcuts of a first view (empty symbol cache) answer as the long ways do.
+
+kallsyms copies in the kernel's layout are looked up in their sorted lines
+rather than in a table built line by line; ``.debug_aranges`` is read alone
+rather than through pyelftools' whole DWARF; DWARF sections are inflated
+only as far as read; ``--comm`` parses only the `.info` files whose text
+may name the command. Each is checked against the way it replaces.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from elftools.elf.elffile import ELFFile
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from qsynth import QBuilder
+from tests.conftest import q_view
+from qtools.viewer.inputs.load import Selection
+from qtools.qformat import parse_set
+from qtools.viewer.naming import dwarflines
+from qtools.viewer.naming.kallsyms import read_plain
+from qtools.viewer.naming.lazydwarf import dwarf_info
+from qtools.viewer.naming.symbols import Symbols
+from qtools.viewer.naming.symcache import SymbolCache
+
+SRC = Path(__file__).resolve().parent.parent / "data" / "src"
+
+
+def _slow(path: Path):
+    """What the line-by-line reader makes of a kallsyms copy."""
+    return Symbols(SymbolCache(None), [], [].append)._load_kallsyms(str(path), str(path))
+
+
+def _answers(path: Path, addresses: list[int]) -> tuple[list, list]:
+    slow = _slow(path)
+    fast = read_plain(path.read_bytes())
+    assert fast is not None and fast.restricted == slow.restricted
+    want = []
+    for a in addresses:
+        hit = None if slow.restricted else slow.table.lookup(a)
+        want.append((hit[0], hit[1], slow.modules.get(hit[1])) if hit else None)
+    return want, [None if fast.restricted else fast.symbol(a) for a in addresses]
+
+
+_names = st.sampled_from(["a", "b", "_a", "__a", "ab", "do_x", "zz", "_", "x.cold"])
+_line = st.tuples(st.sampled_from([0, 0x1000, 0x1001, 0x2000, 0x2008, 0x3000, 0xFFFF0000]),
+                  st.sampled_from("tTwWdDbr"), _names,
+                  st.sampled_from([None, None, "ext4", "kvm"]))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(_line, max_size=25))
+def test_sorted_kallsyms_answers_as_the_table(tmp_path, lines):
+    path = tmp_path / "kallsyms"
+    path.write_text("".join(f"{a:016x} {t} {n}" + (f"\t[{m}]" if m else "") + "\n"
+                            for a, t, n, m in lines))
+    addresses = sorted({a + d for a, *_ in lines for d in (-1, 0, 1, 7)} | {1, 0x10000000})
+    want, got = _answers(path, [a for a in addresses if a > 0])
+    assert got == want
+
+
+@pytest.mark.skipif(not os.access("/proc/kallsyms", os.R_OK), reason="no /proc/kallsyms")
+def test_this_machines_kallsyms_answers_as_the_table(tmp_path):
+    path = tmp_path / "kallsyms"
+    path.write_bytes(Path("/proc/kallsyms").read_bytes())
+    if read_plain(path.read_bytes()) is None:
+        pytest.skip("this kernel's kallsyms is not in the layout the shortcut takes")
+    starts = [int(line.split()[0], 16) for line in path.read_text().splitlines()[::50]]
+    addresses = sorted({s + d for s in starts for d in (-1, 0, 1, 64) if s + d > 0})
+    want, got = _answers(path, addresses)
+    assert got == want
+
+
+@pytest.mark.parametrize("text", ["", "ffffffff81000000 T a\nbad line\n",
+                                  "ffffffff81000000 T a\r\n", "ffffffff81000000 T a [m]\n",
+                                  "FFFFFFFF81000000 T a\n", "81000000 T a\n"])
+def test_other_layouts_are_left_to_the_line_reader(text):
+    plain = read_plain(text.encode())
+    assert plain is None or (plain.restricted and not text)
+
+
+def _built(tmp_path: Path, name: str, *flags: str) -> Path:
+    out = tmp_path / name
+    try:
+        subprocess.run(["cc", "-g", "-O2", *flags, "-o", str(out), str(SRC / "hotline.c")],
+                       check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("no C compiler")
+    return out
+
+
+def _debug_files() -> list[Path]:
+    root = Path("/usr/lib/debug/.build-id")
+    return sorted(root.glob("*/*.debug"))[:6] if root.is_dir() else []
+
+
+@pytest.mark.parametrize("flags", [(), ("-gz",), ("-gdwarf-4", "-gz")])
+def test_lazy_dwarf_reads_what_pyelftools_reads(tmp_path, flags):
+    paths = [_built(tmp_path, "hotline", *flags)] + _debug_files()
+    for path in paths:
+        with open(path, "rb") as f1, open(path, "rb") as f2:
+            eager = ELFFile(f1).get_dwarf_info(relocate_dwarf_sections=False)
+            lazy = dwarf_info(ELFFile(f2), f2)
+            units = sorted(cu.cu_offset for cu in eager.iter_CUs())[:4]
+            rows = [dwarflines.guarded(dwarflines.parse_rows(set(units)), dw)
+                    for dw in (eager, lazy)]
+            assert list(rows[0][0].starts) == list(rows[1][0].starts)
+            assert rows[0][0].names == rows[1][0].names and rows[0][1] == rows[1][1]
+            for unit in units:
+                for address in list(rows[0][0].starts)[::7]:
+                    a, b = (dwarflines.guarded(dwarflines.parse_inlines(unit, address, {}), dw)
+                            for dw in (eager, lazy))
+                    assert a[0] == b[0] and a[1].names == b[1].names
+
+
+@pytest.mark.parametrize("flags", [("-gdwarf-5",), ("-gdwarf-4", "-gz")])
+def test_aranges_read_alone_match_pyelftools(tmp_path, flags):
+    paths = [_built(tmp_path, "hotline", *flags)]
+    paths += _debug_files()
+    for path in paths:
+        fast = dwarflines.read_index(str(path))
+        slow = dwarflines._with_dwarf(str(path), dwarflines._ranges)
+        assert (fast.ranges, fast.complete) == (slow.ranges, slow.complete)
+
+
+def test_comm_text_test_keeps_every_set_that_may_match(tmp_path):
+    sel = Selection(comm="p-fan")
+    test = sel.text_test(parse_set("other-pid1-cpu0"))
+    assert test is not None
+    assert test(b'(q:info \'((q:comm . "p-fan")))')
+    assert test(b"(q:info '((q:comm . p-fan)))")
+    assert test(b'(q:info \'((q:comm . "p\\x2dfan")))')  # an escape: parsed to be sure
+    assert not test(b'(q:info \'((q:comm . "sh") (q:cmdline . ("/x/p-fan 40"))))')
+    assert sel.text_test(parse_set("p-fan-pid1-cpu0")) is None  # the name matches already
+    assert Selection().text_test(parse_set("p-fan-pid1-cpu0")) is None
+
+
+def test_comm_finds_a_set_whose_task_renamed_itself(tmp_path, calls_pie):
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    renamed = q.task("calls", 1, 0, hist={o.at("leaf1"): 3})
+    q.task("other", 2, 0, hist={o.at("leaf2"): 5})
+    info = Path(q.info_path(renamed))
+    info.write_text(info.read_text().replace('(q:comm . "calls")', '(q:comm . "worker")'))
+    assert '"worker"' in info.read_text()
+    result = q_view(str(q.path), "--comm", "worker", "--flat", "--no-cache")
+    assert result.returncode == 0, result.stderr
+    assert "leaf1" in result.stdout and "leaf2" not in result.stdout
