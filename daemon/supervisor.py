@@ -92,33 +92,43 @@ class Supervisor:
         self.kallsyms = KallsymsCopy()  # the children inherit it, and renew it
         self.retention = retention.Index()  # what upkeep knows of .q between rounds
         self.pusher: PushChild | None = None  # --push: q-push, beside the collectors
+        self._opening: list[int] = []  # status pipes of collectors forked, not yet "ok"
 
     # ------------------------------------------------------------ setup
 
     def _note(self, text: str) -> None:
         tell(self.out, text)
 
-    def _shared_copies(self, qdir: QDir) -> tuple[str | None, str | None]:
-        """Copy kallsyms and the vdso, which every set refers to.
+    def _vdso_copy(self, qdir: QDir) -> str | None:
+        """Copy the vdso, which every set refers to (a page or two).
 
-        A failure (a full disk, say) costs kernel or vdso symbols, not the run.
+        A failure (a full disk, say) costs vdso symbols, not the run.
         """
-        copier = ObjectCopier(qdir, host=self.host)
-        kallsyms = vdso = None
         try:
-            kallsyms = self.kallsyms.current(copier, report=True)
             image = self.host.own_vdso()
-            if image is not None:
-                fd = os.memfd_create("vdso", os.MFD_CLOEXEC)
-                try:
-                    os.write(fd, image[1])
-                    vdso = qdir.store_object(fd, "vdso")
-                finally:
-                    os.close(fd)
+            if image is None:
+                return None
+            fd = os.memfd_create("vdso", os.MFD_CLOEXEC)
+            try:
+                os.write(fd, image[1])
+                return qdir.store_object(fd, "vdso")
+            finally:
+                os.close(fd)
         except OSError as e:
-            self._note(f"cannot copy {'the vdso' if kallsyms else 'kallsyms'} into "
-                       f"{qdir.path}: {e.strerror or e}; kernel symbols may be missing")
-        return kallsyms, vdso
+            self._note(f"cannot copy the vdso into {qdir.path}: {e.strerror or e}")
+            return None
+
+    def _kallsyms_copy(self, qdir: QDir) -> None:
+        """Copy kallsyms, which every set refers to, once the collectors
+        sample (reading it takes a while), and tell them its name; a
+        failure costs kernel symbols, not the run (each collector tries
+        again at its checkpoints)."""
+        try:
+            self.kallsyms.current(ObjectCopier(qdir, host=self.host), report=True)
+        except OSError as e:
+            self._note(f"cannot copy kallsyms into {qdir.path}: {e.strerror or e}; kernel "
+                       "symbols may be missing")
+        self.kallsyms.publish()
 
     # ------------------------------------------------------------ children
 
@@ -136,6 +146,8 @@ class Supervisor:
         try:
             for child in self.children.values():
                 os.close(child.status_fd)
+            for fd in self._opening:
+                os.close(fd)
             code = collector_main(self.cfg, source, run, qdir, status_w, self.out,
                                   set(self.children), self.kallsyms, self.host)
         except BaseException as e:  # a child must never return into the parent's code
@@ -147,9 +159,45 @@ class Supervisor:
             os._exit(code)
 
     def _start(self, source: SourceSpec, run: RunInfo, qdir: QDir, cpu: int) -> None:
+        try:
+            pid, r = self._spawn(source, run, qdir, cpu)
+        finally:
+            self._opening = []
+        self._started(pid, r, cpu)
+
+    def _start_all(self, source: SourceSpec, run: RunInfo, qdir: QDir) -> None:
+        """A collector per CPU, all forked before waiting for the first to
+        open its events: they start side by side."""
+        spawned = []
+        try:
+            for cpu in self.cfg.cpus:
+                spawned.append((*self._spawn(source, run, qdir, cpu), cpu))
+        finally:
+            self._opening = []
+        error: CollectError | None = None
+        for pid, r, cpu in spawned:
+            try:
+                self._started(pid, r, cpu)
+            except CollectError as e:
+                error = error or e
+        if error is not None:
+            raise error
+
+    def _spawn(self, source: SourceSpec, run: RunInfo, qdir: QDir, cpu: int) -> tuple[int, int]:
+        """Fork ``cpu``'s collector; its pid and the read end of its status pipe."""
         r, w = os.pipe2(os.O_CLOEXEC)
-        pid = self._fork_collector(replace(source, cpu=cpu), run, qdir, w)
-        os.close(w)
+        try:
+            pid = self._fork_collector(replace(source, cpu=cpu), run, qdir, w)
+        except BaseException:
+            os.close(r)
+            raise
+        finally:
+            os.close(w)
+        self._opening.append(r)
+        return pid, r
+
+    def _started(self, pid: int, r: int, cpu: int) -> None:
+        """Wait for the "ok" of the collector ``_spawn`` forked."""
         line = b""
         while not line.endswith(b"\n"):
             chunk = os.read(r, 1)
@@ -183,8 +231,9 @@ class Supervisor:
         qdir.remove_stale_temps()
         self.retention.begin(qdir)
         source = plan(cfg, self._note, self.host)
-        kallsyms, vdso = self._shared_copies(qdir)
-        run = run_info(cfg, source.event, source, kallsyms, vdso, self.host)
+        # kallsyms: copied once sampling runs (_kallsyms_copy)
+        run = run_info(cfg, source.event, source, None, self._vdso_copy(qdir), self.host)
+        self.kallsyms.expect(self.host)
         release_fd = err_fd = None
         try:
             if cfg.command:
@@ -192,8 +241,7 @@ class Supervisor:
                 if cfg.inherit_only:
                     source = replace(source, target_pid=self.cmd_pid)
             self.began = time.monotonic()  # the first collector samples from here on
-            for cpu in cfg.cpus:
-                self._start(source, run, qdir, cpu)
+            self._start_all(source, run, qdir)
             if cfg.push:
                 self.pusher = PushChild(cfg.push, cfg.directory, cfg.stale_after, self._note)
                 self.pusher.start()
@@ -205,6 +253,7 @@ class Supervisor:
                 fds, release_fd, err_fd = (release_fd, err_fd), None, None
                 self._release_command(*fds)
             self.notifier.ready(self._status(source))
+            self._kallsyms_copy(qdir)
             self._loop(source, run, qdir, wake_r)
             self.notifier.stopping("writing the final checkpoint")
         except CollectError:
