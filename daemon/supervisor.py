@@ -39,6 +39,7 @@ from .sets.objects import KallsymsCopy, ObjectCopier
 
 RESTARTS_PER_MINUTE = 5
 STOP_TIMEOUT = 120.0
+TICK_SECONDS = 5.0  # the supervisor's longest sleep (Supervisor._tick)
 COMMAND_GRACE = 10.0  # a command still running when the run ends: SIGTERM, then SIGKILL
 
 
@@ -304,7 +305,9 @@ class Supervisor:
         next_watchdog = time.monotonic()
         while not self.stopping:
             now = time.monotonic()
-            timeout = 1.0 if deadline is None else max(0.0, min(1.0, deadline - now))
+            timeout = self._tick(now, next_upkeep)
+            if deadline is not None:
+                timeout = max(0.0, min(timeout, deadline - now))
             if watchdog:
                 timeout = max(0.0, min(timeout, next_watchdog - now))
             fds = [wake_r] + [c.status_fd for c in self.children.values()]
@@ -337,6 +340,20 @@ class Supervisor:
                 self._kill_stuck()
                 self.notifier.watchdog()
                 next_watchdog = now + watchdog
+
+    def _tick(self, now: float, next_upkeep: float) -> float:
+        """How long the loop may sleep: signals (the command's end among
+        them) and collectors' beats wake it anyway; what only time brings
+        is the next upkeep, the next moment a collector could count as
+        stuck, q-push's restart, and the look at the output directory,
+        every TICK_SECONDS at most."""
+        tick = TICK_SECONDS if self.pusher is None else 1.0
+        if self.cfg.upkeep:
+            tick = min(tick, next_upkeep - now)
+        if self.children:
+            oldest = min(c.last_seen for c in self.children.values())
+            tick = min(tick, oldest + self.cfg.stuck_after - now + 0.01)
+        return max(0.0, tick)
 
     def _heartbeats(self, readable: list[int]) -> None:
         for child in self.children.values():

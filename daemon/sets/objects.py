@@ -427,6 +427,11 @@ class ObjectCopier:
             del self._jobs[key]
             pending.done(stored)
 
+    @property
+    def copying(self) -> bool:
+        """Are copies under way (``work`` has more to do)?"""
+        return bool(self._jobs)
+
     def work(self) -> None:
         """Go on with copies under way, as far as the budget allows (between
         drains of the rings). Trouble writing `.q` is left to the next
