@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -90,7 +91,7 @@ def build_marker(work: Path) -> Path:
     return marker
 
 
-def _cpu(usage: os.struct_rusage) -> float:  # type: ignore[name-defined]
+def _cpu(usage: resource.struct_rusage) -> float:
     return usage.ru_utime + usage.ru_stime
 
 

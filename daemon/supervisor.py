@@ -10,6 +10,7 @@ lost, which the last line says and the exit status (EXIT_LOST) tells.
 
 from __future__ import annotations
 
+import gc
 import os
 import select
 import signal
@@ -242,6 +243,9 @@ class Supervisor:
                 if cfg.inherit_only:
                     source = replace(source, target_pid=self.cmd_pid)
             self.began = time.monotonic()  # the first collector samples from here on
+            # What exists now lives as long as the run: no collection need
+            # look at it again, nor touch (and so copy) its pages in a collector.
+            gc.freeze()
             self._start_all(source, run, qdir)
             if cfg.push:
                 self.pusher = PushChild(cfg.push, cfg.directory, cfg.stale_after, self._note)
