@@ -38,8 +38,8 @@ MAPS_REFRESH_SECONDS = 1.0
 KERNEL_MODES = (abi.MISC_KERNEL, abi.MISC_GUEST_KERNEL)  # Sample.in_kernel, inlined
 STATS_SECONDS = 1.0
 # A drain that found no more than this many records a second besides the
-# idle task's samples (a kernel thread's tick, a daemon's timer) is quiet
-# (CpuCollector.run).
+# idle task's samples, all of them samples (a kernel thread's tick, a
+# daemon's timer; no fork, exec or mmap), is quiet (CpuCollector.run).
 QUIET_RECORDS_PER_SECOND = 4
 
 
@@ -127,6 +127,7 @@ class CpuCollector:
         self._tick_lost = 0
         self._write_error: str | None = None
         self.busy_records = 0  # records of the last drain other than the idle task's samples
+        self.sideband_seen = False  # ... and whether a few of them were not samples
 
     # ------------------------------------------------------------ tasks
 
@@ -218,7 +219,6 @@ class CpuCollector:
         decode = self.layout.decode
         # most of an idle machine's samples, taken apart undecoded (_idle)
         rest, idle_seen = idle.split(raw, *self.layout.idle_probe())
-        self.busy_records = len(rest)
         for data in rest:
             try:
                 decoded.append(decode(data))
@@ -227,6 +227,9 @@ class CpuCollector:
         if idle_seen:
             self._idle(idle_seen)
         decoded.sort(key=_time)
+        self.busy_records = len(decoded)
+        self.sideband_seen = len(decoded) <= QUIET_RECORDS_PER_SECOND * 8 and \
+            any(type(rec) is not Sample for rec in decoded)  # asked only of a quiet drain
         route = self._routes.get
         for rec in decoded:
             handler = route(type(rec))
@@ -495,7 +498,8 @@ class CpuCollector:
         """Did the last drain hold next to nothing but the idle task's
         samples? Then the next may wait longer (see run)."""
         return (self.busy_records <= QUIET_RECORDS_PER_SECOND * max(waited, 1.0)
-                and not self.opts.off_cpu and not self.copier.copying)
+                and not self.sideband_seen and not self.opts.off_cpu
+                and not self.copier.copying)
 
     def run(self, flags: Flags, clock: Callable[[], float] = time.monotonic,
             drain_interval: float = 0.5, heartbeat: Callable[[], None] | None = None,
