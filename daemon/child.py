@@ -34,6 +34,7 @@ from .stopping import ParentGone, stop_now
 
 PARENT_DEATH_SIGNAL = signal.SIGUSR2
 BACKSTOP_SECONDS = 1  # after the parent's death, the default SIGALRM ends what did not
+QUIET_SECONDS = 5.0  # the longest wait between drains of an idle CPU (CpuCollector.run)
 
 
 def _parent_gone(signum: int, frame: object) -> None:
@@ -116,11 +117,17 @@ def _collect(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, status_w
             last_beat = now
             _report(status_w, parent, collector.tally(), "beat")
     try:
-        ok = collector.run(flags, heartbeat=heartbeat)
+        ok = collector.run(flags, heartbeat=heartbeat, quiet_interval=quiet_interval(cfg))
     finally:
         copier.close()  # copies under way leave no temporaries, also when the parent is gone
     _report(status_w, parent, collector.tally(), "end")
     return 0 if ok else 1
+
+
+def quiet_interval(cfg: Config) -> float:
+    """The longest a collector waits between drains while its CPU is idle:
+    it beats at each, so four beats fit in --stuck-after."""
+    return max(0.5, min(QUIET_SECONDS, cfg.stuck_after / 4))
 
 
 def _report(status_w: int, parent: int, tally: Tally, kind: str) -> None:

@@ -38,6 +38,10 @@ from .sets.objects import KallsymsCopy, ObjectCopier
 MAPS_REFRESH_SECONDS = 1.0
 KERNEL_MODES = (abi.MISC_KERNEL, abi.MISC_GUEST_KERNEL)  # Sample.in_kernel, inlined
 STATS_SECONDS = 1.0
+# A drain that found no more than this many records a second besides the
+# idle task's samples, all of them samples (a kernel thread's tick, a
+# daemon's timer; no fork, exec or mmap), is quiet (CpuCollector.run).
+QUIET_RECORDS_PER_SECOND = 4
 
 
 class UserFrames(Protocol):
@@ -123,6 +127,8 @@ class CpuCollector:
         self._tick_samples = 0
         self._tick_lost = 0
         self._write_error: str | None = None
+        self.busy_records = 0  # records of the last drain other than the idle task's samples
+        self.sideband_seen = False  # ... and whether a few of them were not samples
 
     # ------------------------------------------------------------ tasks
 
@@ -224,6 +230,9 @@ class CpuCollector:
         if idle_seen:
             self._idle(idle_seen)
         decoded.sort(key=_ORDER)  # by the time each was taken
+        self.busy_records = len(decoded)
+        self.sideband_seen = len(decoded) <= QUIET_RECORDS_PER_SECOND * 8 and \
+            any(type(rec) is not Sample for rec in decoded)  # asked only of a quiet drain
         route = self._routes.get
         for rec in decoded:
             handler = route(type(rec))
@@ -509,10 +518,27 @@ class CpuCollector:
         wall = self.clock.wall()
         return clock() + _next_boundary(wall, every) - wall
 
+    def _quiet(self, waited: float) -> bool:
+        """Did the last drain hold next to nothing but the idle task's
+        samples? Then the next may wait longer (see run)."""
+        return (self.busy_records <= QUIET_RECORDS_PER_SECOND * max(waited, 1.0)
+                and not self.sideband_seen and not self.opts.off_cpu
+                and not self.copier.copying)
+
     def run(self, flags: Flags, clock: Callable[[], float] = time.monotonic,
-            drain_interval: float = 0.5, heartbeat: Callable[[], None] | None = None) -> bool:
-        """Collect until ``flags.stop``; then write a final checkpoint."""
+            drain_interval: float = 0.5, heartbeat: Callable[[], None] | None = None,
+            quiet_interval: float | None = None) -> bool:
+        """Collect until ``flags.stop``; then write a final checkpoint.
+
+        The rings are drained every ``drain_interval`` seconds, or sooner
+        when one is half full (the kernel wakes the poll). While drains find
+        next to nothing but the idle task's samples, the interval doubles up
+        to ``quiet_interval``: an idle machine wakes its collectors a few
+        times a minute, not twice a second. Any other activity brings it
+        back at once (the rings' watermark wakes a busy CPU's collector in
+        any case, so nothing is lost while waiting)."""
         started = last_tick = clock()
+        interval = drain_interval
         next_checkpoint = started + self.opts.checkpoint_interval
         rotate = self.opts.rotate
         next_slice = self._slice_end(clock, rotate) if rotate else None
@@ -520,12 +546,16 @@ class CpuCollector:
             self.book.kernel_set().stats.counters_start = self.host.cpu_counters(self.opts.cpu)
         while not flags.stop:
             now = clock()
-            wait = min(drain_interval, next_checkpoint - now,
-                       (last_tick + 1.0 - now) if self.opts.verbose else drain_interval)
+            wait = min(interval, next_checkpoint - now,
+                       (last_tick + 1.0 - now) if self.opts.verbose else interval)
             if next_slice is not None:
                 wait = min(wait, next_slice - now)
             self.source.wait(max(0.0, wait))
             self.step()
+            if quiet_interval is not None and self._quiet(clock() - now):
+                interval = min(max(interval * 2, drain_interval), quiet_interval)
+            else:
+                interval = drain_interval
             if heartbeat is not None:
                 heartbeat()
             now = clock()

@@ -8,7 +8,10 @@ $NOTIFY_SOCKET (not under systemd) every call is a no-op.
 from __future__ import annotations
 
 import os
-import socket
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import socket
 
 
 class Notifier:
@@ -35,6 +38,7 @@ class Notifier:
             return False
         try:
             if self._sock is None:
+                import socket  # only under systemd: not imported at every start
                 self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
             self._sock.sendto("\n".join(fields).encode(), self.address)
         except OSError:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import select
-import shutil
 import signal
 import sys
 import time
@@ -31,6 +30,7 @@ def command(url: str, directory: str, settled: float) -> list[str]:
     sits unchanged before it counts as closed (its writer is gone), the
     same as retention's rule; a live set that is idle is not rewritten, and
     must not be pushed before its slice ends."""
+    import shutil  # only with --push
     script = shutil.which("q-push", path=os.path.dirname(os.path.abspath(sys.argv[0])))
     head = [script] if script else [sys.executable, "-m", "qtools.viewer.push"]
     return [*head, "--follow", "--drain", f"{DRAIN_SECONDS:g}", "--settled", f"{settled:g}",

@@ -10,6 +10,7 @@ lost, which the last line says and the exit status (EXIT_LOST) tells.
 
 from __future__ import annotations
 
+import gc
 import os
 import select
 import signal
@@ -39,6 +40,7 @@ from .sets.objects import KallsymsCopy, ObjectCopier
 
 RESTARTS_PER_MINUTE = 5
 STOP_TIMEOUT = 120.0
+TICK_SECONDS = 5.0  # the supervisor's longest sleep (Supervisor._tick)
 COMMAND_GRACE = 10.0  # a command still running when the run ends: SIGTERM, then SIGKILL
 
 
@@ -92,33 +94,43 @@ class Supervisor:
         self.kallsyms = KallsymsCopy()  # the children inherit it, and renew it
         self.retention = retention.Index()  # what upkeep knows of .q between rounds
         self.pusher: PushChild | None = None  # --push: q-push, beside the collectors
+        self._opening: list[int] = []  # status pipes of collectors forked, not yet "ok"
 
     # ------------------------------------------------------------ setup
 
     def _note(self, text: str) -> None:
         tell(self.out, text)
 
-    def _shared_copies(self, qdir: QDir) -> tuple[str | None, str | None]:
-        """Copy kallsyms and the vdso, which every set refers to.
+    def _vdso_copy(self, qdir: QDir) -> str | None:
+        """Copy the vdso, which every set refers to (a page or two).
 
-        A failure (a full disk, say) costs kernel or vdso symbols, not the run.
+        A failure (a full disk, say) costs vdso symbols, not the run.
         """
-        copier = ObjectCopier(qdir, host=self.host)
-        kallsyms = vdso = None
         try:
-            kallsyms = self.kallsyms.current(copier, report=True)
             image = self.host.own_vdso()
-            if image is not None:
-                fd = os.memfd_create("vdso", os.MFD_CLOEXEC)
-                try:
-                    os.write(fd, image[1])
-                    vdso = qdir.store_object(fd, "vdso")
-                finally:
-                    os.close(fd)
+            if image is None:
+                return None
+            fd = os.memfd_create("vdso", os.MFD_CLOEXEC)
+            try:
+                os.write(fd, image[1])
+                return qdir.store_object(fd, "vdso")
+            finally:
+                os.close(fd)
         except OSError as e:
-            self._note(f"cannot copy {'the vdso' if kallsyms else 'kallsyms'} into "
-                       f"{qdir.path}: {e.strerror or e}; kernel symbols may be missing")
-        return kallsyms, vdso
+            self._note(f"cannot copy the vdso into {qdir.path}: {e.strerror or e}")
+            return None
+
+    def _kallsyms_copy(self, qdir: QDir) -> None:
+        """Copy kallsyms, which every set refers to, once the collectors
+        sample (reading it takes a while), and tell them its name; a
+        failure costs kernel symbols, not the run (each collector tries
+        again at its checkpoints)."""
+        try:
+            self.kallsyms.current(ObjectCopier(qdir, host=self.host), report=True)
+        except OSError as e:
+            self._note(f"cannot copy kallsyms into {qdir.path}: {e.strerror or e}; kernel "
+                       "symbols may be missing")
+        self.kallsyms.publish()
 
     # ------------------------------------------------------------ children
 
@@ -136,6 +148,8 @@ class Supervisor:
         try:
             for child in self.children.values():
                 os.close(child.status_fd)
+            for fd in self._opening:
+                os.close(fd)
             code = collector_main(self.cfg, source, run, qdir, status_w, self.out,
                                   set(self.children), self.kallsyms, self.host)
         except BaseException as e:  # a child must never return into the parent's code
@@ -147,9 +161,45 @@ class Supervisor:
             os._exit(code)
 
     def _start(self, source: SourceSpec, run: RunInfo, qdir: QDir, cpu: int) -> None:
+        try:
+            pid, r = self._spawn(source, run, qdir, cpu)
+        finally:
+            self._opening = []
+        self._started(pid, r, cpu)
+
+    def _start_all(self, source: SourceSpec, run: RunInfo, qdir: QDir) -> None:
+        """A collector per CPU, all forked before waiting for the first to
+        open its events: they start side by side."""
+        spawned = []
+        try:
+            for cpu in self.cfg.cpus:
+                spawned.append((*self._spawn(source, run, qdir, cpu), cpu))
+        finally:
+            self._opening = []
+        error: CollectError | None = None
+        for pid, r, cpu in spawned:
+            try:
+                self._started(pid, r, cpu)
+            except CollectError as e:
+                error = error or e
+        if error is not None:
+            raise error
+
+    def _spawn(self, source: SourceSpec, run: RunInfo, qdir: QDir, cpu: int) -> tuple[int, int]:
+        """Fork ``cpu``'s collector; its pid and the read end of its status pipe."""
         r, w = os.pipe2(os.O_CLOEXEC)
-        pid = self._fork_collector(replace(source, cpu=cpu), run, qdir, w)
-        os.close(w)
+        try:
+            pid = self._fork_collector(replace(source, cpu=cpu), run, qdir, w)
+        except BaseException:
+            os.close(r)
+            raise
+        finally:
+            os.close(w)
+        self._opening.append(r)
+        return pid, r
+
+    def _started(self, pid: int, r: int, cpu: int) -> None:
+        """Wait for the "ok" of the collector ``_spawn`` forked."""
         line = b""
         while not line.endswith(b"\n"):
             chunk = os.read(r, 1)
@@ -183,8 +233,9 @@ class Supervisor:
         qdir.remove_stale_temps()
         self.retention.begin(qdir)
         source = plan(cfg, self._note, self.host)
-        kallsyms, vdso = self._shared_copies(qdir)
-        run = run_info(cfg, source.event, source, kallsyms, vdso, self.host)
+        # kallsyms: copied once sampling runs (_kallsyms_copy)
+        run = run_info(cfg, source.event, source, None, self._vdso_copy(qdir), self.host)
+        self.kallsyms.expect(self.host)
         release_fd = err_fd = None
         try:
             if cfg.command:
@@ -192,8 +243,10 @@ class Supervisor:
                 if cfg.inherit_only:
                     source = replace(source, target_pid=self.cmd_pid)
             self.began = time.monotonic()  # the first collector samples from here on
-            for cpu in cfg.cpus:
-                self._start(source, run, qdir, cpu)
+            # What exists now lives as long as the run: no collection need
+            # look at it again, nor touch (and so copy) its pages in a collector.
+            gc.freeze()
+            self._start_all(source, run, qdir)
             if cfg.push:
                 self.pusher = PushChild(cfg.push, cfg.directory, cfg.stale_after, self._note)
                 self.pusher.start()
@@ -205,6 +258,7 @@ class Supervisor:
                 fds, release_fd, err_fd = (release_fd, err_fd), None, None
                 self._release_command(*fds)
             self.notifier.ready(self._status(source))
+            self._kallsyms_copy(qdir)
             self._loop(source, run, qdir, wake_r)
             self.notifier.stopping("writing the final checkpoint")
         except CollectError:
@@ -255,7 +309,9 @@ class Supervisor:
         next_watchdog = time.monotonic()
         while not self.stopping:
             now = time.monotonic()
-            timeout = 1.0 if deadline is None else max(0.0, min(1.0, deadline - now))
+            timeout = self._tick(now, next_upkeep)
+            if deadline is not None:
+                timeout = max(0.0, min(timeout, deadline - now))
             if watchdog:
                 timeout = max(0.0, min(timeout, next_watchdog - now))
             fds = [wake_r] + [c.status_fd for c in self.children.values()]
@@ -288,6 +344,20 @@ class Supervisor:
                 self._kill_stuck()
                 self.notifier.watchdog()
                 next_watchdog = now + watchdog
+
+    def _tick(self, now: float, next_upkeep: float) -> float:
+        """How long the loop may sleep: signals (the command's end among
+        them) and collectors' beats wake it anyway; what only time brings
+        is the next upkeep, the next moment a collector could count as
+        stuck, q-push's restart, and the look at the output directory,
+        every TICK_SECONDS at most."""
+        tick = TICK_SECONDS if self.pusher is None else 1.0
+        if self.cfg.upkeep:
+            tick = min(tick, next_upkeep - now)
+        if self.children:
+            oldest = min(c.last_seen for c in self.children.values())
+            tick = min(tick, oldest + self.cfg.stuck_after - now + 0.01)
+        return max(0.0, tick)
 
     def _heartbeats(self, readable: list[int]) -> None:
         for child in self.children.values():

@@ -181,7 +181,15 @@ class CopyJob:
         try:
             if self.positional:
                 return os.preadv(self.read_fd, [view], self.offset)
-            return os.readv(self.read_fd, [view])
+            # A file of /proc (kallsyms) gives a page a read: fill the chunk,
+            # so that it is summed and written in one go, not page by page.
+            got = 0
+            while got < size:
+                n = os.readv(self.read_fd, [view[got:]])
+                if not n:
+                    break
+                got += n
+            return got
         except OSError as e:
             raise SourceUnreadable(f"cannot read: {e.strerror}", self.basename) from None
 

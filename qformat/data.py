@@ -16,9 +16,9 @@ import io
 import os
 import re
 import zlib
-from typing import IO, Callable, Iterable, Iterator, Mapping, NamedTuple, Union
+from typing import IO, Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Union
 
-from zlib_ng import gzip_ng, zlib_ng
+from zlib_ng import zlib_ng
 
 from .errors import QFormatError
 from .limits import DEFAULT_LIMITS, Limits, exceeded, show
@@ -75,10 +75,17 @@ def _open(source: Source, name: str | None) -> tuple[IO[bytes], str, list[IO[byt
     return buffered, name, []  # type: ignore[return-value]
 
 
+def _gzip_ng() -> Any:
+    """zlib-ng's gzip module, imported when a file is compressed (it and
+    what it imports are a good share of q-syscollect's start)."""
+    from zlib_ng import gzip_ng
+    return gzip_ng
+
+
 def _decoded(buffered: IO[bytes]) -> IO[bytes]:
     """The content of ``buffered``, gunzipped where it starts with gzip's magic."""
     if buffered.peek(2)[:2] == GZIP_MAGIC:  # type: ignore[attr-defined]
-        return gzip_ng.GzipFile(fileobj=buffered, mode="rb")  # type: ignore[return-value]
+        return _gzip_ng().GzipFile(fileobj=buffered, mode="rb")  # type: ignore[return-value]
     return buffered
 
 
@@ -88,7 +95,7 @@ def _read(read: Callable[[int], bytes], size: int, name: str, line: int) -> byte
         return read(size)
     except EOFError:
         raise QFormatError("compressed data ends early (truncated file)", name, line) from None
-    except (gzip_ng.BadGzipFile, zlib_ng.error, zlib.error) as e:  # type: ignore[misc]
+    except (_gzip_ng().BadGzipFile, zlib_ng.error, zlib.error) as e:  # type: ignore[misc]
         raise QFormatError(f"corrupt compressed data: {e}", name, line) from None
     except OSError as e:
         raise QFormatError(f"cannot read: {e.strerror or e}", name, line) from None

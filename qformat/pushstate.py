@@ -12,7 +12,6 @@ this file names it sends that one slice again.
 from __future__ import annotations
 
 import os
-from urllib.parse import urlsplit
 
 from .errors import QFormatError
 from .store import QDir
@@ -61,6 +60,7 @@ def check_url(url: str) -> str:
     saying why, in one line."""
     if len(url) > MAX_URL or any(c.isspace() or ord(c) < 32 for c in url):
         raise ValueError(f"not a URL: {url[:80]!r}")
+    from urllib.parse import urlsplit  # only with --push: not imported at every start
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https"):
         raise ValueError(f"not an http:// or https:// URL: {url!r}")

@@ -20,12 +20,11 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import secrets
 import stat
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable, Iterator
 
-from zlib_ng import gzip_ng, zlib_ng
+from zlib_ng import zlib_ng
 
 from .copies import CopyJob, Stored, start_copy
 from .errors import QFormatError
@@ -276,7 +275,7 @@ class QDir:
         """A fresh temporary name: ``.tmp-PID.START-RANDOM``, START being
         the writer's start time (clock ticks after boot), so that a reused
         pid does not make a dead writer's leftovers look alive."""
-        return f"{TEMP_PREFIX}{writer_tag()}-{secrets.token_hex(6)}"
+        return f"{TEMP_PREFIX}{writer_tag()}-{os.urandom(6).hex()}"
 
     def temp_file(self, mode: int) -> tuple[str, int]:
         while True:
@@ -303,6 +302,7 @@ class QDir:
         try:
             with os.fdopen(fd, "wb") as f:
                 if compress:
+                    from zlib_ng import gzip_ng  # only for compressed files: not at start
                     with gzip_ng.GzipFile(fileobj=f, mode="wb", mtime=0) as gz:
                         _write_chunks(gz, data)
                 else:

@@ -31,10 +31,7 @@ def resolve(name: str, host: Host = LIVE) -> EventSpec:
 def mount_tracefs() -> None:
     """Mount tracefs where perf looks for it, when nothing is mounted there
     (as perf does); quietly nothing where that is not permitted."""
-    import ctypes
-    import ctypes.util
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    libc.mount(b"nodev", b"/sys/kernel/tracing", b"tracefs", 0, None)
+    syscalls.libc().mount(b"nodev", b"/sys/kernel/tracing", b"tracefs", 0, None)
 
 
 def probe(spec: EventSpec, frequency: int = 997) -> int | None:

@@ -250,9 +250,14 @@ class PerfSource:
 
     def wait(self, timeout: float) -> None:
         try:
-            self.poller.poll(max(0, int(timeout * 1000)))
+            ready = self.poller.poll(max(0, int(timeout * 1000)))
         except InterruptedError:
-            pass
+            return
+        for fd, events in ready:
+            if events & (select.POLLHUP | select.POLLERR) and fd not in self.extra_fds:
+                # Its task has exited (-i): every poll would return at once
+                # from now on. The ring is still read at every drain.
+                self.poller.unregister(fd)
 
     def read(self) -> list[bytes | memoryview]:
         out: list[bytes | memoryview] = []

@@ -5,13 +5,29 @@ numbers come from daemon/kernel/arch.py."""
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import fcntl
 import os
 
 from . import abi, arch
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+def _load_libc() -> ctypes.CDLL:
+    """The C library, by its usual name first: ``ctypes.util.find_library``
+    runs ``ldconfig -p`` (a fork and exec at every start)."""
+    for name in ("libc.so.6", None):  # None: the symbols the interpreter has (musl)
+        try:
+            return ctypes.CDLL(name, use_errno=True)
+        except OSError:
+            pass
+    from ctypes.util import find_library
+    return ctypes.CDLL(find_library("c"), use_errno=True)
+
+
+_libc = _load_libc()
+
+
+def libc() -> ctypes.CDLL:
+    return _libc
 _libc.syscall.restype = ctypes.c_long
 _libc.getauxval.restype = ctypes.c_ulong
 _libc.getauxval.argtypes = [ctypes.c_ulong]

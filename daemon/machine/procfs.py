@@ -9,10 +9,7 @@ from __future__ import annotations
 import os
 import platform
 import re
-import socket
 from dataclasses import dataclass
-
-import psutil
 
 from qtools.qformat.cgroup import proc_cgroup_path
 from qtools.qformat.store import open_regular, read_at_most
@@ -189,8 +186,9 @@ def cpu_max_freq_hz() -> float | None:
     if text and text.strip().isdigit():
         return int(text) * 1e3
     try:
+        import psutil  # rarely needed (cycles without cpufreq): not imported at start
         freq = psutil.cpu_freq()
-    except (OSError, NotImplementedError, AttributeError):
+    except (ImportError, OSError, NotImplementedError, AttributeError):
         freq = None
     if freq and freq.max:
         return float(freq.max) * 1e6
@@ -210,7 +208,7 @@ def own_vdso() -> tuple[int, bytes] | None:
 
 def machine() -> dict[str, str]:
     u = os.uname()
-    return {"hostname": socket.gethostname(), "kernel_release": u.release,
+    return {"hostname": u.nodename, "kernel_release": u.release,
             "arch": platform.machine()}
 
 
@@ -302,20 +300,49 @@ def parse_task_counters(stat: str, status: str) -> dict[str, float] | None:
 
 
 def cpu_counters(cpu: int) -> dict[str, float] | None:
-    """Cumulative time counters of one CPU, and its current clock in MHz."""
-    try:
-        times = psutil.cpu_times(percpu=True)[cpu]
-    except (IndexError, OSError):
+    """Cumulative time counters of one CPU, and its current clock in MHz.
+
+    Read straight from /proc/stat and cpufreq (/proc/cpuinfo without it),
+    as psutil's cpu_times and cpu_freq read them: importing psutil is a
+    good share of the start-up."""
+    times = parse_cpu_times(_read("/proc/stat", 1 << 22) or "", cpu)
+    if times is None:
         return None
-    idle = times.idle + getattr(times, "iowait", 0.0)
-    out = {"total": sum(times), "idle": idle}
-    try:
-        freqs = psutil.cpu_freq(percpu=True)
-        if cpu < len(freqs) and freqs[cpu].current:
-            out["frequency-mhz"] = float(freqs[cpu].current)
-    except (OSError, NotImplementedError, AttributeError):
-        pass
+    out = {"total": sum(times), "idle": times[3] + (times[4] if len(times) > 4 else 0.0)}
+    mhz = cpu_mhz(cpu)
+    if mhz:
+        out["frequency-mhz"] = mhz
     return out
+
+
+def parse_cpu_times(stat: str, cpu: int) -> list[float] | None:
+    """The seconds of CPU ``cpu``'s line of /proc/stat (user, nice, system,
+    idle, iowait, irq, softirq, steal, guest, guest_nice), or None."""
+    prefix = f"cpu{cpu} "
+    for line in stat.splitlines():
+        if line.startswith(prefix):
+            try:
+                return [int(f) / _CLOCK_TICKS for f in line.split()[1:]]
+            except ValueError:
+                return None
+    return None
+
+
+def cpu_mhz(cpu: int) -> float | None:
+    """The current clock of CPU ``cpu`` (cpufreq, else /proc/cpuinfo)."""
+    text = _read(f"/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_cur_freq")
+    if text and text.strip().isdigit():
+        return int(text) / 1e3
+    return parse_cpuinfo_mhz(_read("/proc/cpuinfo", 1 << 24) or "", cpu)
+
+
+def parse_cpuinfo_mhz(cpuinfo: str, cpu: int) -> float | None:
+    for block in cpuinfo.split("\n\n"):
+        number = re.search(r"^processor\s*:\s*(\d+)", block, re.M)
+        if number and int(number[1]) == cpu:
+            m = re.search(r"^cpu MHz\s*:\s*([\d.]+)", block, re.M)
+            return float(m[1]) if m and float(m[1]) else None
+    return None
 
 
 def counters_delta(start: dict[str, float], end: dict[str, float]) -> dict[str, float]:

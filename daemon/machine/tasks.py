@@ -214,6 +214,7 @@ class TaskTable:
         # one moment records cannot tell (a setuid program); a fork inherits
         # its parent's.
         self.owner = owner
+        self._handlers: dict[type, Callable[[Any], None]] | None = None
 
     def __len__(self) -> int:
         return len(self.procs)
@@ -246,7 +247,9 @@ class TaskTable:
     def apply(self, record: Comm | Task | Mmap) -> None:
         """Feed one record to this table's handler for it, as routes.ROUTES
         names it (the collector dispatches through the same table)."""
-        handler = handlers(self, complete=False).get(type(record))
+        if self._handlers is None:  # made once: the seed applies a record per thread and map
+            self._handlers = handlers(self, complete=False)
+        handler = self._handlers.get(type(record))
         if handler is not None:
             handler(record)
 

@@ -13,8 +13,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable
 
-from zlib_ng import gzip_ng
-
 from qtools.qformat import (CallCounts, CallStacks, Form, Histogram, Info, MapRange, ObjectRef,
                             QDir, Stored, TaskInfo, dump_info, edge_lines, hist_lines,
                             stack_lines, thread_lines)
@@ -205,6 +203,7 @@ def write_sets(qdir: QDir, sets: list[CollectedSet], run: RunInfo, copier: Objec
                 if w.version is None:
                     data = b"".join(hist)  # the claim: a set's files appear under a free version
                     if run.compress:
+                        from zlib_ng import gzip_ng  # only when compressing: not at start
                         data = gzip_ng.compress(data, mtime=0)
                     w.version = qdir.claim_version(name, lambda _n: data, type_="hist")
                     info = build_info(ts, run, copier, w.version, cpu_lost, perf_map, jit,

@@ -18,12 +18,13 @@ import time
 from dataclasses import dataclass
 from typing import Callable, TextIO
 
-from qtools.qformat import CopyJob, QDir, QFormatError, Stored, TooLarge
+from qtools.qformat import CopyJob, QDir, QFormatError, Stored, TooLarge, parse_copy_name
 
 from ..machine.host import LIVE, Host
 from ..machine.tasks import Mapping, ObjectKey, Process
 
 RETRY_SECONDS = 30.0
+SHARED_NAME_BYTES = 4096  # KallsymsCopy's name, as the supervisor tells its collectors
 MAX_FAILED = 4096  # objects waiting to be tried again; past it the expired are forgotten
 
 
@@ -426,6 +427,11 @@ class ObjectCopier:
             del self._jobs[key]
             pending.done(stored)
 
+    @property
+    def copying(self) -> bool:
+        """Are copies under way (``work`` has more to do)?"""
+        return bool(self._jobs)
+
     def work(self) -> None:
         """Go on with copies under way, as far as the budget allows (between
         drains of the rings). Trouble writing `.q` is left to the next
@@ -459,12 +465,44 @@ class KallsymsCopy:
         self.name: str | None = None
         self._modules: frozenset[tuple[str, str]] | None = None
         self._retry_at = 0.0
+        # The supervisor copies kallsyms after its collectors are sampling
+        # (a copy takes a while) and tells them the name here: memory
+        # shared across their fork, the name followed by a NUL, written
+        # before the first byte that marks it complete.
+        self._shared = mmap.mmap(-1, SHARED_NAME_BYTES)
+        self._pending_modules: frozenset[tuple[str, str]] | None = None
+
+    def expect(self, host: Host) -> None:
+        """Before forking the collectors that will ``adopt`` the copy made
+        after the fork: the modules as they are now (a copy made later
+        holds at least these; a change after this moment is copied again)."""
+        self._pending_modules = host.loaded_modules(self.modules)
+
+    def publish(self) -> None:
+        """Tell the collectors forked since ``expect`` the name of the copy."""
+        if self.name is None:
+            return
+        data = self.name.encode() + b"\0"
+        if len(data) < SHARED_NAME_BYTES:
+            self._shared[1:1 + len(data)] = data
+            self._shared[0] = 1
+
+    def _adopt(self) -> None:
+        if self.name is not None or self._shared[0] != 1:
+            return
+        name = bytes(self._shared[1:]).partition(b"\0")[0].decode(errors="replace")
+        try:
+            parse_copy_name(name)
+        except QFormatError:
+            return
+        self.name, self._modules = name, self._pending_modules
 
     def current(self, copier: ObjectCopier, report: bool = False) -> str | None:
         """The name of an up-to-date copy, or the last good one while a new
         one cannot be made (retried every RETRY_SECONDS). With ``report`` a
         failure to write raises OSError; otherwise it passes in silence (the
         start of the run has said it, and the sets' own writes say it again)."""
+        self._adopt()
         modules = copier.host.loaded_modules(self.modules)
         if (self.name is None or modules != self._modules) and \
                 (report or time.monotonic() >= self._retry_at):

@@ -15,7 +15,7 @@ from qtools.daemon.kernel import abi
 
 from qtools.daemon.decode import synth
 from qtools.daemon.sets.checkpoint import RunInfo
-from qtools.daemon.collector import CpuCollector, Options
+from qtools.daemon.collector import CpuCollector, Flags, Options
 from qtools.daemon.messages import parse_line
 from qtools.daemon.machine.host import StaticHost
 from qtools.daemon.sets.objects import KallsymsCopy, ObjectCopier, build_id
@@ -222,3 +222,77 @@ def test_samples_keep_their_thread_and_folding_merges_threads(tmp_path, binary):
         assert agg.threads == {PID: [3, 3000], PID + 1: [3, 6000], child: [1, 500],
                                child + 1: [1, 500], child + 2: [1, 500]}
         assert agg.samples == 9 and agg.other_threads == [0, 0]
+
+
+def test_collectors_take_the_kallsyms_copy_their_supervisor_made_after_forking_them(
+        tmp_path, binary):
+    """The supervisor copies kallsyms once its collectors sample; a
+    collector forked before names that copy in its sets, without copying
+    kallsyms itself, and copies it again only when a module is loaded."""
+    kallsyms, modules = tmp_path / "kallsyms", tmp_path / "modules"
+    kallsyms.write_text("ffffffff81000000 T _stext\n")
+    modules.write_text("ext4 1007616 1 - Live 0xffffffffc0000000\n")
+    qd = tmp_path / "q"
+    host = StaticHost(files=None)
+    shared = KallsymsCopy(str(kallsyms), str(modules))
+    shared.expect(host)
+    go_r, go_w = os.pipe()
+    out_r, out_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the collector
+        code = 1
+        try:
+            os.read(go_r, 1)
+            with QDir.open(qd) as qdir:
+                copier = ObjectCopier(qdir, host=host)
+                first = shared.current(copier) or ""
+                modules.write_text(modules.read_text() + "evil 16384 0 - Live 0xffffffffc01\n")
+                second = shared.current(copier) or ""
+            os.write(out_w, f"{first} {second}".encode())
+            code = 0
+        finally:
+            os._exit(code)
+    with QDir.open(qd, create=True) as qdir:
+        shared.current(ObjectCopier(qdir, host=host), report=True)
+        made = shared.name
+        shared.publish()
+        # what the collector would copy itself differs from the supervisor's copy
+        kallsyms.write_text("ffffffff81000000 T _stext\nffffffffc0100000 t evil_init\t[evil]\n")
+        os.write(go_w, b"x")
+        _pid, status = os.waitpid(pid, 0)
+        first, second = os.read(out_r, 4096).decode().split()
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert made is not None and first == made
+    assert second != made and "evil_init" in (qd / second).read_text()
+
+
+class _Waits(ReplaySource):
+    """A replay that notes each wait of the loop and lets the time pass."""
+
+    def __init__(self, batches, now):
+        super().__init__(LAYOUT, batches)
+        self.now, self.waits = now, []
+
+    def wait(self, timeout: float) -> None:
+        self.waits.append(round(timeout, 3))
+        self.now[0] += timeout
+
+
+def test_an_idle_collector_drains_less_often_and_activity_brings_it_back(tmp_path, binary):
+    """Drains with nothing but a stray record each let the next wait twice
+    as long, up to quiet_interval; a busy drain goes back to 0.5 s."""
+    now = [1000.0]
+    busy = [synth.encode_comm(LAYOUT, Comm(PID, PID, "app", True, SampleId(PID, PID, 1))),
+            _mmap(binary, 2)] + [_sample(100 + i, BASE + 0x10) for i in range(8)]
+    source = _Waits([[]] * 6 + [busy] + [[]] * 2, now)
+    run = RunInfo(["q-syscollect"], "cpu-clock", "seconds", 1e-9, "fp")
+    flags = Flags()
+    with QDir.open(tmp_path / "q", create=True) as qdir:
+        c = CpuCollector(Options(cpu=0, checkpoint_interval=1000.0), run, source, qdir,
+                         ObjectCopier(qdir, host=StaticHost(files=None)), out=io.StringIO())
+
+        def heartbeat() -> None:
+            if len(source.waits) == 9:
+                flags.stop = True
+        assert c.run(flags, clock=lambda: now[0], heartbeat=heartbeat, quiet_interval=5.0)
+    assert source.waits == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0, 0.5, 1.0]

@@ -70,3 +70,30 @@ def test_task_counters_parse_a_comm_with_spaces_and_parentheses():
                    "voluntary-switches": 7, "involuntary-switches": 9,
                    "minor-faults": 11, "major-faults": 3}
     assert procfs.parse_task_counters("4242 (a) R 1", status) is None
+
+
+def test_cpu_counters_agree_with_psutil():
+    """Read straight from /proc/stat (psutil is not imported at start):
+    between two psutil reads, each counter lies between psutil's values."""
+    import psutil
+    cpu = 0  # psutil lists the online CPUs in order: cpu0 first
+    before = psutil.cpu_times(percpu=True)[cpu]
+    mine = procfs.cpu_counters(cpu)
+    after = psutil.cpu_times(percpu=True)[cpu]
+    assert mine is not None
+    slack = 0.02  # psutil rounds to 1/100 s
+    assert sum(before) - slack <= mine["total"] <= sum(after) + slack
+    assert before.idle + before.iowait - slack <= mine["idle"] <= after.idle + after.iowait + slack
+    freq = psutil.cpu_freq(percpu=True)
+    if cpu < len(freq) and freq[cpu].current:
+        assert mine["frequency-mhz"] > 0
+
+
+def test_cpuinfo_clock_is_the_named_processors():
+    text = "processor\t: 0\ncpu MHz\t\t: 2000.5\n\nprocessor\t: 1\ncpu MHz\t\t: 3000.25\n"
+    assert procfs.parse_cpuinfo_mhz(text, 1) == 3000.25
+    assert procfs.parse_cpuinfo_mhz(text, 0) == 2000.5
+    assert procfs.parse_cpuinfo_mhz(text, 2) is None
+    assert procfs.parse_cpu_times("cpu  1 2 3 4\ncpu1 100 0 50 850 0\n", 1) == \
+        [v / os.sysconf("SC_CLK_TCK") for v in (100, 0, 50, 850, 0)]
+    assert procfs.parse_cpu_times("cpu  1 2 3 4\n", 1) is None
