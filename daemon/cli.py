@@ -7,25 +7,25 @@ import gc
 # The imports below make some hundred thousand objects and no garbage:
 # collecting while they run is a few percent of the start-up for nothing.
 gc.disable()
+try:
+    import argparse
+    import math
+    import os
+    import sys
 
-import argparse  # noqa: E402
-import math  # noqa: E402
-import os  # noqa: E402
-import sys  # noqa: E402
+    from qtools.qformat.pushstate import check_url
+    from qtools.qformat.version import package_version
 
-from qtools.qformat.pushstate import check_url  # noqa: E402
-from qtools.qformat.version import package_version  # noqa: E402
-
-from . import command  # noqa: E402
-from .config import Config, parse_age, parse_size  # noqa: E402
-from .kernel import arch, events  # noqa: E402
-from .machine import procfs  # noqa: E402
-from .machine.host import LIVE, Host  # noqa: E402
-from .messages import EXIT_LOST  # noqa: E402
-from .sets.aggregate import MAX_STACKS  # noqa: E402
-from .supervisor import CollectError, Supervisor  # noqa: E402
-
-gc.enable()
+    from . import command
+    from .config import Config, parse_age, parse_size
+    from .kernel import arch, events
+    from .machine import procfs
+    from .machine.host import LIVE, Host
+    from .messages import EXIT_LOST
+    from .sets.aggregate import MAX_STACKS
+    from .supervisor import CollectError, Supervisor
+finally:
+    gc.enable()
 
 DESCRIPTION = """\
 Sample every CPU with perf_events and write, per task, a q profile
