@@ -27,7 +27,7 @@ from .frames.dwarf import DwarfFrames
 from .kernel import syscalls
 from .kernel.source import PerfSource, SourceSpec
 from .machine.host import LIVE, Host
-from .messages import Tally
+from .messages import Tally, write_line
 from .sets.checkpoint import RunInfo
 from .sets.objects import CopyLimits, KallsymsCopy, ObjectCopier
 from .stopping import ParentGone, stop_now
@@ -103,8 +103,8 @@ def _collect(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, status_w
         collector.seed()
     perf.enable()
     if cfg.verbose:
-        print(f"[{os.getpid()}] profiling on cpu {source.cpu} with {source.event.name} at "
-              f"{source.frequency} Hz", file=out, flush=True)
+        write_line(out, f"[{os.getpid()}] profiling on cpu {source.cpu} with "
+                        f"{source.event.name} at {source.frequency} Hz")
     os.write(status_w, b"ok\n")
     os.set_blocking(status_w, False)  # a parent that does not read must not stop collecting
     last_beat = 0.0

@@ -29,7 +29,7 @@ from .machine import synthesize
 from .machine.cgroups import CgroupTable, weigh
 from .machine.host import Host
 from .machine.tasks import Process, TaskTable
-from .messages import Tally, tell
+from .messages import Tally, tell, write_line
 from .sets.aggregate import MAX_STACKS, NOTED_STACKS, CollectedSet, SetBook
 from .sets.checkpoint import RunInfo, write_sets
 from .sets.tally import NO_KERNEL
@@ -496,7 +496,7 @@ class CpuCollector:
 
     def _say(self, text: str) -> None:
         try:
-            print(f"[{os.getpid()}] {text}", file=self.out, flush=True)
+            write_line(self.out, f"[{os.getpid()}] {text}")
         except (OSError, ValueError):
             pass  # stderr closed: collecting matters more than telling
 

@@ -69,9 +69,17 @@ def tell(out: TextIO, text: str) -> None:
     """One line for the user; a closed stderr (the terminal or journal gone)
     must not stop a collection."""
     try:
-        print(f"q-syscollect: {text}", file=out, flush=True)
+        write_line(out, f"q-syscollect: {text}")
     except (OSError, ValueError):
         pass
+
+
+def write_line(out: TextIO, line: str) -> None:
+    """``line`` and its newline in one write: the collectors share the
+    supervisor's stderr, and print's two writes (text, then newline) from
+    two of them at once came out as one line of both and an empty one."""
+    out.write(line + "\n")
+    out.flush()
 
 
 # ---------------------------------------------------------------- the two lines

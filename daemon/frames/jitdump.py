@@ -45,6 +45,7 @@ from qtools.qformat.info import JitdumpRef
 from qtools.qformat.jitdump import Placement, UnwindingInfo, synthetic_address
 
 from ..machine.host import LIVE, Host
+from ..messages import write_line
 from .jitread import (DEFAULT_LIMIT, DumpReader, is_dump_path, loads, open_dump, said_once,
                       task_owner)
 from ..machine.tasks import Process
@@ -158,7 +159,7 @@ class JitTracker:
     def _say(self, proc: Process, path: str, text: str) -> None:
         line = f"q-syscollect: jitdump {path} (pid {proc.pid}): {text}"
         if said_once(line):
-            print(line, file=self.out, flush=True)
+            write_line(self.out, line)
 
     def version(self, proc: Process) -> int:
         st = proc.jit

@@ -22,6 +22,7 @@ from qtools.qformat import CopyJob, QDir, QFormatError, Stored, TooLarge, parse_
 
 from ..machine.host import LIVE, Host
 from ..machine.tasks import Mapping, ObjectKey, Process
+from ..messages import write_line
 
 RETRY_SECONDS = 30.0
 SHARED_NAME_BYTES = 4096  # KallsymsCopy's name, as the supervisor tells its collectors
@@ -248,7 +249,7 @@ class ObjectCopier:
         """Print ``text`` once per run (``Notices``)."""
         if not self.notices.first(text):
             return
-        print(f"q-syscollect: {text}", file=self.out or sys.stderr, flush=True)
+        write_line(self.out or sys.stderr, f"q-syscollect: {text}")
 
     def copy(self, proc: Process, mapping: Mapping) -> Copy:
         """The copy for ``mapping``'s object: made now, or NO_COPY while it
