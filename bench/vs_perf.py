@@ -97,6 +97,7 @@ class Run:
     checks: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     breakdown: Breakdown | str | None = None  # or why it was not measured
+    startup: dict[str, float] | None = None  # measure_startup's figures
 
     def row(self, what: str, ours: Any, theirs: Any, check: Check | None = None,
             ratio: float | None = None) -> None:
@@ -190,6 +191,10 @@ def _view_measure() -> Callable[[Path, Path, str, Path], dict[str, float]]:
         return measure_view
 
 
+def _pin(cpu: int) -> Callable[[], None]:
+    return lambda: os.sched_setaffinity(0, {cpu})
+
+
 def collect_pair(work: Path, binary: Path, seconds: float, ncpu: int) -> Pair:
     """``binary`` pinned once per CPU, recorded by both tools side by side.
 
@@ -199,8 +204,7 @@ def collect_pair(work: Path, binary: Path, seconds: float, ncpu: int) -> Pair:
     start-up and final write included, and nothing of the other's."""
     comm = binary.name[:15]
     q, data = work / f"{comm}-{seconds:g}.q", work / f"{comm}-{seconds:g}.data"
-    loads = [subprocess.Popen([str(binary), str(int(seconds) + 60)],
-                              preexec_fn=lambda cpu=cpu: os.sched_setaffinity(0, {cpu}))
+    loads = [subprocess.Popen([str(binary), str(int(seconds) + 60)], preexec_fn=_pin(cpu))
              for cpu in sorted(os.sched_getaffinity(0))[:ncpu]]
     try:
         time.sleep(0.2)  # the workloads running before either tool starts
@@ -231,10 +235,14 @@ def pair_rows(run: Run, p: Pair, collect_target: float | None) -> None:
             _ratio(p.q_cpu, p.perf_cpu))
     run.row(f"{w}: samples (lost)", f"{p.q_samples:,} ({p.q_lost})",
             f"{p.perf_samples:,} ({p.perf_lost})")
-    run.row(f"{w}: collector CPU µs per sample", p.per_sample(p.q_cpu, p.q_samples),
-            p.per_sample(p.perf_cpu, p.perf_samples),
-            ratio=_ratio(p.per_sample(p.q_cpu, p.q_samples),
-                         p.per_sample(p.perf_cpu, p.perf_samples)))
+    ours, theirs = p.per_sample(p.q_cpu, p.q_samples), p.per_sample(p.perf_cpu, p.perf_samples)
+    run.row(f"{w}: collector CPU µs per sample, start-up included", ours, theirs,
+            ratio=_ratio(ours, theirs))
+    if run.startup is not None:  # this run's start-up CPU of each tool taken off
+        ours = p.per_sample(p.q_cpu - run.startup["q_startup_cpu_s"], p.q_samples)
+        theirs = p.per_sample(p.perf_cpu - run.startup["perf_startup_cpu_s"], p.perf_samples)
+        run.row(f"{w}: collector CPU µs per sample, start-up taken off", ours, theirs,
+                ratio=_ratio(ours, theirs))
     run.row(f"{w}: view CPU-s (q-view cold / perf report)", v["q_view_cold_cpu"],
             v["perf_report_cpu"],
             Check(f"q-view cold / perf report, {w}",
@@ -325,7 +333,7 @@ def startup_part(run: Run, runs: int) -> None:
         run.notes.append(f"start-up: {MISSING}")
         run.checks += [Check(names[0], None, 0.3, unit=" s"), Check(names[1], None, 1.0)]
         return
-    got = module.measure_startup(runs=runs)
+    got = run.startup = module.measure_startup(runs=runs)
     run.row("start-up: first sample, s", got["q_first_sample_s"], got["perf_first_sample_s"],
             Check(names[0], got["q_first_sample_s"], 0.3, unit=" s"))
     run.row("start-up: CPU-s", got["q_startup_cpu_s"], got["perf_startup_cpu_s"],
@@ -350,8 +358,8 @@ def growth_part(run: Run, work: Path, pfan: Path, ncpu: int, minutes: list[float
             Check(f".q sets {label}", _ratio(last["sets"], first["sets"]), 1.2))
     kinds = [*KINDS, "other"]
     run.notes.append("\n".join(
-        ["Bytes of the .q's sets by kind (object copies left out):", "",
-         "| run | " + " | ".join(f".{k}" for k in kinds) + " | copies |",
+        ["Bytes of the .q's sets by kind; object copies (dot-files) apart:", "",
+         "| run | " + " | ".join(f".{k}" if k in KINDS else k for k in kinds) + " | copies |",
          "|---|" + "---|" * (len(kinds) + 1)]
         + [f"| {r['minutes']:g} min | " + " | ".join(f"{r['kinds'][k]:,}" for k in kinds)
            + f" | {r['copies']:,} |" for r in sizes]))
