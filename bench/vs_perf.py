@@ -50,7 +50,7 @@ from typing import Any, Callable
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import collector_cost  # noqa: E402
-from collect_vs_perf import build_pfan, cpu_of, perf_stats, run_together  # noqa: E402
+from collect_vs_perf import _cpu, build_pfan, cpu_of, perf_stats, run_together  # noqa: E402
 from long_runs import KINDS, long_run  # noqa: E402
 
 RATE = "997"
@@ -161,9 +161,11 @@ class Pair:
     perf_cpu: float
     q_samples: int
     q_lost: int
+    q_sets: int
     perf_samples: int
     perf_lost: int
     view: dict[str, float]  # q_view_cold_cpu, q_view_warm_cpu, perf_report_cpu
+    others: float  # CPU-s of the rest of the machine meanwhile
 
     def per_sample(self, cpu: float, samples: int) -> float | None:
         return cpu / samples * 1e6 if samples else None
@@ -191,6 +193,14 @@ def _view_measure() -> Callable[[Path, Path, str, Path], dict[str, float]]:
         return measure_view
 
 
+def busy_seconds() -> float:
+    """CPU-seconds the whole machine has been busy (not idle, not waiting
+    for I/O, not stolen by the hypervisor) since it booted."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq = map(int, f.readline().split()[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
 def _pin(cpu: int) -> Callable[[], None]:
     return lambda: os.sched_setaffinity(0, {cpu})
 
@@ -204,8 +214,10 @@ def collect_pair(work: Path, binary: Path, seconds: float, ncpu: int) -> Pair:
     start-up and final write included, and nothing of the other's."""
     comm = binary.name[:15]
     q, data = work / f"{comm}-{seconds:g}.q", work / f"{comm}-{seconds:g}.data"
+    busy = busy_seconds()
     loads = [subprocess.Popen([str(binary), str(int(seconds) + 60)], preexec_fn=_pin(cpu))
              for cpu in sorted(os.sched_getaffinity(0))[:ncpu]]
+    loads_cpu = 0.0
     try:
         time.sleep(0.2)  # the workloads running before either tool starts
         q_cpu, perf_cpu, q_err = run_together(
@@ -216,14 +228,17 @@ def collect_pair(work: Path, binary: Path, seconds: float, ncpu: int) -> Pair:
     finally:
         for p in loads:
             p.kill()
-            p.wait()
-    got = re.search(r"captured (\d+) samples \((\d+) lost\)", q_err)
+            loads_cpu += _cpu(os.wait4(p.pid, 0)[2])
+            p.returncode = -9
+    others = busy_seconds() - busy - loads_cpu - q_cpu - perf_cpu
+    got = re.search(r"captured (\d+) samples \((\d+) lost\) .*; wrote (\d+) set", q_err)
     perf_samples, perf_lost = perf_stats(data)
     view = _view_measure()(q, data, comm, work / "symcache")
     shutil.rmtree(q, ignore_errors=True)
     data.unlink()
-    return Pair(binary.name, seconds, q_cpu, perf_cpu, int(got[1]) if got else 0,
-                int(got[2]) if got else 0, perf_samples, perf_lost, view)
+    q_samples, q_lost, q_sets = (int(x) for x in got.groups()) if got else (0, 0, 0)
+    return Pair(binary.name, seconds, q_cpu, perf_cpu, q_samples, q_lost, q_sets,
+                perf_samples, perf_lost, view, others)
 
 
 def pair_rows(run: Run, p: Pair, collect_target: float | None) -> None:
@@ -233,8 +248,10 @@ def pair_rows(run: Run, p: Pair, collect_target: float | None) -> None:
             Check(f"q collect / perf record, {w}", _ratio(p.q_cpu, p.perf_cpu),
                   collect_target, strict=True) if collect_target else None,
             _ratio(p.q_cpu, p.perf_cpu))
-    run.row(f"{w}: samples (lost)", f"{p.q_samples:,} ({p.q_lost})",
+    run.row(f"{w}: samples (lost)", f"{p.q_samples:,} ({p.q_lost}), {p.q_sets} sets",
             f"{p.perf_samples:,} ({p.perf_lost})")
+    # both tools sample the whole machine and pay for whatever else ran
+    run.row(f"{w}: the rest of the machine meanwhile, CPU-s", p.others, None)
     ours, theirs = p.per_sample(p.q_cpu, p.q_samples), p.per_sample(p.perf_cpu, p.perf_samples)
     run.row(f"{w}: collector CPU µs per sample, start-up included", ours, theirs,
             ratio=_ratio(ours, theirs))
