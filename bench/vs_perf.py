@@ -56,6 +56,7 @@ from long_runs import KINDS, long_run  # noqa: E402
 RATE = "997"
 STACK = "16384"  # user-stack bytes per sample: q-syscollect's default, given to perf too
 ITEMS = {1: "per-sample cost", 2: "start-up", 3: ".q growth", 4: "cold view", 5: "idle"}
+QUIET = 0.1  # CPUs' worth of other tasks beyond which a run is flagged as disturbed
 FLAT = 1.25  # "about flat": the cold view of a 4x longer run at most this much dearer
 
 
@@ -252,6 +253,9 @@ def pair_rows(run: Run, p: Pair, collect_target: float | None) -> None:
             f"{p.perf_samples:,} ({p.perf_lost})")
     # both tools sample the whole machine and pay for whatever else ran
     run.row(f"{w}: the rest of the machine meanwhile, CPU-s", p.others, None)
+    if p.others > QUIET * p.seconds:
+        run.notes.append(f"Not a quiet machine: other tasks used {p.others:.1f} CPU-s while "
+                         f"{w} was recorded; both collectors sampled them and paid for it.")
     ours, theirs = p.per_sample(p.q_cpu, p.q_samples), p.per_sample(p.perf_cpu, p.perf_samples)
     run.row(f"{w}: collector CPU µs per sample, start-up included", ours, theirs,
             ratio=_ratio(ours, theirs))
