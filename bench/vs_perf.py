@@ -99,6 +99,7 @@ class Run:
     notes: list[str] = field(default_factory=list)
     breakdown: Breakdown | str | None = None  # or why it was not measured
     startup: dict[str, float] | None = None  # measure_startup's figures
+    disturbed: bool = False  # other tasks were busy during a collection
 
     def row(self, what: str, ours: Any, theirs: Any, check: Check | None = None,
             ratio: float | None = None) -> None:
@@ -254,6 +255,7 @@ def pair_rows(run: Run, p: Pair, collect_target: float | None) -> None:
     # both tools sample the whole machine and pay for whatever else ran
     run.row(f"{w}: the rest of the machine meanwhile, CPU-s", p.others, None)
     if p.others > QUIET * p.seconds:
+        run.disturbed = True
         run.notes.append(f"Not a quiet machine: other tasks used {p.others:.1f} CPU-s while "
                          f"{w} was recorded; both collectors sampled them and paid for it.")
     ours, theirs = p.per_sample(p.q_cpu, p.q_samples), p.per_sample(p.perf_cpu, p.perf_samples)
@@ -461,6 +463,10 @@ def print_summary(runs: list[Run]) -> None:
             cells.append(check.cell() if check else "–")
             target = target or (check.target if check else "")
         print(f"| {name} {target} | " + " | ".join(cells) + " |")
+    disturbed = [str(i) for i, run in enumerate(runs, 1) if run.disturbed]
+    if disturbed:
+        print(f"\nNot a quiet machine during run {', '.join(disturbed)} (see its notes): "
+              "those figures are not the tools' alone.")
 
 
 # ---------------------------------------------------------------- main
