@@ -325,42 +325,52 @@ def print_breakdown(result: Breakdown | str) -> None:
 
 # ---------------------------------------------------------------- start-up and idle
 
-def startup_idle() -> ModuleType | None:
+def startup_idle() -> ModuleType | str:
+    """bench/startup_idle.py, or why it cannot be used."""
     try:
         import startup_idle as module
-    except ModuleNotFoundError as e:
-        if e.name != "startup_idle":
-            raise
-        return None
+    except ImportError as e:
+        return "bench/startup_idle.py missing" if getattr(e, "name", "") == "startup_idle" \
+            else f"bench/startup_idle.py: {e}"
     return module
 
 
-MISSING = "not measured (bench/startup_idle.py missing)"
+def _extra(run: Run, got: dict[str, float], what: str, q_key: str, perf_key: str) -> None:
+    """A row of figures the module may give beside the targets' own."""
+    if q_key in got or perf_key in got:
+        run.row(what, got.get(q_key), got.get(perf_key), ratio=_ratio(got.get(q_key),
+                                                                       got.get(perf_key)))
 
 
 def idle_part(run: Run, seconds: float) -> None:
     module = startup_idle()
-    if module is None:
-        run.notes.append(f"idle: {MISSING}")
-        run.checks.append(Check("idle: q-syscollect % of one CPU", None, 0.05, unit="%"))
+    name = "idle: q-syscollect % of one CPU"
+    if isinstance(module, str):
+        run.notes.append(f"idle: not measured ({module})")
+        run.checks.append(Check(name, None, 0.05, unit="%"))
         return
     got = module.measure_idle(seconds=seconds)
     run.row(f"idle ({seconds:g} s): % of one CPU", got["q_pct_one_cpu"], got["perf_pct_one_cpu"],
-            Check("idle: q-syscollect % of one CPU", got["q_pct_one_cpu"], 0.05, unit="%"))
+            Check(name, got["q_pct_one_cpu"], 0.05, unit="%"))
+    _extra(run, got, "idle: wake-ups per second", "q_wakeups_per_s", "perf_wakeups_per_s")
 
 
 def startup_part(run: Run, runs: int) -> None:
     module = startup_idle()
     names = ("start-up: q first sample s", "start-up CPU: q / perf record")
-    if module is None:
-        run.notes.append(f"start-up: {MISSING}")
+    if isinstance(module, str):
+        run.notes.append(f"start-up: not measured ({module})")
         run.checks += [Check(names[0], None, 0.3, unit=" s"), Check(names[1], None, 1.0)]
         return
     got = run.startup = module.measure_startup(runs=runs)
     run.row("start-up: first sample, s", got["q_first_sample_s"], got["perf_first_sample_s"],
             Check(names[0], got["q_first_sample_s"], 0.3, unit=" s"))
+    _extra(run, got, "start-up: first sample system-wide, s", "q_system_first_sample_s",
+           "perf_system_first_sample_s")
     run.row("start-up: CPU-s", got["q_startup_cpu_s"], got["perf_startup_cpu_s"],
             Check(names[1], _ratio(got["q_startup_cpu_s"], got["perf_startup_cpu_s"]), 1.0))
+    _extra(run, got, "start-up: CPU-s of a run of one command (-i)", "q_inherit_cpu_s",
+           "perf_inherit_cpu_s")
 
 
 # ---------------------------------------------------------------- growth
