@@ -1,34 +1,18 @@
 #!/usr/bin/env python3
 """q-tools against perf, side by side in the same runs, with ratios and targets.
 
-One command for the cost figures README's performance section reports:
-
-  idle      (needs bench/startup_idle.py) q-syscollect's and perf record's
-            CPU on the machine as it is, as % of one CPU;
-  start-up  (needs bench/startup_idle.py) time to the first sample and the
-            CPU spent starting, each tool;
-  per-sample cost and cold view
-            one cost workload per CPU (bench/workloads: shallow = 3-frame
-            stacks, deep = 30-frame), recorded at once by q-syscollect
-            (its defaults, -e cpu-clock -c 997 written out: DWARF, 16 KiB
-            of user stack, every CPU) and by perf record -a -F 997 -e
-            cpu-clock --call-graph dwarf,16384; then the workload's task
-            viewed by q-view (cold symbol cache, then warm) and by perf
-            report --stdio (its defaults); again for the deep workload at
-            4x the length (the cold view should stay flat); and the
-            collector's per-sample cost taken apart by replaying recorded
-            streams (bench/collector_cost.py capture, once, and replay);
-  growth    bench/long_runs.py's load (one p-fan per CPU plus 20 short-lived
-            processes a second), q-syscollect with perf record -a -g beside
-            it, for each --long-minutes: the bytes of the .q's sets.
-
-CPU is user + system of each tool's process and its children (wait4): both
-tools' start-up is in their figures. Each part prints the load average
-before it; every run ends with one table, the invocation with a summary of
-each target, PASS or FAIL per run.
+Idle and start-up (bench/startup_idle.py), the per-sample cost of
+collecting and the cold view (the cost workloads of bench/workloads, one
+per CPU, recorded by q-syscollect and perf record --call-graph
+dwarf,16384 at once, then one task viewed by q-view and perf report; the
+breakdown replayed by bench/collector_cost.py) and the growth of a .q
+(bench/long_runs.py's load). CPU is user + system of each tool's process
+and its children (wait4), start-up included. Each run prints one table,
+the invocation ends with each target's PASS or FAIL per run. Protocol and
+how to read it: bench/README.md.
 
     sudo .venv/bin/python bench/vs_perf.py [--runs 2] [--seconds 10]
-        [--long-minutes 1,10] [--only 1,3,4] [--quick]
+        [--long-minutes 1,10] [--only 1,2,3,4,5] [--quick]
 """
 
 from __future__ import annotations
