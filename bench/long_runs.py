@@ -46,6 +46,22 @@ def set_sizes(q: Path) -> dict[str, int]:
     return sizes
 
 
+def program_sizes(q: Path) -> dict[str, int]:
+    """Bytes of a .q's sets by program (PROG of the set's name), largest first."""
+    from qtools.qformat.errors import QFormatError
+    from qtools.qformat.names import parse_name
+    sizes: dict[str, int] = {}
+    for p in q.iterdir():
+        if p.name.startswith("."):
+            continue
+        try:
+            prog = parse_name(p.name).set.prog
+        except (QFormatError, ValueError):
+            prog = "?"
+        sizes[prog] = sizes.get(prog, 0) + p.stat().st_size
+    return dict(sorted(sizes.items(), key=lambda kv: -kv[1]))
+
+
 def long_run(work: Path, pfan: Path, ncpu: int, minutes: float, view: bool = True
              ) -> dict[str, Any]:
     """One run of the load (one p-fan per CPU plus 20 short-lived processes
@@ -67,6 +83,7 @@ def long_run(work: Path, pfan: Path, ncpu: int, minutes: float, view: bool = Tru
             p.wait()
     kinds = set_sizes(q)
     row: dict[str, Any] = {"minutes": minutes, "q_cpu": q_cpu, "perf_cpu": perf_cpu, "kinds": kinds,
+           "programs": program_sizes(q),
            "sets": sum(kinds.values()),
            "copies": sum(p.stat().st_blocks * 512 for p in q.iterdir()
                          if p.name.startswith(".") and p.stat().st_nlink == 1),

@@ -380,6 +380,10 @@ def growth_part(run: Run, work: Path, pfan: Path, ncpu: int, minutes: list[float
          "|---|" + "---|" * (len(kinds) + 1)]
         + [f"| {r['minutes']:g} min | " + " | ".join(f"{r['kinds'][k]:,}" for k in kinds)
            + f" | {r['copies']:,} |" for r in sizes]))
+    # system-wide: other users' programs land in the .q too
+    run.notes.append(f"Programs with the most set bytes after {last['minutes']:g} min: "
+                     + ", ".join(f"{prog} {size:,}" for prog, size
+                                 in list(last["programs"].items())[:8]) + ".")
 
 
 # ---------------------------------------------------------------- a run
