@@ -76,7 +76,7 @@ def long_run(work: Path, pfan: Path, ncpu: int, minutes: float, view: bool = Tru
             [sys.executable, "-m", "qtools.daemon.cli", "-v", "-d", str(q), "-t",
              str(seconds)],
             ["perf", "record", "-q", "-a", "-g", "-F", "997", "-e", "cpu-clock", "-o",
-             str(data), "--", "sleep", str(seconds)])
+             str(data), "--", "sleep", str(seconds)], seconds + 600)
     finally:
         for p in (*loads, churn):
             p.kill()

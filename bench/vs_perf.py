@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -37,11 +37,13 @@ import collector_cost  # noqa: E402
 from collect_vs_perf import _cpu, build_pfan, cpu_of, perf_stats, run_together  # noqa: E402
 from long_runs import KINDS, long_run  # noqa: E402
 
+T = TypeVar("T")
 RATE = "997"
 STACK = "16384"  # user-stack bytes per sample: q-syscollect's default, given to perf too
 ITEMS = {1: "per-sample cost", 2: "start-up", 3: ".q growth", 4: "cold view", 5: "idle"}
 QUIET = 0.1  # CPUs' worth of other tasks beyond which a run is flagged as disturbed
 FLAT = 1.25  # "about flat": the cold view of a 4x longer run at most this much dearer
+LIMIT = 600.0  # s a viewer, or a collector past its run, may take (collect_vs_perf.Deadline)
 
 
 # ---------------------------------------------------------------- results
@@ -164,19 +166,10 @@ def measure_view(q_dir: Path, perf_data: Path, comm: str, cache_dir: Path) -> di
     cache_dir.mkdir(parents=True)
     env = dict(os.environ, Q_CACHE_DIR=str(cache_dir))
     q_view = [*tool("q-view"), str(q_dir), "--comm", comm]
-    cold = cpu_of(q_view, env)
-    return {"q_view_cold_cpu": cold, "q_view_warm_cpu": cpu_of(q_view, env),
+    cold = cpu_of(q_view, env, LIMIT)
+    return {"q_view_cold_cpu": cold, "q_view_warm_cpu": cpu_of(q_view, env, LIMIT),
             "perf_report_cpu": cpu_of(["perf", "report", "-i", str(perf_data), "--stdio",
-                                       "--comm", comm])}
-
-
-def _view_measure() -> Callable[[Path, Path, str, Path], dict[str, float]]:
-    """view_vs_perf.measure_view where it exists, else the one above."""
-    try:
-        import view_vs_perf
-        return getattr(view_vs_perf, "measure_view", measure_view)  # type: ignore[no-any-return]
-    except ImportError:
-        return measure_view
+                                       "--comm", comm], None, LIMIT)}
 
 
 def busy_seconds() -> float:
@@ -210,7 +203,8 @@ def collect_pair(work: Path, binary: Path, seconds: float, ncpu: int) -> Pair:
             [*tool("q-syscollect"), "-d", str(q), "-t", f"{seconds:g}", "-e", "cpu-clock",
              "-c", RATE, "--stack-size", STACK],
             ["perf", "record", "-q", "-a", "-F", RATE, "-e", "cpu-clock", "--call-graph",
-             f"dwarf,{STACK}", "-o", str(data), "--", "sleep", f"{seconds:g}"])
+             f"dwarf,{STACK}", "-o", str(data), "--", "sleep", f"{seconds:g}"],
+            seconds + LIMIT)
     finally:
         for p in loads:
             p.kill()
@@ -219,7 +213,7 @@ def collect_pair(work: Path, binary: Path, seconds: float, ncpu: int) -> Pair:
     others = busy_seconds() - busy - loads_cpu - q_cpu - perf_cpu
     got = re.search(r"captured (\d+) samples \((\d+) lost\) .*; wrote (\d+) set", q_err)
     perf_samples, perf_lost = perf_stats(data)
-    view = _view_measure()(q, data, comm, work / "symcache")
+    view = measure_view(q, data, comm, work / "symcache")
     shutil.rmtree(q, ignore_errors=True)
     data.unlink()
     q_samples, q_lost, q_sets = (int(x) for x in got.groups()) if got else (0, 0, 0)
@@ -398,31 +392,47 @@ class Setup:
     captured: str | None = "not yet"  # None once captured, else why not
 
 
+def guarded(run: Run, what: str, fn: Callable[..., T], *args: Any) -> T | None:
+    """``fn(*args)``; a part that fails (a tool's error, a tool killed past
+    its deadline) is noted in the run, and the run goes on."""
+    try:
+        return fn(*args)
+    except SystemExit as e:
+        run.notes.append(f"{what}: not measured ({e})")
+        print(f"{what} failed: {e}", file=sys.stderr, flush=True)
+        return None
+
+
 def one_run(n: int, args: argparse.Namespace, s: Setup) -> Run:
     run = Run()
     only = args.only
     if 5 in only:
         part(f"run {n}: idle, {args.idle_seconds:g} s")
-        idle_part(run, args.idle_seconds)
+        guarded(run, "idle", idle_part, run, args.idle_seconds)
     if 2 in only:
         part(f"run {n}: start-up, {args.startup_runs} runs")
-        startup_part(run, args.startup_runs)
-    pairs: dict[str, Pair] = {}
+        guarded(run, "start-up", startup_part, run, args.startup_runs)
+    pairs: dict[str, Pair | None] = {}
     if only & {1, 4}:
         for name, binary in s.binaries.items():
             part(f"run {n}: {name} workload, {args.seconds:g} s, both collectors, then views")
-            pairs[name] = collect_pair(s.work, binary, args.seconds, s.ncpu)
-            pair_rows(run, pairs[name], 1.0 if name == "deep" else None)
+            pair = pairs[name] = guarded(run, f"{name} {args.seconds:g} s", collect_pair,
+                                         s.work, binary, args.seconds, s.ncpu)
+            if pair:
+                pair_rows(run, pair, 1.0 if name == "deep" else None)
     if 4 in only:
         part(f"run {n}: deep workload, {args.view_seconds:g} s, both collectors, then views")
-        longer = collect_pair(s.work, s.binaries["deep"], args.view_seconds, s.ncpu)
-        pair_rows(run, longer, None)
-        a, b = longer.view, pairs["deep"].view
+        longer = guarded(run, f"deep {args.view_seconds:g} s", collect_pair, s.work,
+                         s.binaries["deep"], args.view_seconds, s.ncpu)
+        shorter = pairs.get("deep")
+        if longer:
+            pair_rows(run, longer, None)
+        a, b = (longer.view, shorter.view) if longer and shorter else ({}, {})
         run.row(f"cold view {args.view_seconds:g} s / {args.seconds:g} s (deep)",
-                _ratio(a["q_view_cold_cpu"], b["q_view_cold_cpu"]),
-                _ratio(a["perf_report_cpu"], b["perf_report_cpu"]),
+                _ratio(a.get("q_view_cold_cpu"), b.get("q_view_cold_cpu")),
+                _ratio(a.get("perf_report_cpu"), b.get("perf_report_cpu")),
                 Check(f"q-view cold {args.view_seconds:g} s / {args.seconds:g} s, deep",
-                      _ratio(a["q_view_cold_cpu"], b["q_view_cold_cpu"]), FLAT))
+                      _ratio(a.get("q_view_cold_cpu"), b.get("q_view_cold_cpu")), FLAT))
     if 1 in only:
         if s.captured == "not yet":
             part("per-sample breakdown: capturing the streams (once)")
@@ -430,7 +440,7 @@ def one_run(n: int, args: argparse.Namespace, s: Setup) -> Run:
         part(f"run {n}: per-sample breakdown, replay -n {args.replays}")
         run.breakdown = s.captured or replay_streams(s.streams, args.replays)
     if 3 in only:
-        growth_part(run, s.work, s.pfan, s.ncpu, args.long_minutes)
+        guarded(run, "growth", growth_part, run, s.work, s.pfan, s.ncpu, args.long_minutes)
     return run
 
 
