@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -394,11 +395,14 @@ class Setup:
 
 def guarded(run: Run, what: str, fn: Callable[..., T], *args: Any) -> T | None:
     """``fn(*args)``; a part that fails (a tool's error, a tool killed past
-    its deadline) is noted in the run, and the run goes on."""
+    its deadline, a bug: its traceback on stderr) is noted in the run, and
+    the run goes on."""
     try:
         return fn(*args)
-    except SystemExit as e:
-        run.notes.append(f"{what}: not measured ({e})")
+    except (SystemExit, Exception) as e:
+        if not isinstance(e, SystemExit):
+            traceback.print_exc()
+        run.notes.append(f"{what}: not measured ({e or type(e).__name__})")
         print(f"{what} failed: {e}", file=sys.stderr, flush=True)
         return None
 
