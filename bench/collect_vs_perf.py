@@ -22,9 +22,11 @@ import os
 import re
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,28 +63,68 @@ def _cpu(usage: resource.struct_rusage) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_together(q_cmd: list[str], perf_cmd: list[str]) -> tuple[float, float, str]:
+class Deadline:
+    """Kills the processes still running after ``limit`` seconds (None: no
+    limit). perf can block for good: its build-id pass (perf record) and its
+    symbol lookup (perf report) open every sampled object by path, and a
+    FIFO left at such a path, as a test on a shared machine may leave,
+    never opens."""
+
+    def __init__(self, procs: list[subprocess.Popen], limit: float | None) -> None:
+        self.fired = False
+        self._procs = procs
+        self._timer = threading.Timer(limit, self._kill) if limit else None
+        if self._timer:
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _kill(self) -> None:
+        self.fired = True
+        for proc in self._procs:
+            if proc.returncode is None:  # not Popen.kill: its poll() could reap it first
+                try:
+                    os.kill(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    def cancel(self, what: str) -> str:
+        """Stop the timer; why ``what`` failed if the deadline passed."""
+        if self._timer:
+            self._timer.cancel()
+        return f"; {what} still running after {self._timer.interval:g} s, killed" \
+            if self.fired and self._timer else ""
+
+
+def run_together(q_cmd: list[str], perf_cmd: list[str], limit: float | None = None
+                 ) -> tuple[float, float, str]:
     """Start both, wait for both; CPU seconds of each (with its children)."""
     q = subprocess.Popen(q_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     p = subprocess.Popen(perf_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = Deadline([q, p], limit)
+    assert q.stderr is not None
     q_err = q.stderr.read()
     cpu: dict[int, float] = {}
     for proc in (q, p):
         _pid, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         cpu[proc.pid] = _cpu(usage)
+    late = deadline.cancel("a collector")
     if q.returncode or p.returncode:
-        raise SystemExit(f"a collector failed: q-syscollect {q.returncode} perf {p.returncode}\n"
-                         f"{q_err}")
+        raise SystemExit(f"a collector failed: q-syscollect {q.returncode} perf {p.returncode}"
+                         f"{late}\n{q_err}")
     return cpu[q.pid], cpu[p.pid], q_err
 
 
-def cpu_of(cmd: list[str], env: dict[str, str] | None = None) -> float:
+def cpu_of(cmd: list[str], env: dict[str, str] | None = None, limit: float | None = None
+           ) -> float:
     """CPU seconds of a command (with its children); its output is thrown away."""
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = Deadline([proc], limit)
     _pid, status, usage = os.wait4(proc.pid, 0)
-    if os.waitstatus_to_exitcode(status):
-        raise SystemExit(f"{cmd[0]} failed")
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    late = deadline.cancel(cmd[0])
+    if proc.returncode:
+        raise SystemExit(f"{cmd[0]} failed{late}")
     return _cpu(usage)
 
 

@@ -23,11 +23,81 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from collect_vs_perf import cpu_of, prepare, run_together  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+KINDS = ("info", "hist", "stack", "edge", "threads")
+
+
+def set_sizes(q: Path) -> dict[str, int]:
+    """Bytes of a .q's sets (not the object copies, the dot-files) by file
+    kind (NAME.KIND#N), the rest under "other"."""
+    sizes = dict.fromkeys((*KINDS, "other"), 0)
+    for p in q.iterdir():
+        if p.name.startswith("."):
+            continue
+        kind = p.name.split("#", 1)[0].rsplit(".", 1)[-1]
+        sizes[kind if kind in sizes else "other"] += p.stat().st_size
+    return sizes
+
+
+def program_sizes(q: Path) -> dict[str, int]:
+    """Bytes of a .q's sets by program (PROG of the set's name), largest first."""
+    from qtools.qformat.errors import QFormatError
+    from qtools.qformat.names import parse_name
+    sizes: dict[str, int] = {}
+    for p in q.iterdir():
+        if p.name.startswith("."):
+            continue
+        try:
+            prog = parse_name(p.name).set.prog
+        except (QFormatError, ValueError):
+            prog = "?"
+        sizes[prog] = sizes.get(prog, 0) + p.stat().st_size
+    return dict(sorted(sizes.items(), key=lambda kv: -kv[1]))
+
+
+def long_run(work: Path, pfan: Path, ncpu: int, minutes: float, view: bool = True
+             ) -> dict[str, Any]:
+    """One run of the load (one p-fan per CPU plus 20 short-lived processes
+    a second) sampled by q-syscollect and perf record -a -g at once: CPU of
+    each, .q sizes, perf.data size and (with ``view``) the viewers' CPU."""
+    seconds = minutes * 60
+    loads = [subprocess.Popen([str(pfan)]) for _ in range(ncpu)]
+    churn = subprocess.Popen(["sh", "-c", "while :; do /bin/true; sleep 0.05; done"])
+    q, data = work / f"q-{minutes:g}", work / f"perf-{minutes:g}.data"
+    try:
+        q_cpu, perf_cpu, _err = run_together(
+            [sys.executable, "-m", "qtools.daemon.cli", "-v", "-d", str(q), "-t",
+             str(seconds)],
+            ["perf", "record", "-q", "-a", "-g", "-F", "997", "-e", "cpu-clock", "-o",
+             str(data), "--", "sleep", str(seconds)], seconds + 600)
+    finally:
+        for p in (*loads, churn):
+            p.kill()
+            p.wait()
+    kinds = set_sizes(q)
+    row: dict[str, Any] = {"minutes": minutes, "q_cpu": q_cpu, "perf_cpu": perf_cpu, "kinds": kinds,
+           "programs": program_sizes(q),
+           "sets": sum(kinds.values()),
+           "copies": sum(p.stat().st_blocks * 512 for p in q.iterdir()
+                         if p.name.startswith(".") and p.stat().st_nlink == 1),
+           "n_sets": len([p for p in q.iterdir() if ".info#" in p.name]),
+           "perf_data": data.stat().st_size}
+    if view:
+        row["view"] = cpu_of([sys.executable, "-m", "qtools.viewer.cli", str(q), "--comm",
+                              "p-fan", "--no-cache"])
+        row["overview"] = cpu_of([sys.executable, "-m", "qtools.viewer.cli", str(q)])
+        row["report"] = cpu_of(["perf", "report", "-i", str(data), "--comm", "p-fan",
+                                "--stdio"])
+    shutil.rmtree(q, ignore_errors=True)
+    data.unlink()
+    return row
 
 
 def main() -> int:
@@ -37,32 +107,9 @@ def main() -> int:
     work, pfan, ncpu = prepare("qtools-longbench-")
     rows = []
     for minutes in args.minutes:
-        seconds = minutes * 60
-        loads = [subprocess.Popen([str(pfan)]) for _ in range(ncpu)]
-        churn = subprocess.Popen(["sh", "-c", "while :; do /bin/true; sleep 0.05; done"])
-        q, data = work / f"q-{minutes:g}", work / f"perf-{minutes:g}.data"
-        try:
-            q_cpu, perf_cpu, _err = run_together(
-                [sys.executable, "-m", "qtools.daemon.cli", "-v", "-d", str(q), "-t",
-                 str(seconds)],
-                ["perf", "record", "-q", "-a", "-g", "-F", "997", "-e", "cpu-clock", "-o",
-                 str(data), "--", "sleep", str(seconds)])
-        finally:
-            for p in (*loads, churn):
-                p.kill()
-                p.wait()
-        sets = sum(p.stat().st_size for p in q.iterdir() if not p.name.startswith("."))
-        copies = sum(p.stat().st_blocks * 512 for p in q.iterdir()
-                     if p.name.startswith(".") and p.stat().st_nlink == 1)
-        n_sets = len([p for p in q.iterdir() if ".info#" in p.name])
-        view = cpu_of([sys.executable, "-m", "qtools.viewer.cli", str(q), "--comm", "p-fan",
-                       "--no-cache"])
-        overview = cpu_of([sys.executable, "-m", "qtools.viewer.cli", str(q)])
-        report = cpu_of(["perf", "report", "-i", str(data), "--comm", "p-fan", "--stdio"])
-        rows.append((minutes, q_cpu, perf_cpu, sets, copies, n_sets, data.stat().st_size, view,
-                     overview, report))
-        shutil.rmtree(q, ignore_errors=True)
-        data.unlink()
+        r = long_run(work, pfan, ncpu, minutes)
+        rows.append((minutes, r["q_cpu"], r["perf_cpu"], r["sets"], r["copies"], r["n_sets"],
+                     r["perf_data"], r["view"], r["overview"], r["report"]))
         print(f"done: {minutes:g} min", file=sys.stderr, flush=True)
     print(f"\nOne p-fan per CPU ({ncpu}) plus 20 short-lived processes a second, sampled at "
           "997 Hz by both tools at once:\n")
