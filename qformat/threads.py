@@ -159,18 +159,27 @@ def with_cpu_rest(records: Iterable[ThreadWeight | ThreadName], stacks: Iterable
     ``name`` where the file has lines of ``tid`` or the others weigh more
     than the `.stack`."""
     left: dict[tuple[int, ...], int] = {}
+    cpu: list[ThreadWeight] = []
+    rest: list[ThreadWeight | ThreadName] = []  # names, then S, D, W lines
     for rec in records:
         if isinstance(rec, ThreadWeight) and rec.kind == "cpu":
             if rec.tid == tid:
                 raise QFormatError(f"cpu lines of thread {tid}, which q:cpu-rest says are "
                                    "left out", name)
             left[rec.frames] = left.get(rec.frames, 0) - rec.weight
-        yield rec
+            cpu.append(rec)
+        elif isinstance(rec, ThreadName):
+            yield rec
+        else:
+            rest.append(rec)
     for st in stacks:
         left[st.frames] = left.get(st.frames, 0) + st.weight
-    for frames, weight in sorted(left.items(), key=lambda x: (-x[1], x[0])):
+    for frames, weight in left.items():
         if weight < 0:
             raise QFormatError("the cpu lines of the threads other than q:cpu-rest weigh "
                                "more than the .stack has", name)
         if weight:
-            yield ThreadWeight("cpu", tid, weight, frames)
+            cpu.append(ThreadWeight("cpu", tid, weight, frames))
+    # in the order thread_lines writes them, as if none had been left out
+    yield from sorted(cpu, key=lambda w: (-w.weight, w.tid, w.frames))
+    yield from rest

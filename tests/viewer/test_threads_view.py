@@ -308,9 +308,13 @@ def test_a_thread_read_back_from_the_stack_shows_the_same(tmp_path, calls_pie):
     asks = [(ev, "--by", "thread", "--format", "collapsed") for ev in
             ("--event=cpu", "--event=wall")]
     asks += [("--tid", "40", "--format", "json"), ("--tid", "41", "--flat"),
-             ("--by", "thread", "--graph"), ("--metrics", "cpu,off-cpu,wall"),
-             ("--format", "otlp")]
+             ("--by", "thread", "--graph"), ("--metrics", "cpu,off-cpu,wall")]
+    exports = [("--format", fmt, "-o", str(tmp_path / f"out.{fmt}")) for fmt in ("pprof",)]
     before = [run(q.info_path(name), *ask) for ask in asks]
+    exported = []
+    for ask in exports:
+        assert run(q.info_path(name), *ask)[0] == 0
+        exported.append((tmp_path / ask[-1]).read_bytes())
     threads = (q.path / read_info(q.info_path(name)).threads.file).read_bytes()
     _leave_out_cpu_of(q, name, 40)
     after_file = (q.path / read_info(q.info_path(name)).threads.file).read_bytes()
@@ -318,6 +322,9 @@ def test_a_thread_read_back_from_the_stack_shows_the_same(tmp_path, calls_pie):
     for ask, want in zip(asks, before):
         assert want[0] == 0, (ask, want[2])
         assert run(q.info_path(name), *ask) == want, ask
+    for ask, want_bytes in zip(exports, exported):
+        assert run(q.info_path(name), *ask)[0] == 0
+        assert (tmp_path / ask[-1]).read_bytes() == want_bytes, ask
 
 
 def test_cpu_rest_lines_that_do_not_add_up_name_the_file(tmp_path, calls_pie):
