@@ -19,6 +19,7 @@ runs), which would take tens of GB for these durations.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,7 @@ def main() -> int:
     args = ap.parse_args()
     work, pfan, ncpu = prepare("qtools-longbench-")
     rows = []
+    kinds: list[tuple[float, dict[str, int], tuple[float, float, float]]] = []
     for minutes in args.minutes:
         seconds = minutes * 60
         loads = [subprocess.Popen([str(pfan)]) for _ in range(ncpu)]
@@ -51,7 +53,9 @@ def main() -> int:
             for p in (*loads, churn):
                 p.kill()
                 p.wait()
-        sets = sum(p.stat().st_size for p in q.iterdir() if not p.name.startswith("."))
+        load = os.getloadavg()
+        by_type = set_bytes(q)
+        sets = sum(by_type.values())
         copies = sum(p.stat().st_blocks * 512 for p in q.iterdir()
                      if p.name.startswith(".") and p.stat().st_nlink == 1)
         n_sets = len([p for p in q.iterdir() if ".info#" in p.name])
@@ -61,6 +65,7 @@ def main() -> int:
         report = cpu_of(["perf", "report", "-i", str(data), "--comm", "p-fan", "--stdio"])
         rows.append((minutes, q_cpu, perf_cpu, sets, copies, n_sets, data.stat().st_size, view,
                      overview, report))
+        kinds.append((minutes, by_type, load))
         shutil.rmtree(q, ignore_errors=True)
         data.unlink()
         print(f"done: {minutes:g} min", file=sys.stderr, flush=True)
@@ -73,8 +78,30 @@ def main() -> int:
         print(f"| {m:g} min | {qc:.1f} | {pc:.1f} | {sets / 1e6:.1f} MB ({n}) | "
               f"{copies / 1e6:.1f} MB | {pdata / 1e6:.0f} MB | {view:.2f} | {over:.2f} | "
               f"{rep:.2f} |")
+    print("\nThe sets by file type (bytes), and the load average at the end of each run:\n")
+    types = sorted({t for _m, by, _l in kinds for t in by})
+    print("| run | " + " | ".join(f".{t}" for t in types) + " | all sets | load |")
+    print("|---|" + "---|" * (len(types) + 2))
+    for m, by, load in kinds:
+        print(f"| {m:g} min | " + " | ".join(f"{by.get(t, 0) / 1e6:.2f} MB" for t in types)
+              + f" | {sum(by.values()) / 1e6:.2f} MB | {load[0]:.1f} {load[1]:.1f} |")
+    if len(rows) > 1:
+        first, last = rows[0], rows[-1]
+        print(f"\n.q sets, {last[0]:g} min against {first[0]:g} min: "
+              f"{last[3] / first[3]:.2f}x (object copies {last[4] / max(first[4], 1):.2f}x)")
     shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def set_bytes(q: Path) -> dict[str, int]:
+    """Bytes of the set files (`.info`, `.hist`, `.stack`, ...; the object
+    copies left out), by file type."""
+    out: dict[str, int] = {}
+    for p in q.iterdir():
+        if not p.name.startswith("."):
+            kind = p.name.rpartition("#")[0].rpartition(".")[2] or "other"
+            out[kind] = out.get(kind, 0) + p.stat().st_size
+    return out
 
 
 if __name__ == "__main__":

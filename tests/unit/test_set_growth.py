@@ -76,3 +76,28 @@ def test_threads_read_back_as_the_collector_counted_them(tmp_path):
         checked += 1
     assert checked >= 4 and left_out == checked
     run.close()
+
+
+def test_a_thread_is_left_out_only_where_the_stack_gives_it_back_exactly():
+    from qtools.qformat import Stack, ThreadName, rest_thread, with_cpu_rest
+
+    a, b, c = (0x10, 0x20), (0x11, 0x20), (0x12,)
+    stacks = {a: 50, b: 30}
+    weights = {("cpu", 7, a): 40, ("cpu", 7, b): 30, ("cpu", 8, a): 10, ("S", 8, c): 99}
+    assert rest_thread(stacks, 0, weights) == 7  # the thread with the most lines
+    back = list(with_cpu_rest([ThreadName(8, "w"), *[
+        r for r in _records(weights) if (r.kind, r.tid) != ("cpu", 7)]],
+        [Stack(w, f) for f, w in stacks.items()], 7))
+    assert {(r.kind, r.tid, r.frames): r.weight for r in back if hasattr(r, "kind")} == weights
+    # a sample without its stack in .stack (no callchain: the thread line is its pc)
+    assert rest_thread(stacks, 0, {**weights, ("cpu", 7, c): 5}) is None
+    # the remainder line stands for the threads' lines without a stack
+    assert rest_thread({a: 50}, 30, {("cpu", 7, a): 50, ("cpu", 7, ()): 25,
+                                     ("cpu", 8, ()): 5}) == 7
+    assert rest_thread({}, 0, {("S", 7, a): 5}) is None
+
+
+def _records(weights):
+    from qtools.qformat import ThreadWeight
+
+    return [ThreadWeight(k, t, w, f) for (k, t, f), w in weights.items()]
