@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from collect_vs_perf import cpu_of, prepare, run_together  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+WORKLOAD = ("p-fan", "sh", "true", "sleep", "kernel", "q-syscollect")
+"""The programs of the load (and the collector itself, sampled like any other)."""
 
 
 def main() -> int:
@@ -38,6 +41,7 @@ def main() -> int:
     work, pfan, ncpu = prepare("qtools-longbench-")
     rows = []
     kinds: list[tuple[float, dict[str, int], tuple[float, float, float]]] = []
+    mine: list[tuple[float, dict[str, int]]] = []
     for minutes in args.minutes:
         seconds = minutes * 60
         loads = [subprocess.Popen([str(pfan)]) for _ in range(ncpu)]
@@ -55,6 +59,7 @@ def main() -> int:
                 p.wait()
         load = os.getloadavg()
         by_type = set_bytes(q)
+        progs = program_bytes(q)
         sets = sum(by_type.values())
         copies = sum(p.stat().st_blocks * 512 for p in q.iterdir()
                      if p.name.startswith(".") and p.stat().st_nlink == 1)
@@ -66,6 +71,9 @@ def main() -> int:
         rows.append((minutes, q_cpu, perf_cpu, sets, copies, n_sets, data.stat().st_size, view,
                      overview, report))
         kinds.append((minutes, by_type, load))
+        mine.append((minutes, dict(progs)))
+        print(f"{minutes:g} min, sets by program: " + ", ".join(
+            f"{name} {size / 1e3:.0f} kB" for name, size in progs[:10]), file=sys.stderr)
         shutil.rmtree(q, ignore_errors=True)
         data.unlink()
         print(f"done: {minutes:g} min", file=sys.stderr, flush=True)
@@ -85,12 +93,32 @@ def main() -> int:
     for m, by, load in kinds:
         print(f"| {m:g} min | " + " | ".join(f"{by.get(t, 0) / 1e6:.2f} MB" for t in types)
               + f" | {sum(by.values()) / 1e6:.2f} MB | {load[0]:.1f} {load[1]:.1f} |")
+    print("\nThe sets of the workload's own programs (on a shared machine the others' "
+          "programs have sets too):\n")
+    print("| run | " + " | ".join(WORKLOAD) + " | in all |")
+    print("|---|" + "---|" * (len(WORKLOAD) + 1))
+    for m, progs in mine:
+        print(f"| {m:g} min | " + " | ".join(f"{progs.get(p, 0) / 1e3:.0f} kB" for p in WORKLOAD)
+              + f" | {sum(progs.get(p, 0) for p in WORKLOAD) / 1e6:.2f} MB |")
     if len(rows) > 1:
         first, last = rows[0], rows[-1]
+        own = [sum(progs.get(p, 0) for p in WORKLOAD) for _m, progs in mine]
         print(f"\n.q sets, {last[0]:g} min against {first[0]:g} min: "
-              f"{last[3] / first[3]:.2f}x (object copies {last[4] / max(first[4], 1):.2f}x)")
+              f"{last[3] / first[3]:.2f}x; the workload's {own[-1] / own[0]:.2f}x "
+              f"(object copies {last[4] / max(first[4], 1):.2f}x)")
     shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def program_bytes(q: Path) -> list[tuple[str, int]]:
+    """Bytes of the set files by program (PROG of PROG-pidN-cpuN and
+    PROG-cpuN), largest first."""
+    out: dict[str, int] = {}
+    for p in q.iterdir():
+        if not p.name.startswith("."):
+            prog = re.sub(r"(-pid\d+)?-cpu\d+\..*", "", p.name)
+            out[prog] = out.get(prog, 0) + p.stat().st_size
+    return sorted(out.items(), key=lambda kv: -kv[1])
 
 
 def set_bytes(q: Path) -> dict[str, int]:
