@@ -104,7 +104,7 @@ def main() -> int:
         first, last = rows[0], rows[-1]
         own = [sum(progs.get(p, 0) for p in WORKLOAD) for _m, progs in mine]
         print(f"\n.q sets, {last[0]:g} min against {first[0]:g} min: "
-              f"{last[3] / first[3]:.2f}x; the workload's {own[-1] / own[0]:.2f}x "
+              f"{last[3] / max(first[3], 1):.2f}x; the workload's {own[-1] / max(own[0], 1):.2f}x "
               f"(object copies {last[4] / max(first[4], 1):.2f}x)")
     shutil.rmtree(work, ignore_errors=True)
     return 0
