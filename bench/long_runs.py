@@ -19,6 +19,7 @@ runs), which would take tens of GB for these durations.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -29,6 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from collect_vs_perf import cpu_of, prepare, run_together  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+WORKLOAD = ("p-fan", "sh", "true", "sleep", "kernel", "q-syscollect")
+"""The programs of the load (and the collector itself, sampled like any other)."""
 
 
 KINDS = ("info", "hist", "stack", "edge", "threads")
@@ -106,10 +109,17 @@ def main() -> int:
     args = ap.parse_args()
     work, pfan, ncpu = prepare("qtools-longbench-")
     rows = []
+    kinds: list[tuple[float, dict[str, int], tuple[float, float, float]]] = []
+    mine: list[tuple[float, dict[str, int]]] = []
     for minutes in args.minutes:
         r = long_run(work, pfan, ncpu, minutes)
         rows.append((minutes, r["q_cpu"], r["perf_cpu"], r["sets"], r["copies"], r["n_sets"],
                      r["perf_data"], r["view"], r["overview"], r["report"]))
+        kinds.append((minutes, r["kinds"], os.getloadavg()))
+        mine.append((minutes, dict(r["programs"])))
+        print(f"{minutes:g} min, sets by program: " + ", ".join(
+            f"{name} {size / 1e3:.0f} kB" for name, size in list(r["programs"].items())[:10]),
+            file=sys.stderr)
         print(f"done: {minutes:g} min", file=sys.stderr, flush=True)
     print(f"\nOne p-fan per CPU ({ncpu}) plus 20 short-lived processes a second, sampled at "
           "997 Hz by both tools at once:\n")
@@ -120,6 +130,26 @@ def main() -> int:
         print(f"| {m:g} min | {qc:.1f} | {pc:.1f} | {sets / 1e6:.1f} MB ({n}) | "
               f"{copies / 1e6:.1f} MB | {pdata / 1e6:.0f} MB | {view:.2f} | {over:.2f} | "
               f"{rep:.2f} |")
+    print("\nThe sets by file type (bytes), and the load average at the end of each run:\n")
+    types = sorted({t for _m, by, _l in kinds for t in by})
+    print("| run | " + " | ".join(f".{t}" for t in types) + " | all sets | load |")
+    print("|---|" + "---|" * (len(types) + 2))
+    for m, by, load in kinds:
+        print(f"| {m:g} min | " + " | ".join(f"{by.get(t, 0) / 1e6:.2f} MB" for t in types)
+              + f" | {sum(by.values()) / 1e6:.2f} MB | {load[0]:.1f} {load[1]:.1f} |")
+    print("\nThe sets of the workload's own programs (on a shared machine the others' "
+          "programs have sets too):\n")
+    print("| run | " + " | ".join(WORKLOAD) + " | in all |")
+    print("|---|" + "---|" * (len(WORKLOAD) + 1))
+    for m, progs in mine:
+        print(f"| {m:g} min | " + " | ".join(f"{progs.get(p, 0) / 1e3:.0f} kB" for p in WORKLOAD)
+              + f" | {sum(progs.get(p, 0) for p in WORKLOAD) / 1e6:.2f} MB |")
+    if len(rows) > 1:
+        first, last = rows[0], rows[-1]
+        own = [sum(progs.get(p, 0) for p in WORKLOAD) for _m, progs in mine]
+        print(f"\n.q sets, {last[0]:g} min against {first[0]:g} min: "
+              f"{last[3] / max(first[3], 1):.2f}x; the workload's {own[-1] / max(own[0], 1):.2f}x "
+              f"(object copies {last[4] / max(first[4], 1):.2f}x)")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

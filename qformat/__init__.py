@@ -13,7 +13,8 @@ from .info import FORMAT_VERSION, CallCounts, CallStacks, Histogram, Info, MapRa
 from .limits import DEFAULT_LIMITS, LimitExceeded, Limits, parse_limits
 from .names import QName, SetName, check_plain_name, copy_name, info_versions, parse_copy_name, \
     parse_name, parse_set, sanitize, sanitize_prog
-from .threads import ThreadName, ThreadWeight, read_threads, thread_lines
+from .threads import (ThreadName, ThreadWeight, read_threads, rest_thread, thread_lines,
+                      with_cpu_rest)
 from .copies import CopyJob, Stored, TooLarge
 from .sexp import Form, Symbol
 from .store import CopyProblem, MissingFile, QDir, UnsafeDirectory, crc32_of_fd, \
@@ -32,4 +33,5 @@ __all__ += [  # reading untrusted input: caps, and files that must be there
     "DEFAULT_LIMITS", "LimitExceeded", "Limits", "MissingFile", "data_expected",
     "open_in_directory", "parse_limits", "require_complete",
 ]
-__all__ += ["ThreadName", "ThreadWeight", "read_threads", "thread_lines"]
+__all__ += ["ThreadName", "ThreadWeight", "read_threads", "rest_thread", "thread_lines",
+            "with_cpu_rest"]

@@ -133,6 +133,7 @@ class Threads:
     switch_records_lost: int | None = None
     off_cpu_seconds: float | None = None  # the S and D lines' total, in seconds
     cpu_wait_seconds: float | None = None  # the W lines' total
+    cpu_rest: int | None = None  # a TID whose cpu lines are the .stack less the others'
     extra: dict[str, Any] = field(default_factory=dict)
 
 

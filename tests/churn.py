@@ -50,6 +50,7 @@ class Churn:
     big_every: int = 32  # every so many processes: one with a set of its own
     big_samples: int = 500  # ... and that many samples, each a stack never seen before
     steady_stacks: int = 0  # new stacks of the steady process each round (0: no steady one)
+    steady_repertoire: int = 0  # ... or samples a round from a fixed repertoire of 500 stacks
     cgroups: int = 7  # distinct cgroup ids the samples carry
 
 
@@ -91,7 +92,8 @@ class ChurnRun:
         self.processes = 0
         self.samples = 0
         self.distinct_new = 0  # stacks never repeated: the big processes' and the steady one's
-        if churn.steady_stacks:
+        self.steady = [self._stack() for _ in range(500 if churn.steady_repertoire else 0)]
+        if churn.steady_stacks or churn.steady_repertoire:
             self.feed.push([*self._begin(STEADY_PID, "steady")])
 
     def _stack(self) -> tuple[int, ...]:
@@ -154,6 +156,8 @@ class ChurnRun:
         for _ in range(c.steady_stacks):
             batch.append(self._sample(STEADY_PID, STEADY_PID, self._stack()))
             self.distinct_new += 1
+        for _ in range(c.steady_repertoire):
+            batch.append(self._sample(STEADY_PID, STEADY_PID, self.rng.choice(self.steady)))
         return batch
 
     def round(self, batch: list[bytes] | None = None) -> None:

@@ -280,3 +280,58 @@ def test_a_metric_of_sets_without_off_cpu_data_says_so(tmp_path, calls_pie):
                    "(collected without q-syscollect --off-cpu): off-cpu is empty\n")
     code, out, err = run(str(q.path), "--flat")  # the CPU profile: nothing to say
     assert (code, err) == (0, "")
+
+
+def _leave_out_cpu_of(q: QBuilder, name: str, tid: int) -> None:
+    """Rewrite the set's `.threads` as q-syscollect does (q:cpu-rest): the
+    `cpu` lines of ``tid`` left out, to be read back from the `.stack`."""
+    from qtools.qformat import QDir, read_stacks, read_threads, rest_thread, thread_lines
+    from qtools.qformat.threads import ThreadName
+
+    info = read_info(q.info_path(name))
+    names, weights = {}, {}
+    for rec in read_threads(q.path / info.threads.file):
+        if isinstance(rec, ThreadName):
+            names[rec.tid] = rec.name
+        else:
+            weights[(rec.kind, rec.tid, rec.frames)] = rec.weight
+    stacks = {s.frames: s.weight for s in read_stacks(q.path / info.call_stacks.file)}
+    assert rest_thread(stacks, 0, weights) == tid  # as the collector would choose
+    with QDir.open(q.path) as qd:
+        qd.atomic_write(info.threads.file, thread_lines(names, weights, cpu_rest=tid))
+        info.threads = dataclasses.replace(info.threads, cpu_rest=tid)
+        qd.atomic_write(name, dump_info(info).encode())
+
+
+def test_a_thread_read_back_from_the_stack_shows_the_same(tmp_path, calls_pie):
+    q, name = _setup(tmp_path, calls_pie)
+    asks = [(ev, "--by", "thread", "--format", "collapsed") for ev in
+            ("--event=cpu", "--event=wall")]
+    asks += [("--tid", "40", "--format", "json"), ("--tid", "41", "--flat"),
+             ("--by", "thread", "--graph"), ("--metrics", "cpu,off-cpu,wall")]
+    exports = [("--format", fmt, "-o", str(tmp_path / f"out.{fmt}")) for fmt in ("pprof",)]
+    before = [run(q.info_path(name), *ask) for ask in asks]
+    exported = []
+    for ask in exports:
+        assert run(q.info_path(name), *ask)[0] == 0
+        exported.append((tmp_path / ask[-1]).read_bytes())
+    threads = (q.path / read_info(q.info_path(name)).threads.file).read_bytes()
+    _leave_out_cpu_of(q, name, 40)
+    after_file = (q.path / read_info(q.info_path(name)).threads.file).read_bytes()
+    assert b"cpu 40 " in threads and b"cpu 40 " not in after_file
+    for ask, want in zip(asks, before):
+        assert want[0] == 0, (ask, want[2])
+        assert run(q.info_path(name), *ask) == want, ask
+    for ask, want_bytes in zip(exports, exported):
+        assert run(q.info_path(name), *ask)[0] == 0
+        assert (tmp_path / ask[-1]).read_bytes() == want_bytes, ask
+
+
+def test_cpu_rest_lines_that_do_not_add_up_name_the_file(tmp_path, calls_pie):
+    q, name = _setup(tmp_path, calls_pie)
+    info = read_info(q.info_path(name))
+    info.threads = dataclasses.replace(info.threads, cpu_rest=41)  # 41's lines are there
+    (q.path / name).write_text(dump_info(info))
+    code, out, err = run(q.info_path(name), "--by", "thread")
+    assert code != 0 and info.threads.file in err and "q:cpu-rest" in err
+    assert "Traceback" not in err

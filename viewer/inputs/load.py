@@ -24,7 +24,7 @@ from qtools.qformat import DEFAULT_LIMITS, Info, Limits, MissingFile, QFormatErr
 from qtools.qformat.archive import looks_like_archive, open_archive
 from qtools.qformat.data import Arc
 from qtools.qformat.info import Unwanted, Wanted
-from qtools.qformat.threads import ThreadName, ThreadWeight, read_threads
+from qtools.qformat.threads import ThreadName, ThreadWeight, read_threads, with_cpu_rest
 from qtools.qformat.stores import DirStore, Store
 
 from ..errors import ViewError
@@ -212,17 +212,30 @@ class StoredSet:
 
     def threads(self) -> Iterator[ThreadWeight | ThreadName] | None:
         """The `.threads` records (docs/q-format.md 5.8), or None where the
-        set has none."""
+        set has none; with q:cpu-rest, the `cpu` lines of that thread put
+        back from the `.stack` (4.9)."""
         th = self.info.threads
         if th is None:
             return None
+        name = self.data_path(th.file)
+        stacks: Iterator[Stack] | None = None
+        if th.cpu_rest is not None:
+            if self.info.call_stacks is None:
+                raise QFormatError("q:threads has q:cpu-rest but the set has no .stack",
+                                   self.path)
+            stacks = self.stacks()
+            if stacks is None:  # its .stack is missing: so is the thread's part
+                return None
         try:
             f = self._open(th.file)
         except MissingFile:
             if self.data_expected:
                 raise
             return None
-        return _closing(f, read_threads(f, self.limits, name=self.data_path(th.file)))
+        records = _closing(f, read_threads(f, self.limits, name=name))
+        if stacks is None or th.cpu_rest is None:
+            return records
+        return with_cpu_rest(records, stacks, th.cpu_rest, name)
 
     def edges(self) -> Iterator[Arc] | None:
         """The `.edge` records, or None where the set has none (MissingFile
