@@ -51,13 +51,6 @@ OTHER_PROGRAMS = "q-other-programs"
 program under a million names (a symlink each). Tasks of programs past the
 bound fold into the set named OTHER_PROGRAMS, which no command name can
 sanitize to (16 characters, none of them a trailing ``_``)."""
-MAX_AGGREGATE_STACKS = 4096
-"""Distinct stacks an aggregate set keeps per slice (``--max-stacks``, if
-lower, is the bound). The common stacks of short-lived programs are met in
-the first minutes; what keeps coming after is rare ones, nearly every
-sample a stack of its own (the kernel paths of exec, page faults and exit,
-met by sampling): past the bound they join the remainder line, so a
-program's set stops growing while its `.hist` keeps every sample."""
 MAX_FOLDED_THREADS = 64
 """Threads an aggregate set's `.threads` names apart; those of any further
 folded tasks share TID 0 (their stacks kept), so a program run thousands of
@@ -250,8 +243,7 @@ class SetBook:
             prog = OTHER_PROGRAMS
             agg = self.aggregates.get(prog)
         if agg is None:
-            tally = SampleTally(max_stacks=min(self.max_stacks, MAX_AGGREGATE_STACKS),
-                                max_threads=MAX_FOLDED_THREADS)
+            tally = SampleTally(max_stacks=self.max_stacks, max_threads=MAX_FOLDED_THREADS)
             agg = self._new(SetData(SetName(prog, self.cpu), tally, layout=CanonicalLayout()),
                             promoted=True)
             self.aggregates[prog] = agg

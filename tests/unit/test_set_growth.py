@@ -101,22 +101,3 @@ def _records(weights):
     from qtools.qformat import ThreadWeight
 
     return [ThreadWeight(k, t, w, f) for (k, t, f), w in weights.items()]
-
-
-def test_an_aggregate_keeps_its_first_stacks_and_pools_the_rare_rest(monkeypatch):
-    from qtools.daemon.machine.tasks import Process
-    from qtools.daemon.sets import aggregate
-    from qtools.daemon.sets.aggregate import SetBook
-
-    monkeypatch.setattr(aggregate, "MAX_AGGREGATE_STACKS", 20)
-    book = SetBook(cpu=0)
-    for pid in range(100, 140):  # 40 runs of one program, 3 stacks each: 2 common, 1 rare
-        proc = Process(pid, "true")
-        tally = book.process_set(proc).data.tally
-        for stack in [(0x1000, 0x2000), (0x1100, 0x2000), (0xffff_0000 + pid, 0x2000)]:
-            tally.add(stack[0], 5, stack, (), pid)
-        proc.ended = True
-        book.plan(final=False)
-    agg = book.aggregates["true"].data.tally
-    assert len(agg.stacks) == 20 and agg.stacks[(0x1000, 0x2000)] == 40 * 5
-    assert agg.folded_weight == (40 - 18) * 5 and agg.total == 40 * 3 * 5
