@@ -308,9 +308,8 @@ class CpuCollector:
             stack = (tuple(kernel) or (s.ip,)) if self.opts.stacks else None
             ts.data.tally.add(s.ip, weight, stack, (), s.tid)
             return
-        proc = self.table.procs.get(s.pid) or self._process(s.pid, s.time)
-        known = self.book.by_process.get(proc)  # (process_set, inline for the common case)
-        ts = known if known is not None and known.writer.dirty else self.book.process_set(proc)
+        proc = self._process(s.pid, s.time)
+        ts = self.book.process_set(proc)
         tally, stats = ts.data.tally, ts.stats
         cgroup = s.cgroup
         if cgroup:
@@ -332,14 +331,8 @@ class CpuCollector:
         arcs = [(b.source, b.target) for b in s.branches if b.is_call] if s.branches else []
         if low < tally.kernel_from:
             tally.kernel_from = low
-        noted = ts.noted  # _note_mappings' first test, inline: a stack noted before
-        if arcs or noted.maps_version != proc.maps_version or \
-                noted.stacks.get(id(user)) is not user or not user:
-            self._note_mappings(proc, ts, user if user or in_kernel else [s.ip], arcs)
-        jit = proc.jit  # has_dump, inline while the JIT state is current
-        if self.jit is not None and user and (
-                jit.dump is not None if jit is not None and jit.maps_version == proc.maps_version
-                else self.jit.has_dump(proc)):
+        self._note_mappings(proc, ts, user if user or in_kernel else [s.ip], arcs)
+        if self.jit is not None and user and self.jit.has_dump(proc):
             tally.count_thread(s.tid, weight)  # now: the JIT tracker may hold the sample
             # by thread with its addresses as sampled (JIT code unnamed there)
             tally.add_thread("cpu", s.tid, stack or (s.ip,), weight)

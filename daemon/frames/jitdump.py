@@ -161,10 +161,6 @@ class JitTracker:
         if said_once(line):
             write_line(self.out, line)
 
-    def version(self, proc: Process) -> int:
-        st = proc.jit
-        return st.version if st is not None else 0
-
     def has_dump(self, proc: Process) -> bool:
         st = proc.jit  # asked for every sample: the state itself when it is current
         if st is None or st.maps_version != proc.maps_version:

@@ -15,7 +15,7 @@ from typing import Callable
 
 from qtools.qformat import (CallCounts, CallStacks, Form, Histogram, Info, MapRange, ObjectRef,
                             QDir, Stored, TaskInfo, dump_info, edge_lines, hist_lines,
-                            rest_thread, stack_lines, thread_lines)
+                            stack_lines, thread_lines)
 from qtools.qformat.info import Threads
 from qtools.qformat.cgroup import name_cgroup
 from qtools.qformat.info import JitdumpRef
@@ -140,8 +140,7 @@ def build_info(ts: CollectedSet, run: RunInfo, copier: ObjectCopier, version: in
                                cpu_wait_seconds=_wait_seconds(prof, ("W",))
                                if run.off_cpu else None)
         if info.call_stacks is not None:  # one thread's cpu lines: the .stack less the others'
-            info.threads.cpu_rest = rest_thread(prof.stacks, prof.folded_weight,
-                                                prof.thread_stacks)
+            info.threads.cpu_rest = prof.cpu_rest()
     if prof.arcs:
         info.call_counts = CallCounts(name.file("edge", version), conversion_factor=1.0)
     info.kallsyms = run.kallsyms
@@ -223,7 +222,9 @@ def write_sets(qdir: QDir, sets: list[CollectedSet], run: RunInfo, copier: Objec
                                       compress=run.compress, sync=False)
                 if info.threads:
                     qdir.atomic_write(info.threads.file,
-                                      thread_lines(prof.thread_names, prof.thread_stacks,
+                                      thread_lines(prof.thread_names,
+                                                   prof.written_thread_lines(
+                                                       info.threads.cpu_rest),
                                                    info.threads.cpu_rest),
                                       compress=run.compress, sync=False)
             staged.append((ts, info))

@@ -11,6 +11,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
+from qtools.qformat import rest_thread
+
 from ..machine.tasks import Mapping, Process
 from .sketch import DistinctCount
 
@@ -159,6 +161,22 @@ class SampleTally:
         for key, w in self._solo_lines():
             lines[key] = lines.get(key, 0) + w
         return lines
+
+    def cpu_rest(self) -> int | None:
+        """The thread whose "cpu" lines `.threads` may leave out (q:cpu-rest,
+        ``rest_thread``): while one thread had every sample, that one, whose
+        lines are the stacks themselves."""
+        if self.solo is not None and not self.split:
+            return self.solo
+        return rest_thread(self.stacks, self.folded_weight, self.by_thread)
+
+    def written_thread_lines(self, cpu_rest: int | None
+                             ) -> dict[tuple[str, int, tuple[int, ...]], int]:
+        """The `.threads` weights to write with ``cpu_rest`` left out: the
+        one thread's lines are not made only to be left out again."""
+        if cpu_rest is not None and cpu_rest == self.solo and not self.split:
+            return self.by_thread
+        return self.thread_stacks
 
     @property
     def has_thread_lines(self) -> bool:
