@@ -269,7 +269,7 @@ class CpuCollector:
         other set, so taking them ahead of the drain's time order changes
         nothing."""
         ts = self.book.kernel_set()
-        ts.writer.dirty = True
+        ts.writer.idle_dirty = True  # written with other changes, or now and then (Book.plan)
         tally = ts.data.tally
         stacks = self.opts.stacks
         for (ip, tid), (samples, weight) in seen.items():
@@ -366,7 +366,7 @@ class CpuCollector:
         if kernel.stats.counters_start is None:
             kernel.stats.counters_start = now
         kernel.stats.counters_last = now
-        kernel.writer.dirty = True
+        kernel.writer.idle_dirty = True  # time passing: written as the idle weight is
 
     def _note_mappings(self, proc: Process, ts: CollectedSet, addresses: Sequence[int],
                        arcs: list[tuple[int, int]]) -> None:
@@ -420,17 +420,19 @@ class CpuCollector:
 
     # ------------------------------------------------------------ checkpoints
 
-    def checkpoint(self, final: bool = False) -> bool:
+    def checkpoint(self, final: bool = False, complete: bool = False) -> bool:
         """Write every changed set; True if everything reached the disk.
 
         ``final`` closes every set: the end of the run, or of a time slice.
+        ``complete`` writes an idle CPU's kernel set too, which a periodic
+        checkpoint leaves for later when nothing else changed (Book.plan).
         """
         self._update_stats()
         self.waits.take(self.read_until or time.monotonic_ns())
         self.waits.name_threads()
         if self.jit is not None:
             self.jit.resolve_pending(final_all=final)
-        sets, folded = self.book.plan(final)
+        sets, folded = self.book.plan(final, complete)
         if self.sampled_cgroups:
             self.cgroups.complete((ts.stats.cgroup_weights for ts in sets),
                                   lambda: synthesize.cgroups(self.host, 0))
@@ -561,8 +563,8 @@ class CpuCollector:
                 next_slice = self._slice_end(clock, rotate)  # type: ignore[arg-type]
                 next_checkpoint = clock() + self.opts.checkpoint_interval
             elif flags.checkpoint or now >= next_checkpoint:
-                flags.checkpoint = False
-                self.checkpoint()
+                asked, flags.checkpoint = flags.checkpoint, False
+                self.checkpoint(complete=asked)
                 next_checkpoint = clock() + self.opts.checkpoint_interval
         if self.opts.verbose:
             self._say("termination-request received; shutting down")

@@ -44,6 +44,10 @@ PROMOTE_WAIT_NS = 1_000_000_000
 """A task with this much off-CPU or wait time gets a set of its own, as one
 with --min-samples samples does: a thread that mostly sleeps is worth seeing."""
 MAX_PIDS = 1024
+# An idle CPU's kernel set is written at every third checkpoint: the
+# upkeep takes a set not rewritten for three intervals plus a minute (plus
+# the rotation interval) as abandoned (Config.stale_after).
+IDLE_CHECKPOINTS = 3
 MAX_UNWRITTEN = 128  # ended tasks kept apart while .q cannot be written; then folded
 MAX_AGGREGATES = 1024
 OTHER_PROGRAMS = "q-other-programs"
@@ -120,6 +124,8 @@ class SetWriter:
     version: int | None = None  # claimed at its first write
     promoted: bool = False  # has (or will get at the next write) files of its own
     dirty: bool = True  # changed since its last write
+    idle_dirty: bool = False  # changed since its last write by idle weight alone
+    idle_skips: int = 0  # checkpoints that left its idle weight unwritten
     finished: bool = False  # ended; forget it once written
     fold: bool = False  # to be folded into its program's set (could not be written)
 
@@ -249,8 +255,10 @@ class SetBook:
             self.aggregates[prog] = agg
         return agg
 
-    def plan(self, final: bool) -> tuple[list[CollectedSet], list[Process]]:
-        """Decide what to write now.
+    def plan(self, final: bool, complete: bool = False
+             ) -> tuple[list[CollectedSet], list[Process]]:
+        """Decide what to write now (``complete``: every change, the
+        kernel set's idle weight too, as a checkpoint asked for by signal).
 
         Returns the sets to write and the processes whose data was folded
         into an aggregate (the caller may forget them).
@@ -278,9 +286,24 @@ class SetBook:
         sets = list(self.closing)
         sets += [ts for ts in self.by_process.values() if ts.writer.promoted and ts.writer.dirty]
         sets += [a for a in self.aggregates.values() if a.writer.dirty]
-        if self.kernel is not None and self.kernel.writer.dirty:
+        if self.kernel is not None and self._kernel_due(complete):
             sets.append(self.kernel)
         return sets, folded
+
+    def _kernel_due(self, complete: bool) -> bool:
+        """Is the kernel set to be written? When it changed, yes. When
+        only time passed on an idle CPU (the idle task's weight, the CPU's
+        counters), at every IDLE_CHECKPOINTS-th checkpoint, or when asked:
+        rewriting its files each minute for that alone was a large part of
+        what an idle machine's collector cost. The end of a slice writes it
+        (final: _finish)."""
+        w = self.kernel.writer  # type: ignore[union-attr]
+        if w.dirty or complete and w.idle_dirty:
+            return True
+        if not w.idle_dirty:
+            return False
+        w.idle_skips += 1
+        return w.idle_skips >= IDLE_CHECKPOINTS
 
     def _finish(self, ts: CollectedSet) -> None:
         """Close ``ts``: its next write says so, even if nothing else changed."""
@@ -342,7 +365,8 @@ class SetBook:
     def written(self, ts: CollectedSet) -> Process | None:
         """``ts`` reached the disk; drop it if it is finished. Returns its
         process when that can be forgotten too."""
-        ts.writer.dirty = False
+        ts.writer.dirty = ts.writer.idle_dirty = False
+        ts.writer.idle_skips = 0
         if ts in self.closing:
             self.closing.remove(ts)
         proc = ts.data.process

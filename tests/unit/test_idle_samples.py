@@ -175,3 +175,46 @@ def test_the_probe_reads_what_the_decoder_reads():
     assert MAIN.idle_sample(rec, {MAIN_ID}) is None  # another event's
     assert MAIN.idle_sample(_busy(10)) is None
     assert SampleLayout(abi.SAMPLE_TID | abi.SAMPLE_TIME).idle_sample(rec) is None  # no ip
+
+
+def _kernel_info(qd) -> tuple[int, int]:
+    """(q:idle-weight, mtime in ns) of kernel-cpu0's .info as now on disk."""
+    path = qd / "kernel-cpu0.info#0"
+    return read_info(path).task.extra["q:idle-weight"], path.stat().st_mtime_ns
+
+
+def test_an_idle_cpu_rewrites_its_kernel_set_every_third_checkpoint(tmp_path):
+    """Periodic checkpoints of a CPU where only the idle task ran leave the
+    kernel set as last written, two times in three; a checkpoint asked for
+    (SIGHUP), any other kernel sample, and the end of the run write it."""
+    from qtools.daemon.sets.aggregate import IDLE_CHECKPOINTS
+    qd = tmp_path / "q"
+    batches = [[_idle(10 * n + i) for i in range(3)] for n in range(IDLE_CHECKPOINTS + 3)]
+    with QDir.open(qd, create=True) as qdir:
+        c = _collector(qdir, [])
+        c.source = ReplaySource(c.layout, batches)
+
+        def drain_and_checkpoint(**kw: bool) -> int:
+            c.step()
+            assert c.checkpoint(**kw)
+            return _kernel_info(qd)[0]
+
+        assert drain_and_checkpoint() == 3 * PERIOD  # a new set: written at once
+        weights = [drain_and_checkpoint() for _ in range(IDLE_CHECKPOINTS)]
+        assert weights == [3 * PERIOD] * (IDLE_CHECKPOINTS - 1) + [3 * PERIOD * (IDLE_CHECKPOINTS + 1)]
+        assert drain_and_checkpoint() == 3 * PERIOD * (IDLE_CHECKPOINTS + 1)  # skipped again
+        assert drain_and_checkpoint(complete=True) == 3 * PERIOD * (IDLE_CHECKPOINTS + 3)
+        # pid 0's samples that take the decoder's path (here: in user mode)
+        # are not told idle from their prefix: the set changed, it is written
+        c.source = ReplaySource(c.layout, [[synth.encode_sample(MAIN, Sample(
+            misc=abi.MISC_USER, ip=UA, pid=0, tid=0, time=900, id=MAIN_ID, cpu=0,
+            period=PERIOD, callchain=(abi.CONTEXT_USER, UA)))], [_idle(901)]])
+        c.step()
+        assert c.checkpoint()
+        assert dict(read_hist(qd / read_info(qd / "kernel-cpu0.info#0").histogram.file)).get(UA)
+        before = _kernel_info(qd)
+        c.step()  # one more idle sample, and the run ends
+        assert c.checkpoint(final=True)
+        after = _kernel_info(qd)
+        assert after[0] == before[0] + PERIOD and read_info(qd / "kernel-cpu0.info#0").task.state \
+            == "closed"
