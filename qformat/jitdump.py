@@ -56,10 +56,8 @@ CODE_LOAD, CODE_MOVE, CODE_DEBUG_INFO, CODE_CLOSE, CODE_UNWINDING_INFO = range(5
 MAX_RECORD = 4 << 20  # a larger record is taken for corruption
 MAX_HEADER = 4096
 
-JIT_BASE = 0x7A00_0000_0000_0000
-JIT_STRIDE = 1 << 24  # code larger than this is cut to it
-JIT_END = 0x8000_0000_0000_0000
-MAX_ORDINAL = (JIT_END - JIT_BASE) // JIT_STRIDE
+from .jitaddr import (JIT_BASE, JIT_END, JIT_STRIDE, MAX_ORDINAL, is_synthetic,  # noqa: F401
+                      split_synthetic, synthetic_address)
 
 _HEADER = struct.Struct("<IIIIIIQQ")
 _PREFIX = struct.Struct("<IIQ")
@@ -393,15 +391,3 @@ class Placements:
         self.items.append(p)
         return p
 
-
-def synthetic_address(ordinal: int, offset: int) -> int:
-    return JIT_BASE + ordinal * JIT_STRIDE + offset
-
-
-def is_synthetic(address: int) -> bool:
-    return JIT_BASE <= address < JIT_END
-
-
-def split_synthetic(address: int) -> tuple[int, int]:
-    """(ordinal, offset) of a synthetic address."""
-    return divmod(address - JIT_BASE, JIT_STRIDE)

@@ -75,7 +75,7 @@ def test_the_wheel_holds_every_module_and_both_commands():
                 for src in tree_modules().values()}
     assert not expected - names, f"missing from {wheel}: {sorted(expected - names)}"
     assert "q-syscollect = qtools.daemon.cli:main" in entry_points
-    assert "q-view = qtools.viewer.cli:main" in entry_points
+    assert "q-view = qtools.viewer.cli:run" in entry_points
 
 
 def _fresh_venv(where: Path) -> Path:

@@ -134,32 +134,37 @@ def _symbols(e: _Elf, index: int) -> Iterator[RawSymbol]:
     sec = e.sections[index]
     strtab = e.data(sec["sh_link"])
     data = e.data(index)
-    if e.is64:
-        fmt, size = e.endian + "IBBHQQ", 24
+    if e.is64:  # fields in one order for both: (name, info, shndx, value, size)
+        entries = ((n, i, x, v, z) for n, i, _o, x, v, z
+                   in struct.iter_unpack(e.endian + "IBBHQQ", data[: len(data) - len(data) % 24]))
     else:
-        fmt, size = e.endian + "IIIBBH", 16
-    data = data[: len(data) - len(data) % size]
+        entries = ((n, i, x, v, z) for n, v, z, i, _o, x
+                   in struct.iter_unpack(e.endian + "IIIBBH", data[: len(data) - len(data) % 16]))
     executable = [bool(s["sh_flags"] & SHF_EXECINSTR) for s in e.sections]
     section_ends = [s["sh_addr"] + s["sh_size"] for s in e.sections]
-    for entry in struct.iter_unpack(fmt, data):
-        if e.is64:
-            st_name, st_info, _other, shndx, value, sym_size = entry
-        else:
-            st_name, value, sym_size, st_info, _other, shndx = entry
-        kind, bind = st_info & 0xF, st_info >> 4
+    functions = (STT_FUNC, STT_GNU_IFUNC)
+    ranks = {STB_GLOBAL: 0, STB_WEAK: 2}
+    size = len(strtab)
+    # about ten thousand symbols in a libc's debug file: this loop is most
+    # of what reading one costs, so its tests come cheapest first
+    for st_name, st_info, shndx, value, sym_size in entries:
         if shndx == SHN_UNDEF or shndx >= SHN_LORESERVE or not value:
             continue
-        if kind not in (STT_FUNC, STT_GNU_IFUNC):
+        kind = st_info & 0xF
+        if kind not in functions:
             # Assembly routines often come as NOTYPE labels in code sections;
             # local labels and ARM mapping symbols ($x, $d) are no functions.
             if kind != STT_NOTYPE or shndx >= len(executable) or not executable[shndx]:
                 continue
-        name = _cstring(strtab, st_name)
+        if not 0 <= st_name < size:
+            continue
+        end = strtab.find(b"\0", st_name)
+        name = strtab[st_name: end if end >= 0 else size].decode("utf-8", "replace")
         if not name or name.startswith((".L", "$")):
             continue
         if "@" in name:  # a .symver alias in .symtab: memcpy@@GLIBC_2.14 is memcpy
             name = name.split("@", 1)[0]
-        rank = {STB_GLOBAL: 0, STB_WEAK: 1}.get(bind, 2) * 2 + (kind == STT_NOTYPE)
+        rank = ranks.get(st_info >> 4, 4) + (kind == STT_NOTYPE)
         # A sizeless symbol reaches to the next one, but never past its section.
         cap = 0 if sym_size else section_ends[shndx] if shndx < len(section_ends) else 0
         yield RawSymbol(value, sym_size, rank, name, cap)

@@ -86,7 +86,10 @@ def read_plain(data: bytes, checked: bool = False) -> KallsymsText | None:
     lines = data.split(b"\n")
     if lines and not lines[-1]:
         lines.pop()
-    if lines and (max(map(len, lines)) >= MAX_LINE - 1 or min(map(len, lines)) < 20):
+    # (the layout's expression admits no line under 20 bytes: only a
+    # layout the cache vouched for needs that looked at)
+    if lines and (max(map(len, lines)) >= MAX_LINE - 1
+                  or checked and min(map(len, lines)) < 20):
         return None
     if not _NONZERO.search(data):
         return KallsymsText([], {}, restricted=True)

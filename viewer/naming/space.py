@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from qtools.qformat import Info, MapRange, ObjectRef
 from qtools.qformat.arch import kernel_start
-from qtools.qformat.jitdump import is_synthetic
+from qtools.qformat.jitaddr import is_synthetic
 
 from ..profile.model import Location
 from .demangle import demangle

@@ -29,7 +29,6 @@ from qtools.qformat.stores import Store
 from .debuginfod import Debuginfod
 from .elf import ElfObject, ElfProblem, Segment, read_elf
 from .fde import read_fde_ranges, read_root_ranges
-from .jitnames import JitNames, load_jitdump
 from .kallsyms import MAX_TEXT, KallsymsText, read_plain
 from .lines import (LineIndex, LineProblem, ObjectLines, has_lines, path_opener, path_tag,
                     read_index)
@@ -37,6 +36,7 @@ from .symcache import SymbolCache
 from .symtab import RawSymbol, SymbolTable
 
 if TYPE_CHECKING:
+    from .jitnames import JitNames
     from .space import AddressSpace
 
 KERNEL_OBJECT = "[kernel.kallsyms]"
@@ -485,6 +485,7 @@ class Symbols:
             self._jitdumps[key] = None
             with self._verified(directory, copy) as source:
                 if source is not None:
+                    from .jitnames import load_jitdump  # only where a JIT wrote a dump
                     self._jitdumps[key] = load_jitdump(source, self.warn,
                                                         os.path.join(directory, copy))
         return self._jitdumps[key]
