@@ -22,7 +22,7 @@ from qtools.qformat import QFormatError
 from qtools.qformat.archive import looks_like_archive
 from qtools.qformat.version import package_version
 
-from . import annotate, overview
+from . import overview
 from .errors import UsageError, ViewError
 from .inputs import hints, runs
 from .profile import diff, filters, processes
@@ -315,6 +315,7 @@ def _show(args: argparse.Namespace, inputs: list[Source], selection: Selection,
     sets = select_inputs(inputs, selection, args.all_versions, run, args.limits)
     _note_runs(sets, run is None and any(is_directory(i) for i in inputs), err)
     if args.annotate is not None:
+        from . import annotate  # disassembly and source: only for --annotate
         return annotate.show(sets, args, out, _Warnings(err))
     encode = FORMATS[args.format].export
     if encode is not None and export_to is not None:
