@@ -221,36 +221,36 @@ def tree_counters(pid: int) -> tuple[int, int]:
 
 
 def measure_idle(seconds: float = 60) -> dict[str, float]:
-    """Both tools as the service runs them, side by side: % of one CPU over
-    ``seconds`` after SETTLE seconds of start-up (schedstat), and wake-ups
-    per second (voluntary context switches)."""
+    """Each tool as the service runs it, alone, one after the other: % of
+    one CPU over ``seconds`` after SETTLE seconds of start-up (schedstat),
+    and wake-ups per second (voluntary context switches). Alone, because
+    side by side each samples the other's wake-ups: perf record's drains
+    kept q-syscollect's collectors from ever finding their CPU idle."""
     q = q_command()
     work = Path(tempfile.mkdtemp(prefix="qtools-idle-"))
     args = service_args(work / "q")
     rate = args[args.index("-c") + 1] if "-c" in args else "997"
-    procs: dict[str, subprocess.Popen[bytes]] = {}
+    commands = {"q": [q, "-q", *args],
+                "perf": ["perf", "record", "-q", "-a", "-g", "-F", rate, "-o",
+                         str(work / "perf.data")]}
+    out: dict[str, float] = {}
     try:
-        procs["q"] = subprocess.Popen([q, "-q", *args], stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.PIPE)
-        procs["perf"] = subprocess.Popen(
-            ["perf", "record", "-q", "-a", "-g", "-F", rate, "-o", str(work / "perf.data")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(SETTLE)
-        before = {name: tree_counters(p.pid) for name, p in procs.items()}
-        t0 = time.monotonic()
-        time.sleep(seconds)
-        after = {name: tree_counters(p.pid) for name, p in procs.items()}
-        window = time.monotonic() - t0
-        out: dict[str, float] = {}
-        for name in procs:
-            out[f"{name}_pct_one_cpu"] = 100 * (after[name][0] - before[name][0]) / 1e9 / window
-            out[f"{name}_wakeups_per_s"] = (after[name][1] - before[name][1]) / window
+        for name, command in commands.items():
+            p = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                time.sleep(SETTLE)
+                before = tree_counters(p.pid)
+                t0 = time.monotonic()
+                time.sleep(seconds)
+                after = tree_counters(p.pid)
+                window = time.monotonic() - t0
+            finally:
+                p.send_signal(signal.SIGINT if name == "perf" else signal.SIGTERM)
+                p.wait()
+            out[f"{name}_pct_one_cpu"] = 100 * (after[0] - before[0]) / 1e9 / window
+            out[f"{name}_wakeups_per_s"] = (after[1] - before[1]) / window
         return out
     finally:
-        for name, p in procs.items():
-            p.send_signal(signal.SIGINT if name == "perf" else signal.SIGTERM)
-        for p in procs.values():
-            p.wait()
         shutil.rmtree(work, ignore_errors=True)
 
 
