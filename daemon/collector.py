@@ -6,7 +6,6 @@ The loop knows nothing of syscalls: records come from an ``EventSource``
 
 from __future__ import annotations
 
-import math
 import operator
 import os
 import sys
@@ -16,7 +15,9 @@ from typing import Callable, Protocol, Sequence, TextIO
 
 from qtools.qformat import QDir
 
+from . import drainloop
 from .clock import SYSTEM, Clock
+from .drainloop import QUIET_RECORDS_PER_SECOND
 from .decode.records import Lost, Record, RecordError, Sample, Switch, split_callchain
 from .decode import idle
 from .decode.routes import handlers
@@ -38,10 +39,6 @@ from .sets.objects import KallsymsCopy, ObjectCopier
 MAPS_REFRESH_SECONDS = 1.0
 KERNEL_MODES = (abi.MISC_KERNEL, abi.MISC_GUEST_KERNEL)  # Sample.in_kernel, inlined
 STATS_SECONDS = 1.0
-# A drain that found no more than this many records a second besides the
-# idle task's samples, all of them samples (a kernel thread's tick, a
-# daemon's timer; no fork, exec or mmap), is quiet (CpuCollector.run).
-QUIET_RECORDS_PER_SECOND = 4
 
 
 class UserFrames(Protocol):
@@ -466,7 +463,7 @@ class CpuCollector:
             self._report_write_error(errors[0])
             return False
         if self._write_error is not None:
-            self._say(f"writing to {self.qdir.path} works again")
+            self.say(f"writing to {self.qdir.path} works again")
             self._write_error = None
         return True
 
@@ -474,8 +471,7 @@ class CpuCollector:
         """Close this time slice: write every set as closed, start new ones."""
         ok = self.checkpoint(final=True)
         self.book.start_slice()
-        if self.opts.cpu_stats:
-            self.book.kernel_set().stats.counters_start = self.host.cpu_counters(self.opts.cpu)
+        self.start_counters()
         for proc, ts in self.book.by_process.items():
             ts.stats.counters_start = ts.stats.counters_last
         return ok
@@ -489,7 +485,7 @@ class CpuCollector:
                            "checkpoint")
             self._write_error = text
 
-    def _say(self, text: str) -> None:
+    def say(self, text: str) -> None:
         try:
             write_line(self.out, f"[{os.getpid()}] {text}")
         except (OSError, ValueError):
@@ -498,90 +494,35 @@ class CpuCollector:
     def tally(self) -> Tally:
         return Tally(self.samples, self.lost, self.damaged, self.sets_created, self.given_up)
 
-    def _tick(self, seconds: float) -> str:
+    def say_tick(self, seconds: float) -> None:
+        """-v: what the last ``seconds`` collected."""
         damaged = f"; {self.damaged} damaged records so far" if self.damaged else ""
-        return (f"collected {self._tick_samples} samples ({self._tick_lost} lost) "
-                f"in {seconds:.5f} seconds{damaged}")
+        self.say(f"collected {self._tick_samples} samples ({self._tick_lost} lost) "
+                 f"in {seconds:.5f} seconds{damaged}")
+        self._tick_samples = self._tick_lost = 0
 
-    # ------------------------------------------------------------ the loop
-
-    def _slice_end(self, clock: Callable[[], float], every: float) -> float:
-        """When this slice ends, on the loop's monotonic ``clock``: at the
-        next wall-clock boundary as the wall clock reads now. A step of the
-        wall clock later does not move it (a step back would stall rotation,
-        a step forward cut a burst of slices); the next slice aligns again."""
-        wall = self.clock.wall()
-        return clock() + _next_boundary(wall, every) - wall
-
-    def _quiet(self, waited: float) -> bool:
-        """Did the last drain hold next to nothing but the idle task's
-        samples? Then the next may wait longer (see run)."""
-        return (self.busy_records <= QUIET_RECORDS_PER_SECOND * max(waited, 1.0)
-                and not self.sideband_seen and not self.opts.off_cpu
-                and not self.copier.copying)
+    # ------------------------------------------------------------ in time (drainloop.py)
 
     def run(self, flags: Flags, clock: Callable[[], float] = time.monotonic,
             drain_interval: float = 0.5, heartbeat: Callable[[], None] | None = None,
             quiet_interval: float | None = None) -> bool:
-        """Collect until ``flags.stop``; then write a final checkpoint.
+        """Collect until ``flags.stop``; then write a final checkpoint
+        (``drainloop.run``)."""
+        return drainloop.run(self, flags, clock, drain_interval, heartbeat, quiet_interval)
 
-        The rings are drained every ``drain_interval`` seconds, or sooner
-        when one is half full (the kernel wakes the poll). While drains find
-        next to nothing but the idle task's samples, the interval doubles up
-        to ``quiet_interval``: an idle machine wakes its collectors a few
-        times a minute, not twice a second. Any other activity brings it
-        back at once (the rings' watermark wakes a busy CPU's collector in
-        any case, so nothing is lost while waiting)."""
-        started = last_tick = clock()
-        interval = drain_interval
-        next_checkpoint = started + self.opts.checkpoint_interval
-        rotate = self.opts.rotate
-        next_slice = self._slice_end(clock, rotate) if rotate else None
+    def start_counters(self) -> None:
+        """The CPU's counters as collection starts (with ``cpu_stats``)."""
         if self.opts.cpu_stats:
             self.book.kernel_set().stats.counters_start = self.host.cpu_counters(self.opts.cpu)
-        while not flags.stop:
-            now = clock()
-            wait = min(interval, next_checkpoint - now,
-                       (last_tick + 1.0 - now) if self.opts.verbose else interval)
-            if next_slice is not None:
-                wait = min(wait, next_slice - now)
-            self.source.wait(max(0.0, wait))
-            self.step()
-            if quiet_interval is not None and self._quiet(clock() - now):
-                interval = min(max(interval * 2, drain_interval), quiet_interval)
-            else:
-                interval = drain_interval
-            if heartbeat is not None:
-                heartbeat()
-            now = clock()
-            if self.opts.verbose and now - last_tick >= 1.0:
-                self._say(self._tick(now - last_tick))
-                self._tick_samples = self._tick_lost = 0
-                last_tick = now
-            if next_slice is not None and now >= next_slice:
-                self.rotate()
-                next_slice = self._slice_end(clock, rotate)  # type: ignore[arg-type]
-                next_checkpoint = clock() + self.opts.checkpoint_interval
-            elif flags.checkpoint or now >= next_checkpoint:
-                asked, flags.checkpoint = flags.checkpoint, False
-                self.checkpoint(complete=asked)
-                next_checkpoint = clock() + self.opts.checkpoint_interval
-        if self.opts.verbose:
-            self._say("termination-request received; shutting down")
+
+    def finish(self) -> bool:
+        """The last drain and the final checkpoint; True if all was written."""
         self.step()
         self._last_chance = True
         ok = self.checkpoint(final=True)
         self.given_up += self._unwritten  # the last chance to write them has passed
         self._unwritten = 0
-        if self.opts.verbose:
-            self._say(self._tick(clock() - last_tick))
         return ok
-
-
-def _next_boundary(now: float, every: float) -> float:
-    """The next multiple of ``every`` seconds of wall-clock time: every
-    collector of a run cuts its slices at the same moments."""
-    return (math.floor(now / every) + 1) * every
 
 
 _ORDER = operator.attrgetter("order")

@@ -1,0 +1,93 @@
+"""One collector's loop in time: when to drain its rings, checkpoint, cut
+a slice, say how it goes, and stop. What a drain or a checkpoint does is
+the collector's (collector.py); this module only knows the clock.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from .collector import CpuCollector, Flags
+
+# A drain that found no more than this many records a second besides the
+# idle task's samples, all of them samples (a kernel thread's tick, a
+# daemon's timer; no fork, exec or mmap), is quiet (run).
+QUIET_RECORDS_PER_SECOND = 4
+
+
+def run(c: CpuCollector, flags: Flags, clock: Callable[[], float] = time.monotonic,
+        drain_interval: float = 0.5, heartbeat: Callable[[], None] | None = None,
+        quiet_interval: float | None = None) -> bool:
+    """Collect until ``flags.stop``; then write a final checkpoint.
+
+    The rings are drained every ``drain_interval`` seconds, or sooner when
+    one is half full (the kernel wakes the poll). While drains find next
+    to nothing but the idle task's samples, the interval doubles up to
+    ``quiet_interval``: an idle machine wakes its collectors a few times a
+    minute, not twice a second. Any other activity brings it back at once
+    (the rings' watermark wakes a busy CPU's collector in any case, so
+    nothing is lost while waiting)."""
+    opts = c.opts
+    started = last_tick = clock()
+    interval = drain_interval
+    next_checkpoint = started + opts.checkpoint_interval
+    rotate = opts.rotate
+    next_slice = slice_end(c, clock, rotate) if rotate else None
+    c.start_counters()
+    while not flags.stop:
+        now = clock()
+        wait = min(interval, next_checkpoint - now,
+                   (last_tick + 1.0 - now) if opts.verbose else interval)
+        if next_slice is not None:
+            wait = min(wait, next_slice - now)
+        c.source.wait(max(0.0, wait))
+        c.step()
+        if quiet_interval is not None and quiet(c, clock() - now):
+            interval = min(max(interval * 2, drain_interval), quiet_interval)
+        else:
+            interval = drain_interval
+        if heartbeat is not None:
+            heartbeat()
+        now = clock()
+        if opts.verbose and now - last_tick >= 1.0:
+            c.say_tick(now - last_tick)
+            last_tick = now
+        if next_slice is not None and now >= next_slice:
+            c.rotate()
+            next_slice = slice_end(c, clock, rotate)  # type: ignore[arg-type]
+            next_checkpoint = clock() + opts.checkpoint_interval
+        elif flags.checkpoint or now >= next_checkpoint:
+            asked, flags.checkpoint = flags.checkpoint, False
+            c.checkpoint(complete=asked)
+            next_checkpoint = clock() + opts.checkpoint_interval
+    if opts.verbose:
+        c.say("termination-request received; shutting down")
+    ok = c.finish()
+    if opts.verbose:
+        c.say_tick(clock() - last_tick)
+    return ok
+
+
+def quiet(c: CpuCollector, waited: float) -> bool:
+    """Did the last drain hold next to nothing but the idle task's
+    samples? Then the next may wait longer (see run)."""
+    return (c.busy_records <= QUIET_RECORDS_PER_SECOND * max(waited, 1.0)
+            and not c.sideband_seen and not c.opts.off_cpu and not c.copier.copying)
+
+
+def slice_end(c: CpuCollector, clock: Callable[[], float], every: float) -> float:
+    """When this slice ends, on the loop's monotonic ``clock``: at the
+    next wall-clock boundary as the wall clock reads now. A step of the
+    wall clock later does not move it (a step back would stall rotation,
+    a step forward cut a burst of slices); the next slice aligns again."""
+    wall = c.clock.wall()
+    return clock() + next_boundary(wall, every) - wall
+
+
+def next_boundary(now: float, every: float) -> float:
+    """The next multiple of ``every`` seconds of wall-clock time: every
+    collector of a run cuts its slices at the same moments."""
+    return (math.floor(now / every) + 1) * every
