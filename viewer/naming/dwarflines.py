@@ -25,6 +25,7 @@ from elftools.elf.elffile import ELFFile
 
 from qtools.qformat import open_regular
 
+from .diescan import SCOPES, subprograms
 from .lazydwarf import dwarf_info
 from .symtab import RawSymbol, SymbolTable
 
@@ -181,15 +182,15 @@ def parse_rows(units: set[int] | None) -> Callable[[Any], tuple[SymbolTable, set
     return work
 
 
-Functions = dict[int, list[tuple[int, int, Any]]]  # unit -> (start, end, DIE) sorted
+Functions = dict[int, list[tuple[int, int, int]]]  # unit -> (start, end, entry offset) sorted
 
 
 def parse_inlines(unit: int, vaddr: int, functions: Functions
                   ) -> Callable[[Any], tuple[list[tuple[int, int]], SymbolTable]]:
     """The inlined code of the function of ``unit`` that holds ``vaddr``:
     its ranges, and its inlined ranges named by their chains. Only that
-    function's entries are read (the others are skipped by their
-    DW_AT_sibling), so a view pays for the functions it shows."""
+    function's entries are read whole (the unit's other entries are
+    stepped over, diescan.py), so a view pays for the functions it shows."""
     def work(dw: Any) -> tuple[list[tuple[int, int]], SymbolTable]:
         cu = dw.get_CU_at(unit)
         top = cu.get_top_DIE()
@@ -198,13 +199,17 @@ def parse_inlines(unit: int, vaddr: int, functions: Functions
         file_name = _file_names(cu, program) if program is not None else (lambda i: "?")
         known = functions.get(unit)
         if known is None:
-            known = functions[unit] = sorted(_functions(dw, cu, top, base),
-                                             key=lambda f: f[0])
+            found = subprograms(dw, cu, lambda offset: _die_ranges(
+                dw, cu, dw.get_DIE_from_refaddr(offset, cu), base))
+            if found is None:  # what the scan does not read: pyelftools, entry by entry
+                found = [(lo, hi, die.offset) for lo, hi, die in _functions(dw, cu, top, base)]
+            known = functions[unit] = sorted(found, key=lambda f: f[0])
         i = bisect_right(known, vaddr, key=lambda f: f[0]) - 1
-        die = next((known[j][2] for j in range(i, max(i - 8, -1), -1)
-                    if known[j][0] <= vaddr < known[j][1]), None)
-        if die is None:
+        offset = next((known[j][2] for j in range(i, max(i - 8, -1), -1)
+                       if known[j][0] <= vaddr < known[j][1]), None)
+        if offset is None:
             return [(vaddr, vaddr + 1)], SymbolTable.empty()
+        die = dw.get_DIE_from_refaddr(offset, cu)
         spans = [r for r in _die_ranges(dw, cu, die, base) if r[1] > r[0]]
         out: list[RawSymbol] = []
         _unit_inlines(dw, cu, file_name, out, _subtree(die))
@@ -212,8 +217,6 @@ def parse_inlines(unit: int, vaddr: int, functions: Functions
     return work
 
 
-SCOPES = ("DW_TAG_namespace", "DW_TAG_class_type", "DW_TAG_structure_type",
-          "DW_TAG_union_type", "DW_TAG_module")
 
 
 def _functions(dw: Any, cu: Any, parent: Any, base: int) -> Iterator[tuple[int, int, Any]]:

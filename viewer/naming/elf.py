@@ -134,28 +134,26 @@ def _symbols(e: _Elf, index: int) -> Iterator[RawSymbol]:
     sec = e.sections[index]
     strtab = e.data(sec["sh_link"])
     data = e.data(index)
-    if e.is64:  # fields in one order for both: (name, info, shndx, value, size)
-        entries = ((n, i, x, v, z) for n, i, _o, x, v, z
-                   in struct.iter_unpack(e.endian + "IBBHQQ", data[: len(data) - len(data) % 24]))
-    else:
-        entries = ((n, i, x, v, z) for n, v, z, i, _o, x
-                   in struct.iter_unpack(e.endian + "IIIBBH", data[: len(data) - len(data) % 16]))
-    executable = [bool(s["sh_flags"] & SHF_EXECINSTR) for s in e.sections]
+    if e.is64:  # Elf64_Sym: name, info, other, shndx, value, size
+        fmt, width, at_info, at_shndx, at_value, at_size = "IBBHQQ", 24, 1, 3, 4, 5
+    else:  # Elf32_Sym: name, value, size, info, other, shndx
+        fmt, width, at_info, at_shndx, at_value, at_size = "IIIBBH", 16, 3, 5, 1, 2
+    code = {i for i, s in enumerate(e.sections) if s["sh_flags"] & SHF_EXECINSTR}
     section_ends = [s["sh_addr"] + s["sh_size"] for s in e.sections]
     functions = (STT_FUNC, STT_GNU_IFUNC)
+    # About ten thousand symbols in a libc's debug file: the ones that can
+    # be code are picked in one pass first (defined in a real section, at
+    # a nonzero address, a function, or a NOTYPE label in a code section,
+    # as assembly routines come; local labels and ARM mapping symbols ($x,
+    # $d) are dropped below by name), and only their names are read.
+    picked = [t for t in struct.iter_unpack(e.endian + fmt, data[: len(data) - len(data) % width])
+              if t[at_value] and SHN_UNDEF < t[at_shndx] < SHN_LORESERVE
+              and ((t[at_info] & 0xF) in functions
+                   or t[at_info] & 0xF == STT_NOTYPE and t[at_shndx] in code)]
     ranks = {STB_GLOBAL: 0, STB_WEAK: 2}
     size = len(strtab)
-    # about ten thousand symbols in a libc's debug file: this loop is most
-    # of what reading one costs, so its tests come cheapest first
-    for st_name, st_info, shndx, value, sym_size in entries:
-        if shndx == SHN_UNDEF or shndx >= SHN_LORESERVE or not value:
-            continue
-        kind = st_info & 0xF
-        if kind not in functions:
-            # Assembly routines often come as NOTYPE labels in code sections;
-            # local labels and ARM mapping symbols ($x, $d) are no functions.
-            if kind != STT_NOTYPE or shndx >= len(executable) or not executable[shndx]:
-                continue
+    for t in picked:
+        st_name = t[0]
         if not 0 <= st_name < size:
             continue
         end = strtab.find(b"\0", st_name)
@@ -164,10 +162,11 @@ def _symbols(e: _Elf, index: int) -> Iterator[RawSymbol]:
             continue
         if "@" in name:  # a .symver alias in .symtab: memcpy@@GLIBC_2.14 is memcpy
             name = name.split("@", 1)[0]
-        rank = ranks.get(st_info >> 4, 4) + (kind == STT_NOTYPE)
+        info, shndx, sym_size = t[at_info], t[at_shndx], t[at_size]
+        rank = ranks.get(info >> 4, 4) + (info & 0xF == STT_NOTYPE)
         # A sizeless symbol reaches to the next one, but never past its section.
         cap = 0 if sym_size else section_ends[shndx] if shndx < len(section_ends) else 0
-        yield RawSymbol(value, sym_size, rank, name, cap)
+        yield RawSymbol(t[at_value], sym_size, rank, name, cap)
 
 
 def _cstring(table: bytes, offset: int) -> str:

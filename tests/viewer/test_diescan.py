@@ -1,0 +1,234 @@
+"""The unit scan of diescan.py finds the functions pyelftools finds.
+
+A first view names the code inlined at a return address by the subprogram
+that holds it; the scan steps over a unit's entries by their bytes rather
+than building every one with pyelftools. Checked here against pyelftools'
+own walk on real objects (C and C++, DWARF 4 and 5, compressed, a function
+split into a hot and a cold part), and on units made byte by byte: what
+it does not read it leaves to pyelftools, and damaged bytes end it.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from qtools.viewer.naming import dwarflines
+from qtools.viewer.naming.diescan import subprograms
+
+SRC = Path(__file__).resolve().parent.parent / "data" / "src"
+COLD = """
+#include <stdlib.h>
+__attribute__((noinline)) int work(int n) {
+    if (__builtin_expect(n < 0, 0)) { abort(); }
+    int s = 0;
+    for (int i = 0; i < n; i++) s += i * i;
+    return s;
+}
+int main(int argc, char **argv) { (void)argv; return work(argc); }
+"""
+
+
+def _build(tmp_path: Path, src: Path, *flags: str, cxx: bool = False) -> Path:
+    out = tmp_path / (src.stem + "".join(flags).replace("-", "_"))
+    try:
+        done = subprocess.run(["c++" if cxx else "cc", "-g", "-O2", *flags, "-o", str(out),
+                               str(src), "-lm"], capture_output=True, text=True, check=False)
+    except OSError:
+        pytest.skip("no C/C++ compiler")
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def _both(path: Path, units: int = 10_000) -> list[tuple[list, list | None]]:
+    """Per unit (up to ``units``, picked alike each time): pyelftools' spans
+    and the scan's."""
+    out = []
+    with open(path, "rb") as f:
+        dw = dwarflines.dwarf_of(f)
+        cus = list(dw.iter_CUs())
+        if len(cus) > units:
+            cus = random.Random(7).sample(cus, units)
+        for cu in cus:
+            top = cu.get_top_DIE()
+            base = dwarflines._low_pc(top)
+            slow = [(lo, hi, die.offset) for lo, hi, die in dwarflines._functions(dw, cu, top, base)]
+            fast = subprograms(dw, cu, lambda off, cu=cu, base=base: dwarflines._die_ranges(
+                dw, cu, dw.get_DIE_from_refaddr(off, cu), base))
+            out.append((sorted(slow), None if fast is None else sorted(fast)))
+    return out
+
+
+@pytest.mark.parametrize("source,flags", [
+    ("calls.c", ()), ("calls.c", ("-gdwarf-4",)), ("hotline.c", ("-gz",)),
+    ("shapes.cpp", ()), ("shapes.cpp", ("-gdwarf-4",)), ("cold.c", ()),
+    ("cold.c", ("-gdwarf-4",))])
+def test_the_scan_finds_what_pyelftools_finds(tmp_path, source, flags):
+    src = SRC / source
+    if source == "cold.c":
+        src = tmp_path / source
+        src.write_text(COLD)
+    units = _both(_build(tmp_path, src, *flags, cxx=source.endswith(".cpp")))
+    assert units and any(slow for slow, _ in units)
+    for slow, fast in units:
+        assert fast == slow
+    if source == "cold.c":  # work and work.cold: one subprogram, two ranges (DW_AT_ranges)
+        offsets = [off for slow, _ in units for _lo, _hi, off in slow]
+        assert any(offsets.count(o) == 2 for o in offsets)
+
+
+def test_this_machines_debug_files_scan_as_pyelftools_reads_them():
+    root = Path("/usr/lib/debug/.build-id")
+    files = sorted(root.glob("*/*.debug"), key=lambda p: -p.stat().st_size)[:2] \
+        if root.is_dir() else []
+    if not files:
+        pytest.skip("no separate debug files here")
+    for path in files:
+        for slow, fast in _both(path, units=80):
+            assert fast == slow, path
+
+
+# ---------------------------------------------------------------- units made by hand
+
+ABBREVS = {
+    1: ("DW_TAG_compile_unit", True, [("DW_AT_name", "DW_FORM_string")]),
+    2: ("DW_TAG_subprogram", False, [("DW_AT_name", "DW_FORM_string"),
+                                     ("DW_AT_low_pc", "DW_FORM_addr"),
+                                     ("DW_AT_high_pc", "DW_FORM_data4")]),
+    3: ("DW_TAG_namespace", True, [("DW_AT_name", "DW_FORM_strp")]),
+    4: ("DW_TAG_subprogram", True, [("DW_AT_sibling", "DW_FORM_ref4"),
+                                    ("DW_AT_low_pc", "DW_FORM_addr"),
+                                    ("DW_AT_high_pc", "DW_FORM_addr")]),
+    5: ("DW_TAG_variable", False, [("DW_AT_location", "DW_FORM_exprloc"),
+                                   ("DW_AT_const_value", "DW_FORM_sdata")]),
+    6: ("DW_TAG_subprogram", True, [("DW_AT_low_pc", "DW_FORM_addr"),
+                                    ("DW_AT_high_pc", "DW_FORM_udata")]),
+    7: ("DW_TAG_subprogram", False, [("DW_AT_ranges", "DW_FORM_sec_offset")]),
+    8: ("DW_TAG_base_type", False, [("DW_AT_name", "DW_FORM_GNU_weird")]),
+}
+HEADER = 11  # DWARF 4, 32-bit: unit_length 4, version 2, abbrev offset 4, address size 1
+
+
+class _Decl:
+    def __init__(self, tag: str, children: bool, specs: list[tuple[str, str]]) -> None:
+        self.tag, self.children, self.specs = tag, children, specs
+
+    def __getitem__(self, key: str) -> str:
+        return self.tag
+
+    def has_children(self) -> bool:
+        return self.children
+
+    def iter_attr_specs(self):
+        return iter(self.specs)
+
+
+class _Unit:
+    """What the scan asks of pyelftools' CompileUnit, over ``body``."""
+
+    def __init__(self, body: bytes, abbrevs=ABBREVS) -> None:
+        self.cu_offset, self.cu_die_offset, self.size = 0, HEADER, HEADER + len(body)
+        self.table = SimpleNamespace(get_abbrev=lambda code: _Decl(*abbrevs[code]))
+        self.dw = SimpleNamespace(config=SimpleNamespace(little_endian=True),
+                                  debug_info_sec=SimpleNamespace(
+                                      stream=io.BytesIO(bytes(HEADER) + body)))
+
+    def __getitem__(self, key: str) -> int:
+        return {"version": 4, "address_size": 8}[key]
+
+    def dwarf_format(self) -> int:
+        return 32
+
+    def get_abbrev_table(self):
+        return self.table
+
+
+def _u32(v: int) -> bytes:
+    return v.to_bytes(4, "little")
+
+
+def _u64(v: int) -> bytes:
+    return v.to_bytes(8, "little")
+
+
+def _unit_bytes() -> tuple[bytes, list[tuple[int, int, int]], int]:
+    """A unit: a function; a namespace holding a function with children
+    (jumped over by its sibling) and one whose children are stepped over
+    (a nested function there is not the unit's); a function with a range
+    list (left to pyelftools). Returns the bytes, the spans and the range
+    entry's offset."""
+    body = bytearray()
+    spans = []
+    body += b"\x01cu\x00"
+    at = HEADER + len(body)
+    body += b"\x02f\x00" + _u64(0x1000) + _u32(0x40)
+    spans.append((0x1000, 0x1040, at))
+    body += b"\x03" + _u32(0)  # namespace
+    at = HEADER + len(body)
+    sibling_at = len(body) + 1
+    body += b"\x04" + _u32(0) + _u64(0x2000) + _u64(0x2100)
+    spans.append((0x2000, 0x2100, at))
+    body += b"\x05\x02\x91\x7c\x7f" + b"\x02inner\x00" + _u64(0x9000) + _u32(1) + b"\x00"
+    body[sibling_at:sibling_at + 4] = _u32(HEADER + len(body))
+    at = HEADER + len(body)
+    body += b"\x06" + _u64(0x3000) + b"\x80\x01"  # high_pc 128 as ULEB128
+    spans.append((0x3000, 0x3080, at))
+    body += b"\x02nested\x00" + _u64(0x8000) + _u32(8) + b"\x00"  # its child, not the unit's
+    body += b"\x00"  # the namespace ends
+    ranged = HEADER + len(body)
+    body += b"\x07" + _u32(0x100)
+    spans.append((0x4000, 0x4010, ranged))
+    spans.append((0x5000, 0x5008, ranged))
+    body += b"\x00"  # the unit ends
+    return bytes(body), spans, ranged
+
+
+def test_a_unit_made_by_hand_gives_its_functions():
+    body, spans, ranged = _unit_bytes()
+    unit = _Unit(body)
+    asked = []
+
+    def ranges_of(offset: int) -> list[tuple[int, int]]:
+        asked.append(offset)
+        return [(0x4000, 0x4010), (0x5000, 0x5008)]
+
+    assert subprograms(unit.dw, unit, ranges_of) == spans
+    assert asked == [ranged]
+
+
+@pytest.mark.parametrize("damage", ["backward sibling", "truncated", "unknown form",
+                                    "unknown abbreviation"])
+def test_what_the_scan_cannot_read_ends_it(damage):
+    body, _spans, _ = _unit_bytes()
+    body = bytearray(body)
+    if damage == "backward sibling":
+        at = body.index(b"\x04")
+        body[at + 1:at + 5] = _u32(HEADER)
+    elif damage == "truncated":
+        body = body[:len(body) // 2]
+    elif damage == "unknown form":
+        body[-1:-1] = b"\x08x\x00"
+    else:
+        body[-1:-1] = b"\x2a"
+    unit = _Unit(bytes(body))
+    assert subprograms(unit.dw, unit, lambda off: []) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200), st.integers(0, 200))
+def test_any_bytes_end_in_an_answer_or_none(noise, at):
+    """Damage anywhere: the scan returns (spans or None), it never raises
+    nor loops."""
+    body, _spans, _ = _unit_bytes()
+    at = min(at, len(body))
+    damaged = body[:at] + noise + body[at + len(noise):]
+    unit = _Unit(damaged)
+    got = subprograms(unit.dw, unit, lambda off: [])
+    assert got is None or all(isinstance(s, tuple) and len(s) == 3 for s in got)

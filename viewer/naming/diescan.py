@@ -1,0 +1,238 @@
+"""The functions of one compilation unit, found by reading its entries' bytes.
+
+To name the code inlined at an address, dwarflines.py needs the
+subprogram holding it, among those at the unit's top level (and inside
+namespaces and classes). pyelftools builds an object with every attribute
+decoded for each entry on the way, and a unit's top level is mostly its
+types and declarations: libc's ``libc-start.c`` has 1,249 entries there,
+which cost two thirds of a first view's DWARF reading. Here the entries
+are stepped over as the abbreviations lay them out, a subprogram's
+children skipped by its ``DW_AT_sibling`` (or stepped over too), and only
+``DW_AT_low_pc``, ``DW_AT_high_pc`` and ``DW_AT_ranges`` of subprograms are
+read. Whatever this does not read itself (a form it does not know, an
+indirect form, an address given by index, a range list) is left to
+pyelftools: an entry of the kind gets its ranges from pyelftools, and a
+unit the scan cannot step through is scanned by pyelftools as before.
+Nothing is trusted: a reference that does not lead forward, a truncated
+unit or too many entries end the scan (None).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+SCOPES = frozenset(("DW_TAG_namespace", "DW_TAG_class_type", "DW_TAG_structure_type",
+                    "DW_TAG_union_type", "DW_TAG_module"))
+MAX_ENTRIES = 4_000_000  # entries stepped over in one unit
+MAX_DEPTH = 256
+
+_FIXED = {
+    "DW_FORM_data1": 1, "DW_FORM_ref1": 1, "DW_FORM_flag": 1, "DW_FORM_strx1": 1,
+    "DW_FORM_addrx1": 1, "DW_FORM_data2": 2, "DW_FORM_ref2": 2, "DW_FORM_strx2": 2,
+    "DW_FORM_addrx2": 2, "DW_FORM_strx3": 3, "DW_FORM_addrx3": 3, "DW_FORM_data4": 4,
+    "DW_FORM_ref4": 4, "DW_FORM_ref_sup4": 4, "DW_FORM_strx4": 4, "DW_FORM_addrx4": 4,
+    "DW_FORM_data8": 8, "DW_FORM_ref8": 8, "DW_FORM_ref_sig8": 8, "DW_FORM_ref_sup8": 8,
+    "DW_FORM_data16": 16, "DW_FORM_flag_present": 0, "DW_FORM_implicit_const": 0,
+}
+_OFFSET = frozenset(("DW_FORM_strp", "DW_FORM_line_strp", "DW_FORM_sec_offset",
+                     "DW_FORM_strp_sup", "DW_FORM_GNU_ref_alt", "DW_FORM_GNU_strp_alt"))
+_ULEB = frozenset(("DW_FORM_udata", "DW_FORM_ref_udata", "DW_FORM_strx", "DW_FORM_addrx",
+                   "DW_FORM_loclistx", "DW_FORM_rnglistx", "DW_FORM_GNU_addr_index",
+                   "DW_FORM_GNU_str_index", "DW_FORM_sdata"))  # sdata: same length
+_BLOCK = {"DW_FORM_block1": 1, "DW_FORM_block2": 2, "DW_FORM_block4": 4}
+_ULEB_BLOCK = frozenset(("DW_FORM_block", "DW_FORM_exprloc"))
+_REFS = frozenset(("DW_FORM_ref1", "DW_FORM_ref2", "DW_FORM_ref4", "DW_FORM_ref8",
+                   "DW_FORM_ref_udata"))
+_CONSTANT = frozenset(("DW_FORM_data1", "DW_FORM_data2", "DW_FORM_data4", "DW_FORM_data8",
+                       "DW_FORM_udata"))
+
+# What an attribute is read for: its value kept (LOW, HIGH, SIBLING), or
+# only seen (RANGES); anything else is stepped over.
+SKIP, LOW, HIGH_ADDR, HIGH_OFFSET, SIBLING, RANGES, OTHER = range(7)
+
+
+class ScanStop(Exception):
+    """The unit holds what the scan does not read: pyelftools reads it."""
+
+
+Span = tuple[int, int, int]  # low, high, the subprogram's .debug_info offset
+
+
+def subprograms(dw: Any, cu: Any,
+                ranges_of: Callable[[int], list[tuple[int, int]]]) -> list[Span] | None:
+    """(low, high, entry offset) of each range of each subprogram with code
+    below the unit's top entry (through SCOPES), in unit order; None where
+    the unit cannot be stepped through here. ``ranges_of(offset)`` gives
+    the ranges of an entry this scan does not read itself."""
+    try:
+        return _scan(dw, cu, ranges_of)
+    except (ScanStop, IndexError, KeyError, ValueError):
+        return None
+
+
+def _scan(dw: Any, cu: Any, ranges_of: Callable[[int], list[tuple[int, int]]]) -> list[Span]:
+    version = cu["version"]
+    addr_size = cu["address_size"]
+    offset_size = 8 if cu.dwarf_format() == 64 else 4
+    order = "little" if dw.config.little_endian else "big"
+    begin, end = cu.cu_die_offset, cu.cu_offset + cu.size
+    stream = dw.debug_info_sec.stream
+    stream.seek(begin)
+    data = stream.read(end - begin)
+    if len(data) != end - begin:
+        raise ScanStop("truncated unit")
+    layouts = _Layouts(cu.get_abbrev_table(), version, addr_size, offset_size)
+    out: list[Span] = []
+    pos, depth, entries = 0, 0, 0
+    size = len(data)
+    # depth 0: the unit's entry; 1: its children; deeper: inside a scope
+    # (read alike) or inside anything else (stepped over: "skipping" holds
+    # the depth at which that began)
+    skipping = 0
+    while pos < size:
+        at = pos
+        code, pos = _uleb(data, pos)
+        if code == 0:  # the end of a list of children
+            depth -= 1
+            if depth <= 0:
+                break
+            if skipping and depth < skipping:
+                skipping = 0
+            continue
+        entries += 1
+        if entries > MAX_ENTRIES:
+            raise ScanStop("too many entries")
+        tag, children, steps = layouts.get(code)
+        low = high = sibling = None
+        high_is_offset = needs_pyelftools = False
+        for kind, form, width in steps:
+            if kind == SKIP or skipping or depth == 0 or tag != "DW_TAG_subprogram" \
+                    and kind != SIBLING:
+                pos = _step(data, pos, form, width, order)
+                continue
+            if kind in (OTHER, RANGES):  # read by pyelftools, for this entry
+                needs_pyelftools = True
+                pos = _step(data, pos, form, width, order)
+            elif kind == SIBLING:
+                sibling, pos = _value(data, pos, form, width, order)
+            elif kind == LOW:
+                low, pos = _value(data, pos, form, width, order)
+            else:
+                high, pos = _value(data, pos, form, width, order)
+                high_is_offset = kind == HIGH_OFFSET
+        if pos > size:
+            raise ScanStop("truncated entry")
+        offset = begin + at
+        if not skipping and depth >= 1 and tag == "DW_TAG_subprogram":
+            if needs_pyelftools:
+                out.extend((lo, hi, offset) for lo, hi in ranges_of(offset) if hi > lo)
+            elif low is not None and high is not None:
+                hi = low + high if high_is_offset else high
+                if hi > low:
+                    out.append((low, hi, offset))
+        if not children:
+            continue
+        if depth == 0 or not skipping and tag in SCOPES:
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise ScanStop("nested too deeply")
+            continue
+        if skipping:
+            depth += 1  # inside something stepped over already
+            if depth > MAX_DEPTH:
+                raise ScanStop("nested too deeply")
+            continue
+        target = None if sibling is None else cu.cu_offset + sibling - begin
+        if target is not None and pos <= target <= size:
+            pos = target  # its children jumped over
+            continue
+        if target is not None:
+            raise ScanStop("a sibling that does not lead forward")
+        depth += 1  # no sibling: its children are stepped over
+        skipping = depth
+    return out  # (a unit may end without closing its lists, as pyelftools allows)
+
+
+class _Layouts:
+    """Each abbreviation as (tag, has children, steps): (what, form, width)
+    per attribute, width the fixed size in bytes or -1."""
+
+    def __init__(self, table: Any, version: int, addr_size: int, offset_size: int) -> None:
+        self.table = table
+        self.version, self.addr_size, self.offset_size = version, addr_size, offset_size
+        self.known: dict[int, tuple[str, bool, list[tuple[int, str, int]]]] = {}
+
+    def get(self, code: int) -> tuple[str, bool, list[tuple[int, str, int]]]:
+        got = self.known.get(code)
+        if got is None:
+            decl = self.table.get_abbrev(code)
+            steps = [self._step(name, form) for name, form in decl.iter_attr_specs()]
+            got = self.known[code] = (decl["tag"], decl.has_children(), steps)
+        return got
+
+    def _step(self, name: str, form: str) -> tuple[int, str, int]:
+        if form == "DW_FORM_indirect":
+            raise ScanStop("indirect form")
+        width = self._width(form)
+        if name == "DW_AT_sibling":
+            return (SIBLING if form in _REFS else SKIP), form, width
+        if name == "DW_AT_low_pc":
+            return (LOW if form == "DW_FORM_addr" else OTHER), form, width
+        if name == "DW_AT_high_pc":
+            if form == "DW_FORM_addr":
+                return HIGH_ADDR, form, width
+            return (HIGH_OFFSET if form in _CONSTANT else OTHER), form, width
+        if name == "DW_AT_ranges":
+            return RANGES, form, width
+        return SKIP, form, width
+
+    def _width(self, form: str) -> int:
+        if form == "DW_FORM_addr":
+            return self.addr_size
+        if form == "DW_FORM_ref_addr":
+            return self.offset_size if self.version >= 3 else self.addr_size
+        if form in _FIXED:
+            return _FIXED[form]
+        if form in _OFFSET:
+            return self.offset_size
+        if form in _ULEB or form in _BLOCK or form in _ULEB_BLOCK or form == "DW_FORM_string":
+            return -1
+        raise ScanStop(f"form {form}")
+
+
+def _step(data: bytes, pos: int, form: str, width: int, order: str) -> int:
+    if width >= 0:
+        return pos + width
+    if form in _ULEB:
+        return _uleb(data, pos)[1]
+    if form == "DW_FORM_string":
+        end = data.index(b"\0", pos)  # ValueError where there is none
+        return end + 1
+    if form in _BLOCK:
+        n = _BLOCK[form]
+        length = int.from_bytes(data[pos:pos + n], order)  # type: ignore[arg-type]
+        return pos + n + length
+    length, pos = _uleb(data, pos)
+    return pos + length
+
+
+def _value(data: bytes, pos: int, form: str, width: int, order: str) -> tuple[int, int]:
+    if width >= 0:
+        if pos + width > len(data):
+            raise ScanStop("truncated value")
+        return int.from_bytes(data[pos:pos + width], order), pos + width  # type: ignore[arg-type]
+    return _uleb(data, pos)  # udata, ref_udata
+
+
+def _uleb(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]  # IndexError past the end
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ScanStop("LEB128 too long")
+
