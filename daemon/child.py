@@ -96,7 +96,8 @@ def _collect(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, status_w
     if source.regs_user_mask:
         vdso = host.own_vdso()
         own = {parent, os.getpid(), *(siblings or ())}
-        frames = DwarfFrames(qdir, copier, vdso[1] if vdso else None, own, parent)
+        frames = DwarfFrames(qdir, copier, vdso[1] if vdso else None, own, parent,
+                             own_cmdline=host.cmdline(os.getpid()))
     collector = CpuCollector(opts, run, perf, qdir, copier, user_frames=frames, out=out,
                              kallsyms=kallsyms, host=host)
     if source.target_pid == -1:

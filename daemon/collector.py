@@ -323,8 +323,13 @@ class CpuCollector:
                 stats.counters_at = now
                 stats.counters_last = self.host.task_counters(proc.pid) or stats.counters_last
         user = self.user_frames.frames(proc, s, user)  # a tuple the unwinder may hand out again
-        stack = ((tuple(kernel) + tuple(user) if kernel else tuple(user)) or (s.ip,)) \
-            if self.opts.stacks else None
+        stack: tuple[int, ...] | None
+        if not self.opts.stacks:
+            stack = None
+        elif proc.own:  # the collector's own: by its pc, as the idle task (docs/q-format.md 5.3)
+            stack = (s.ip,)
+        else:
+            stack = (tuple(kernel) + tuple(user) if kernel else tuple(user)) or (s.ip,)
         arcs = [(b.source, b.target) for b in s.branches if b.is_call] if s.branches else []
         if low < tally.kernel_from:
             tally.kernel_from = low

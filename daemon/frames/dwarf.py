@@ -122,7 +122,8 @@ class DwarfFrames:
     name = "dwarf"
 
     def __init__(self, qdir: QDir, copier: ObjectCopier, vdso: bytes | None,
-                 own_pids: set[int], supervisor: int, arch: str | None = None) -> None:
+                 own_pids: set[int], supervisor: int, arch: str | None = None,
+                 own_cmdline: list[str] | None = None) -> None:
         self.unwinder = Unwinder(arch or platform.machine())
         regs = self.unwinder.arch
         self._ip_pos = sample_positions(regs, self.unwinder.regs_mask)[regs.ip]
@@ -131,6 +132,8 @@ class DwarfFrames:
         self.jit = JitTracker(regs, qdir=qdir)
         self.own_pids = own_pids
         self.supervisor = supervisor
+        #: the supervisor's command line, which its forks keep until they exec
+        self.own_cmdline = own_cmdline
 
     @property
     def regs_mask(self) -> int:
@@ -148,10 +151,13 @@ class DwarfFrames:
             space = proc.unwind = ProcessSpace(proc, self.tables, self.jit,
                                                (proc.maps_version, jit.version))
             # The collector's own processes (the supervisor, and what it forked
-            # without exec: collectors; the command it runs execs): their deep
-            # interpreter stacks are not what anybody profiles, and cost most.
-            space.own = proc.pid in self.own_pids or \
-                (proc.ppid == self.supervisor and not proc.exec_seen)
+            # without exec: collectors, which a collector forked before its
+            # siblings meets as processes with the supervisor's command line;
+            # the command it runs execs one of its own): their deep interpreter
+            # stacks are not what anybody profiles, and cost most.
+            space.own = proc.own = proc.pid in self.own_pids or (
+                proc.ppid == self.supervisor and self.own_cmdline is not None
+                and proc.cmdline == self.own_cmdline)
         if space.own:
             return (regs[self._ip_pos],)
         return self.unwinder.unwind(space, regs, sample.stack).frames

@@ -149,6 +149,7 @@ class Process:
     ppid: int | None = None
     unwind: object = None  # the user-stack unwinder's per-process state
     jit: Any = None  # the JIT tracker's per-process state (found per sample: no lookup)
+    own: bool = False  # one of the collector's own processes (frames/dwarf.py): kept by pc
     uid: int | None = None  # its owner as first seen (seed, fork, exec): kept after it ends
     #: ended threads other than the main one, the first ended first: the first to forget
     _ended_threads: dict[int, None] = field(default_factory=dict, repr=False)

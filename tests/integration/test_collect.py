@@ -423,3 +423,28 @@ def test_binary_in_another_mount_namespace_is_copied(perf, build, tmp_path):
     copies = [o for _n, i in sets_of(q, "ns-fan") for o in i.objects
               if o.path == f"{hidden}/ns-fan"]
     assert copies and copies[0].file == f".ns-fan.crc32.{zlib.crc32(pfan.read_bytes()):08x}"
+
+
+def test_the_collectors_own_samples_are_kept_by_their_pc(perf, build, tmp_path):
+    """q-syscollect samples itself like any program, but keeps each of its
+    own samples as a stack of one frame, its pc, in the kernel too (a
+    system call's chain is not kept); its .hist is whole."""
+    pfan = build("p-fan")
+    q = tmp_path / "q"
+    load = subprocess.Popen([str(pfan), "20"])
+    try:
+        r = q_syscollect("-d", str(q), "-t", "2", *OWN_SETS)
+    finally:
+        load.kill()
+        load.wait()
+    assert r.returncode == 0, r.stderr
+    check_complete(q)
+    own = [i for n, i in infos(q).items() if i.task.comm == "q-syscollect"]
+    assert own, sorted(infos(q))
+    kernel_samples = 0
+    for info in own:
+        stacks = list(read_stacks(q / info.call_stacks.file))
+        assert all(len(s.frames) == 1 for s in stacks), info.task.pid
+        kernel_samples += sum(1 for a, _c in read_hist(q / info.histogram.file)
+                              if a >= KERNEL_START)
+    assert kernel_samples, "no sample of the collector in the kernel: nothing was checked"
