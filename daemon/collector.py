@@ -283,6 +283,7 @@ class CpuCollector:
         weight = s.period or 1
         kernel: Sequence[int]
         user: Sequence[int]
+        stack: tuple[int, ...] | None
         kernel, user = split_callchain(s.callchain) if s.callchain else (_NO_FRAMES, _NO_FRAMES)
         # Kernel or user told as perf does, never by an address constant:
         # frames after PERF_CONTEXT_KERNEL exist only for a sample taken in
@@ -323,7 +324,6 @@ class CpuCollector:
                 stats.counters_at = now
                 stats.counters_last = self.host.task_counters(proc.pid) or stats.counters_last
         user = self.user_frames.frames(proc, s, user)  # a tuple the unwinder may hand out again
-        stack: tuple[int, ...] | None
         if not self.opts.stacks:
             stack = None
         elif proc.own:  # the collector's own: by its pc, as the idle task (docs/q-format.md 5.3)
