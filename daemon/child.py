@@ -34,7 +34,7 @@ from .stopping import ParentGone, stop_now
 
 PARENT_DEATH_SIGNAL = signal.SIGUSR2
 BACKSTOP_SECONDS = 1  # after the parent's death, the default SIGALRM ends what did not
-QUIET_SECONDS = 5.0  # the longest wait between drains of an idle CPU (CpuCollector.run)
+QUIET_SECONDS = 30.0  # the longest wait between drains of an idle CPU (drainloop.run)
 
 
 def _parent_gone(signum: int, frame: object) -> None:

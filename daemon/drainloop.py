@@ -17,6 +17,11 @@ if TYPE_CHECKING:
 # daemon's timer; no fork, exec or mmap), is quiet (run).
 QUIET_RECORDS_PER_SECOND = 4
 
+# The longest quiet wait without a doorbell (a source without one, or a
+# kernel that would not open it): a process that starts and ends within a
+# wait is seen only through its records, its command line already gone.
+BELL_LESS_QUIET = 5.0
+
 
 def run(c: CpuCollector, flags: Flags, clock: Callable[[], float] = time.monotonic,
         drain_interval: float = 0.5, heartbeat: Callable[[], None] | None = None,
@@ -27,9 +32,10 @@ def run(c: CpuCollector, flags: Flags, clock: Callable[[], float] = time.monoton
     one is half full (the kernel wakes the poll). While drains find next
     to nothing but the idle task's samples, the interval doubles up to
     ``quiet_interval``: an idle machine wakes its collectors a few times a
-    minute, not twice a second. Any other activity brings it back at once
-    (the rings' watermark wakes a busy CPU's collector in any case, so
-    nothing is lost while waiting)."""
+    minute, not twice a second. Meanwhile the source's doorbell rings at
+    the first fork, exit or exec on the CPU, and any activity a drain then
+    finds brings the interval back at once (the rings' watermark wakes a
+    busy CPU's collector in any case, so nothing is lost while waiting)."""
     opts = c.opts
     started = last_tick = clock()
     interval = drain_interval
@@ -37,6 +43,7 @@ def run(c: CpuCollector, flags: Flags, clock: Callable[[], float] = time.monoton
     rotate = opts.rotate
     next_slice = slice_end(c, clock, rotate) if rotate else None
     c.start_counters()
+    bell = False
     while not flags.stop:
         now = clock()
         wait = min(interval, next_checkpoint - now,
@@ -46,8 +53,12 @@ def run(c: CpuCollector, flags: Flags, clock: Callable[[], float] = time.monoton
         c.source.wait(max(0.0, wait))
         c.step()
         if quiet_interval is not None and quiet(c, clock() - now):
-            interval = min(max(interval * 2, drain_interval), quiet_interval)
+            bell = c.source.doorbell(True)
+            longest = quiet_interval if bell else min(quiet_interval, BELL_LESS_QUIET)
+            interval = min(max(interval * 2, drain_interval), longest)
         else:
+            if bell:
+                bell = c.source.doorbell(False)
             interval = drain_interval
         if heartbeat is not None:
             heartbeat()

@@ -40,7 +40,7 @@ from .sets.objects import KallsymsCopy, ObjectCopier
 
 RESTARTS_PER_MINUTE = 5
 STOP_TIMEOUT = 120.0
-TICK_SECONDS = 5.0  # the supervisor's longest sleep (Supervisor._tick)
+TICK_SECONDS = 15.0  # the supervisor's longest sleep (Supervisor._tick)
 COMMAND_GRACE = 10.0  # a command still running when the run ends: SIGTERM, then SIGKILL
 
 
@@ -319,7 +319,8 @@ class Supervisor:
                 readable, _, _ = select.select(fds, [], [], timeout)
             except InterruptedError:
                 readable = []
-            _drain(wake_r)
+            if wake_r in readable:
+                _drain(wake_r)
             self._heartbeats(readable)
             self._reap(source, run, qdir)
             if self.pusher is not None:

@@ -143,6 +143,12 @@ class RingReader:
         self.tail = tail
         return out
 
+    def skip(self) -> None:
+        """Hand back everything written so far, unread (a ring kept only
+        for its wake-ups: PerfSource's doorbell)."""
+        self.tail = _U64.unpack_from(self.mm, _HEAD)[0]
+        self.release()
+
     def release(self) -> None:
         """Give the space of everything read so far back to the kernel."""
         if self.fence is not None:

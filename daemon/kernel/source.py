@@ -3,7 +3,10 @@
 ``PerfSource`` opens the sampling event on its CPU plus a side-band-only
 event on every other CPU: the kernel reports a fork, exec or mmap only on
 the CPU where it happens (perf-event-abi.md, pitfall 5), and this CPU's
-collector must know about all of them. ``ReplaySource`` feeds recorded or
+collector must know about all of them. While its CPU is idle a collector
+waits long between drains; a *doorbell* (a side-band event on its CPU that
+wakes it at every record, whose records are never read) brings it back as
+soon as a task starts or execs there. ``ReplaySource`` feeds recorded or
 synthetic bytes through the same interface, for tests and for what this
 machine cannot produce.
 """
@@ -35,6 +38,7 @@ class EventSource(Protocol):
     def read(self) -> list[bytes | memoryview]: ...
     def release(self) -> None: ...
     def close(self) -> None: ...
+    def doorbell(self, on: bool) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,13 @@ class SourceSpec:
                         sample_regs_user=self.regs_user_mask,
                         sample_stack_user=self.stack_user)
 
+    def doorbell_attr(self) -> abi.Attr:
+        # Every fork, exit and exec on this CPU, each waking the poll (a
+        # watermark of one byte); no sample, nothing read (PerfSource.doorbell).
+        return abi.Attr(abi.TYPE_SOFTWARE, 9, 0, 0,
+                        abi.FLAG_DISABLED | abi.FLAG_TASK | abi.FLAG_COMM | abi.FLAG_WATERMARK,
+                        wakeup=1)
+
     def layout(self) -> SampleLayout:
         return SampleLayout(self.sample_type, branch_sample_type=self.branch_sample_type,
                             regs_user_mask=self.regs_user_mask)
@@ -186,6 +197,8 @@ class PerfSource:
     def __init__(self, spec: SourceSpec) -> None:
         self.fds: list[int] = []
         self.rings: list[RingReader] = []
+        self.bell: tuple[int, RingReader] | None = None
+        self.bell_on = False
         try:
             self._open_all(spec)
         except OSError as e:
@@ -201,6 +214,20 @@ class PerfSource:
         for fd in self.fds:
             self.poller.register(fd, select.POLLIN)
         self.extra_fds: list[int] = []
+        if spec.target_pid == -1:
+            self._open_bell(spec)
+
+    def _open_bell(self, spec: SourceSpec) -> None:
+        """The doorbell, where the kernel gives one: without it the collector
+        only waits less (drainloop)."""
+        try:
+            fd = syscalls.perf_event_open(spec.doorbell_attr(), -1, spec.cpu)
+        except OSError:
+            return
+        try:
+            self.bell = (fd, RingReader(fd, 1))
+        except (OSError, ValueError):
+            os.close(fd)
 
     def _open_all(self, spec: SourceSpec) -> None:
         self.spec = spec
@@ -248,11 +275,33 @@ class PerfSource:
             for fd in self.fds:
                 syscalls.enable(fd)
 
+    def doorbell(self, on: bool) -> bool:
+        """Wake ``wait`` when a task forks, exits or execs on this CPU (on),
+        or not (off, the kernel then writes nothing to it); whether it now
+        will. Switched on while the CPU is idle, off while it is busy."""
+        if self.bell is None or on == self.bell_on:
+            return self.bell_on
+        fd, ring = self.bell
+        try:
+            if on:
+                ring.skip()  # a full ring would stay silent
+                syscalls.enable(fd)
+                self.poller.register(fd, select.POLLIN)
+            else:
+                self.poller.unregister(fd)
+                syscalls.disable(fd)
+        except OSError:
+            return self.bell_on
+        self.bell_on = on
+        return on
+
     def wait(self, timeout: float) -> None:
         try:
             ready = self.poller.poll(max(0, int(timeout * 1000)))
         except InterruptedError:
             return
+        if self.bell is not None and self.bell_on:
+            self.bell[1].skip()
         for fd, events in ready:
             if events & (select.POLLHUP | select.POLLERR) and fd not in self.extra_fds:
                 # Its task has exited (-i): every poll would return at once
@@ -275,6 +324,11 @@ class PerfSource:
         for fd in self.fds:
             os.close(fd)
         self.rings, self.fds = [], []
+        if self.bell is not None:
+            fd, ring = self.bell
+            ring.close()
+            os.close(fd)
+            self.bell = None
 
 
 class ReplaySource:
@@ -297,6 +351,9 @@ class ReplaySource:
 
     def close(self) -> None:
         pass
+
+    def doorbell(self, on: bool) -> bool:
+        return False
 
     @property
     def exhausted(self) -> bool:

@@ -74,6 +74,10 @@ def enable(fd: int) -> None:
     fcntl.ioctl(fd, abi.IOC_ENABLE, 0)
 
 
+def disable(fd: int) -> None:
+    fcntl.ioctl(fd, abi.IOC_DISABLE, 0)
+
+
 def event_id(fd: int) -> int:
     """The id the kernel gives the event's samples (PERF_SAMPLE_IDENTIFIER)."""
     buf = bytearray(8)

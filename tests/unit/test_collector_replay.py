@@ -296,3 +296,41 @@ def test_an_idle_collector_drains_less_often_and_activity_brings_it_back(tmp_pat
                 flags.stop = True
         assert c.run(flags, clock=lambda: now[0], heartbeat=heartbeat, quiet_interval=5.0)
     assert source.waits == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0, 0.5, 1.0]
+
+
+class _BellWaits(_Waits):
+    """A source with a doorbell: notes each switch."""
+
+    def __init__(self, batches, now, has_bell: bool):
+        super().__init__(batches, now)
+        self.has_bell, self.bells = has_bell, []
+
+    def doorbell(self, on: bool) -> bool:
+        self.bells.append(on)
+        return on and self.has_bell
+
+
+@pytest.mark.parametrize("has_bell", [True, False])
+def test_an_idle_collector_waits_longer_only_with_a_doorbell(tmp_path, binary, has_bell):
+    """With the doorbell on (a task starting wakes it) the quiet wait grows to
+    quiet_interval; without one it stops at 5 s. Activity turns it off."""
+    now = [1000.0]
+    busy = [synth.encode_comm(LAYOUT, Comm(PID, PID, "app", True, SampleId(PID, PID, 1))),
+            _mmap(binary, 2)]
+    source = _BellWaits([[]] * 8 + [busy] + [[]], now, has_bell)
+    run = RunInfo(["q-syscollect"], "cpu-clock", "seconds", 1e-9, "fp")
+    flags = Flags()
+    with QDir.open(tmp_path / "q", create=True) as qdir:
+        c = CpuCollector(Options(cpu=0, checkpoint_interval=1000.0), run, source, qdir,
+                         ObjectCopier(qdir, host=StaticHost(files=None)), out=io.StringIO())
+
+        def heartbeat() -> None:
+            if len(source.waits) == 11:
+                flags.stop = True
+        assert c.run(flags, clock=lambda: now[0], heartbeat=heartbeat, quiet_interval=30.0)
+    if has_bell:
+        assert source.waits == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0, 0.5, 1.0]
+        assert source.bells == [True] * 8 + [False, True, True]
+    else:
+        assert source.waits == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0, 5.0, 5.0, 0.5, 1.0]
+        assert False not in source.bells  # never on, never turned off
