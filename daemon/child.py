@@ -29,7 +29,8 @@ from .kernel.source import PerfSource, SourceSpec
 from .machine.host import LIVE, Host
 from .messages import Tally, write_line
 from .sets.checkpoint import RunInfo
-from .sets.objects import CopyLimits, KallsymsCopy, ObjectCopier
+from .sets.kallsyms import KallsymsCopy
+from .sets.objects import CopyLimits, ObjectCopier
 from .stopping import ParentGone, stop_now
 
 PARENT_DEATH_SIGNAL = signal.SIGUSR2

@@ -34,7 +34,8 @@ from .messages import Tally, tell, write_line
 from .sets.aggregate import MAX_STACKS, NOTED_STACKS, CollectedSet, SetBook
 from .sets.checkpoint import RunInfo, write_sets
 from .sets.tally import NO_KERNEL
-from .sets.objects import KallsymsCopy, ObjectCopier
+from .sets.kallsyms import KallsymsCopy
+from .sets.objects import ObjectCopier
 
 MAPS_REFRESH_SECONDS = 1.0
 KERNEL_MODES = (abi.MISC_KERNEL, abi.MISC_GUEST_KERNEL)  # Sample.in_kernel, inlined

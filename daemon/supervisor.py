@@ -36,7 +36,8 @@ from .kernel.source import SourceSpec
 from .notify import Notifier
 from .pusher import PushChild
 from .plan import CollectError, plan
-from .sets.objects import KallsymsCopy, ObjectCopier
+from .sets.kallsyms import KallsymsCache, KallsymsCopy
+from .sets.objects import ObjectCopier
 
 RESTARTS_PER_MINUTE = 5
 STOP_TIMEOUT = 120.0
@@ -91,7 +92,8 @@ class Supervisor:
         self.began = time.monotonic()
         self.retired = Tally()  # the totals of collectors that have ended
         self.losses: list[str] = []  # what this run lost, for its last line
-        self.kallsyms = KallsymsCopy()  # the children inherit it, and renew it
+        # the children inherit it, and renew it
+        self.kallsyms = KallsymsCopy(cache=KallsymsCache.default())
         self.retention = retention.Index()  # what upkeep knows of .q between rounds
         self.pusher: PushChild | None = None  # --push: q-push, beside the collectors
         self._opening: list[int] = []  # status pipes of collectors forked, not yet "ok"

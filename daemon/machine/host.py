@@ -49,6 +49,7 @@ class Host(Protocol):
     def loaded_modules(self, path: str = "/proc/modules") -> frozenset[tuple[str, str]] | None: ...
     def online_cpus(self) -> list[int]: ...
     def sysctl_int(self, name: str) -> int | None: ...
+    def boot_id(self) -> str | None: ...
     def cpu_max_freq_hz(self) -> float | None: ...
     def own_vdso(self) -> tuple[int, bytes] | None: ...
     def machine(self) -> dict[str, str]: ...
@@ -117,6 +118,9 @@ class LiveHost:
 
     def sysctl_int(self, name: str) -> int | None:
         return procfs.sysctl_int(name)
+
+    def boot_id(self) -> str | None:
+        return procfs.boot_id()
 
     def cpu_max_freq_hz(self) -> float | None:
         return procfs.cpu_max_freq_hz()
@@ -253,6 +257,9 @@ class StaticHost:
         return list(range(self.cpus))
 
     def sysctl_int(self, name: str) -> int | None:
+        return None
+
+    def boot_id(self) -> str | None:
         return None
 
     def cpu_max_freq_hz(self) -> float | None:

@@ -180,6 +180,12 @@ def sysctl_int(name: str) -> int | None:
         return None
 
 
+def boot_id() -> str | None:
+    """The kernel's random id of this boot (a UUID), or None."""
+    text = (_read("/proc/sys/kernel/random/boot_id", 64) or "").strip()
+    return text if len(text) == 36 and all(c in "0123456789abcdef-" for c in text) else None
+
+
 def cpu_max_freq_hz() -> float | None:
     """The nominal clock of CPU 0, to turn cycles into seconds."""
     text = _read("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")

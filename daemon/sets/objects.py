@@ -18,14 +18,13 @@ import time
 from dataclasses import dataclass
 from typing import Callable, TextIO
 
-from qtools.qformat import CopyJob, QDir, QFormatError, Stored, TooLarge, parse_copy_name
+from qtools.qformat import CopyJob, QDir, QFormatError, Stored, TooLarge
 
 from ..machine.host import LIVE, Host
 from ..machine.tasks import Mapping, ObjectKey, Process
 from ..messages import write_line
 
 RETRY_SECONDS = 30.0
-SHARED_NAME_BYTES = 4096  # KallsymsCopy's name, as the supervisor tells its collectors
 MAX_FAILED = 4096  # objects waiting to be tried again; past it the expired are forgotten
 
 
@@ -453,73 +452,6 @@ class ObjectCopier:
                      (f" (pid {pending.pid})" if pending.pid else "") +
                      ": not finished when the run ended")
         self._jobs.clear()
-
-
-class KallsymsCopy:
-    """The run's copy of kallsyms, made again when the loaded kernel modules
-    change, so that a module loaded after the start has its symbols too. (BPF
-    programs come and go too often to follow; their addresses stay unknown.)"""
-
-    def __init__(self, kallsyms: str = "/proc/kallsyms", modules: str = "/proc/modules") -> None:
-        self.kallsyms = kallsyms
-        self.modules = modules
-        self.name: str | None = None
-        self._modules: frozenset[tuple[str, str]] | None = None
-        self._retry_at = 0.0
-        # The supervisor copies kallsyms after its collectors are sampling
-        # (a copy takes a while) and tells them the name here: memory
-        # shared across their fork, the name followed by a NUL, written
-        # before the first byte that marks it complete.
-        self._shared = mmap.mmap(-1, SHARED_NAME_BYTES)
-        self._pending_modules: frozenset[tuple[str, str]] | None = None
-
-    def expect(self, host: Host) -> None:
-        """Before forking the collectors that will ``adopt`` the copy made
-        after the fork: the modules as they are now (a copy made later
-        holds at least these; a change after this moment is copied again)."""
-        self._pending_modules = host.loaded_modules(self.modules)
-
-    def publish(self) -> None:
-        """Tell the collectors forked since ``expect`` the name of the copy."""
-        if self.name is None:
-            return
-        data = self.name.encode() + b"\0"
-        if len(data) < SHARED_NAME_BYTES:
-            self._shared[1:1 + len(data)] = data
-            self._shared[0] = 1
-
-    def _adopt(self) -> None:
-        if self.name is not None or self._shared[0] != 1:
-            return
-        name = bytes(self._shared[1:]).partition(b"\0")[0].decode(errors="replace")
-        try:
-            parse_copy_name(name)
-        except QFormatError:
-            return
-        self.name, self._modules = name, self._pending_modules
-
-    def current(self, copier: ObjectCopier, report: bool = False) -> str | None:
-        """The name of an up-to-date copy, or the last good one while a new
-        one cannot be made (retried every RETRY_SECONDS). With ``report`` a
-        failure to write raises OSError; otherwise it passes in silence (the
-        start of the run has said it, and the sets' own writes say it again)."""
-        self._adopt()
-        modules = copier.host.loaded_modules(self.modules)
-        if (self.name is None or modules != self._modules) and \
-                (report or time.monotonic() >= self._retry_at):
-            try:
-                stored = copier.copy_file(self.kallsyms, "kallsyms",
-                                          copier.limits.kallsyms_size, wait=report,
-                                          private=True)
-                name = stored.name if stored else None
-            except OSError:
-                self._retry_at = time.monotonic() + RETRY_SECONDS
-                if report:
-                    raise
-                return self.name
-            if name is not None:
-                self.name, self._modules = name, modules
-        return self.name
 
 
 STALE_SLACK_NS = 1_000_000_000

@@ -18,7 +18,8 @@ from qtools.daemon.sets.checkpoint import RunInfo
 from qtools.daemon.collector import CpuCollector, Flags, Options
 from qtools.daemon.messages import parse_line
 from qtools.daemon.machine.host import StaticHost
-from qtools.daemon.sets.objects import KallsymsCopy, ObjectCopier, build_id
+from qtools.daemon.sets.kallsyms import KallsymsCopy
+from qtools.daemon.sets.objects import ObjectCopier, build_id
 from qtools.daemon.decode.records import (Branch, Comm, Lost, Mmap, Sample, SampleId, SampleLayout,
                                    Switch, Task)
 from qtools.daemon.kernel.source import ReplaySource

@@ -21,6 +21,8 @@ import zlib
 from array import array
 from typing import Any
 
+from qtools.qformat.cachedir import cache_dir as qtools_cache_dir
+
 from .symtab import SymbolTable
 
 MAGIC = b"QVSYMTAB"
@@ -34,20 +36,13 @@ def cache_dir() -> str | None:
     explicit = os.environ.get("Q_CACHE_DIR")
     if explicit is not None:
         return explicit or None  # Q_CACHE_DIR= (empty) turns the cache off
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    if not os.path.isabs(base):
-        return None
-    return os.path.join(base, "q-tools", "symbols")
+    return qtools_cache_dir("symbols")
 
 
 def fetch_dir() -> str | None:
     """Where files fetched from debuginfod servers go: beside the symbol
     tables (``$Q_CACHE_DIR/debuginfod``, else ``.../q-tools/debuginfod``)."""
-    explicit = os.environ.get("Q_CACHE_DIR")
-    if explicit is not None:
-        return os.path.join(explicit, "debuginfod") if explicit else None
-    symbols = cache_dir()
-    return os.path.join(os.path.dirname(symbols), "debuginfod") if symbols else None
+    return qtools_cache_dir("debuginfod")
 
 
 class SymbolCache:
