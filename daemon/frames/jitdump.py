@@ -38,11 +38,11 @@ import sys
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Callable, TextIO
+from typing import TYPE_CHECKING, Callable, TextIO
 
 from qtools.qformat import QDir
 from qtools.qformat.info import JitdumpRef
-from qtools.qformat.jitdump import Placement, UnwindingInfo, synthetic_address
+from qtools.qformat.jitaddr import synthetic_address
 
 from ..machine.host import LIVE, Host
 from ..messages import write_line
@@ -52,6 +52,9 @@ from ..machine.tasks import Process
 from ..unwind.jitcfi import MAX_STUB, TEXT_OFFSET, code_cfi, match_stub
 from ..unwind.objcfi import ObjectCFI
 from ..unwind.regs import ArchRegs
+
+if TYPE_CHECKING:  # the decoder itself is imported only for a process with a dump
+    from qtools.qformat.jitdump import Placement, UnwindingInfo
 
 REFRESH_SECONDS = 0.25
 MAX_PENDING = 20000  # samples held for their JIT records, per collector

@@ -10,8 +10,12 @@ later (as ``perf inject --jit`` does by processing records in time order).
 from __future__ import annotations
 
 import bisect
+from typing import TYPE_CHECKING
 
-from qtools.qformat.jitdump import JIT_STRIDE, Placement
+from qtools.qformat.jitaddr import JIT_STRIDE
+
+if TYPE_CHECKING:
+    from qtools.qformat.jitdump import Placement
 
 MAX_ENTRIES = 1 << 20  # (segment, placement) pairs: overlapping loads cost one per segment covered
 

@@ -10,16 +10,21 @@ bytes per call, and whole records are kept up to ``limit`` bytes.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import re
 from dataclasses import dataclass, field
 
-from qtools.qformat.jitdump import JitdumpParser, Placements, Unknown
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from qtools.qformat.blake import blake2b
 
 from ..machine.host import Host
 from ..machine.tasks import Mapping, Process
 from .jitindex import PlacementIndex
+
+if TYPE_CHECKING:  # the decoder is imported when a process has a dump (most runs: never)
+    from qtools.qformat.jitdump import JitdumpParser, Placements
 
 DEFAULT_LIMIT = 64 << 20  # bytes of one dump kept (whole records)
 READ_BUDGET = 8 << 20  # bytes read from one dump per call: one process cannot stall a CPU
@@ -45,7 +50,7 @@ class SaidOnce:
             self.fd = -1
 
     def first(self, text: str) -> bool:
-        key = hashlib.blake2b(text.encode(), digest_size=8).digest()
+        key = blake2b(text.encode(), digest_size=8).digest()
         if key == bytes(8) or key in self.local:
             return key not in self.local
         self.local.add(key)
@@ -117,6 +122,11 @@ def open_dump(proc: Process, m: Mapping, owner: int | None,
     return None, None
 
 
+def _jitdump() -> ModuleType:
+    from qtools.qformat import jitdump
+    return jitdump
+
+
 @dataclass
 class DumpReader:
     """One dump, read as it grows; keeps header and whole known records up to ``limit``."""
@@ -125,9 +135,9 @@ class DumpReader:
     fd: int
     limit: int
     mode: int = 0o400
-    parser: JitdumpParser = field(default_factory=JitdumpParser)
+    parser: JitdumpParser = field(default_factory=lambda: _jitdump().JitdumpParser())
     kept: bytearray = field(default_factory=bytearray)
-    placements: Placements = field(default_factory=Placements)
+    placements: Placements = field(default_factory=lambda: _jitdump().Placements())
     index: PlacementIndex = field(default_factory=PlacementIndex)
     offset: int = 0  # bytes of the file read so far
     problem: str | None = None  # why reading stopped (said once)
@@ -154,7 +164,7 @@ class DumpReader:
             if not self.kept and self.parser.header is not None:
                 self.kept += self.parser.header_bytes
             for _off, size, rec, raw in records:
-                if isinstance(rec, Unknown):
+                if isinstance(rec, _jitdump().Unknown):
                     continue
                 if len(self.kept) + size > self.limit:
                     self.stop(f"larger than the {self.limit >> 20} MiB limit; code loads "

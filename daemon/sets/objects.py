@@ -9,7 +9,6 @@ those the kernel reported for the mapping.
 
 from __future__ import annotations
 
-import hashlib
 import mmap
 import os
 import struct
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, TextIO
 
 from qtools.qformat import CopyJob, QDir, QFormatError, Stored, TooLarge
+from qtools.qformat.blake import blake2b
 
 from ..machine.host import LIVE, Host
 from ..machine.tasks import Mapping, ObjectKey, Process
@@ -185,7 +185,7 @@ class Notices:
 
     def first(self, text: str) -> bool:
         """Has nobody said ``text`` yet? It counts as said from now on."""
-        digest = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+        digest = int.from_bytes(blake2b(text.encode(), digest_size=8).digest(), "little")
         byte, bit = divmod(digest % self.BITS, 8)
         old = self._map[byte]
         if old & (1 << bit):
