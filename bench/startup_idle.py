@@ -220,12 +220,13 @@ def tree_counters(pid: int) -> tuple[int, int]:
     return ns, switches
 
 
-def measure_idle(seconds: float = 60) -> dict[str, float]:
+def measure_idle(seconds: float = 60, perf_seconds: float | None = None) -> dict[str, float]:
     """Each tool as the service runs it, alone, one after the other: % of
-    one CPU over ``seconds`` after SETTLE seconds of start-up (schedstat),
-    and wake-ups per second (voluntary context switches). Alone, because
-    side by side each samples the other's wake-ups: perf record's drains
-    kept q-syscollect's collectors from ever finding their CPU idle."""
+    one CPU over ``seconds`` (perf record: ``perf_seconds``, else the same)
+    after SETTLE seconds of start-up (schedstat), and wake-ups per second
+    (voluntary context switches). Alone, because side by side each samples
+    the other's wake-ups: perf record's drains kept q-syscollect's
+    collectors from ever finding their CPU idle."""
     q = q_command()
     work = Path(tempfile.mkdtemp(prefix="qtools-idle-"))
     args = service_args(work / "q")
@@ -241,7 +242,7 @@ def measure_idle(seconds: float = 60) -> dict[str, float]:
                 time.sleep(SETTLE)
                 before = tree_counters(p.pid)
                 t0 = time.monotonic()
-                time.sleep(seconds)
+                time.sleep(perf_seconds if name == "perf" and perf_seconds else seconds)
                 after = tree_counters(p.pid)
                 window = time.monotonic() - t0
             finally:
