@@ -279,13 +279,10 @@ class _Waits(ReplaySource):
         self.now[0] += timeout
 
 
-def test_an_idle_collector_drains_less_often_and_activity_brings_it_back(tmp_path, binary):
-    """Drains with nothing but a stray record each let the next wait twice
-    as long, up to quiet_interval; a busy drain goes back to 0.5 s."""
-    now = [1000.0]
-    busy = [synth.encode_comm(LAYOUT, Comm(PID, PID, "app", True, SampleId(PID, PID, 1))),
-            _mmap(binary, 2)] + [_sample(100 + i, BASE + 0x10) for i in range(8)]
-    source = _Waits([[]] * 6 + [busy] + [[]] * 2, now)
+def _run_waits(tmp_path, source: _Waits, now: list[float], waits: int,
+               quiet_interval: float) -> None:
+    """A collector's loop over ``source`` on the clock ``now``, stopped
+    after ``waits`` waits."""
     run = RunInfo(["q-syscollect"], "cpu-clock", "seconds", 1e-9, "fp")
     flags = Flags()
     with QDir.open(tmp_path / "q", create=True) as qdir:
@@ -293,9 +290,20 @@ def test_an_idle_collector_drains_less_often_and_activity_brings_it_back(tmp_pat
                          ObjectCopier(qdir, host=StaticHost(files=None)), out=io.StringIO())
 
         def heartbeat() -> None:
-            if len(source.waits) == 9:
+            if len(source.waits) == waits:
                 flags.stop = True
-        assert c.run(flags, clock=lambda: now[0], heartbeat=heartbeat, quiet_interval=5.0)
+        assert c.run(flags, clock=lambda: now[0], heartbeat=heartbeat,
+                     quiet_interval=quiet_interval)
+
+
+def test_an_idle_collector_drains_less_often_and_activity_brings_it_back(tmp_path, binary):
+    """Drains with nothing but a stray record each let the next wait twice
+    as long, up to quiet_interval; a busy drain goes back to 0.5 s."""
+    now = [1000.0]
+    busy = [synth.encode_comm(LAYOUT, Comm(PID, PID, "app", True, SampleId(PID, PID, 1))),
+            _mmap(binary, 2)] + [_sample(100 + i, BASE + 0x10) for i in range(8)]
+    source = _Waits([[]] * 6 + [busy] + [[]] * 2, now)
+    _run_waits(tmp_path, source, now, waits=9, quiet_interval=5.0)
     assert source.waits == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0, 0.5, 1.0]
 
 
@@ -319,16 +327,7 @@ def test_an_idle_collector_waits_longer_only_with_a_doorbell(tmp_path, binary, h
     busy = [synth.encode_comm(LAYOUT, Comm(PID, PID, "app", True, SampleId(PID, PID, 1))),
             _mmap(binary, 2)]
     source = _BellWaits([[]] * 8 + [busy] + [[]], now, has_bell)
-    run = RunInfo(["q-syscollect"], "cpu-clock", "seconds", 1e-9, "fp")
-    flags = Flags()
-    with QDir.open(tmp_path / "q", create=True) as qdir:
-        c = CpuCollector(Options(cpu=0, checkpoint_interval=1000.0), run, source, qdir,
-                         ObjectCopier(qdir, host=StaticHost(files=None)), out=io.StringIO())
-
-        def heartbeat() -> None:
-            if len(source.waits) == 11:
-                flags.stop = True
-        assert c.run(flags, clock=lambda: now[0], heartbeat=heartbeat, quiet_interval=30.0)
+    _run_waits(tmp_path, source, now, waits=11, quiet_interval=30.0)
     if has_bell:
         assert source.waits == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0, 0.5, 1.0]
         assert source.bells == [True] * 8 + [False, True, True]
