@@ -402,7 +402,8 @@ class QDir:
         self._copies[identity] = stored
 
     def store_object(self, src_fd: int, basename: str, *, symlink_to: str | None = None,
-                     limit: int = MAX_OBJECT_BYTES) -> str:
+                     limit: int = MAX_OBJECT_BYTES, link: bool = True,
+                     private: bool = False) -> str:
         """Keep a copy of the open file ``src_fd`` now, whatever it takes
         (up to ``limit`` bytes: more raise ``TooLarge``); return its name.
 
@@ -411,8 +412,9 @@ class QDir:
         a symlink to that path where only root can change it (the crc is
         still of the content). A copy is never wider-readable than its
         source. Calling again for the same content is cheap and returns the
-        same name."""
-        started = self.start_copy(src_fd, basename, limit=limit, symlink_to=symlink_to)
+        same name. ``link`` and ``private`` are as for ``start_copy``."""
+        started = self.start_copy(src_fd, basename, limit=limit, symlink_to=symlink_to,
+                                  link=link, private=private)
         if isinstance(started, Stored):
             return started.name
         done = started.advance(None)

@@ -13,7 +13,6 @@ import fcntl
 import os
 import re
 from dataclasses import dataclass, field
-
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -163,8 +162,9 @@ class DumpReader:
             records = self.parser.feed(chunk)
             if not self.kept and self.parser.header is not None:
                 self.kept += self.parser.header_bytes
+            unknown = _jitdump().Unknown
             for _off, size, rec, raw in records:
-                if isinstance(rec, _jitdump().Unknown):
+                if isinstance(rec, unknown):
                     continue
                 if len(self.kept) + size > self.limit:
                     self.stop(f"larger than the {self.limit >> 20} MiB limit; code loads "

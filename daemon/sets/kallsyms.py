@@ -18,7 +18,7 @@ import stat
 import time
 import zlib
 
-from qtools.qformat import QFormatError, Stored, TooLarge, parse_copy_name
+from qtools.qformat import QFormatError, TooLarge, parse_copy_name
 from qtools.qformat.cachedir import cache_dir
 
 from ..machine.host import Host
@@ -188,14 +188,14 @@ class KallsymsCopy:
                 (report or time.monotonic() >= self._retry_at):
             key = cache_key(copier.host, modules) if report and self.cache else None
             try:
-                stored = self._cached(copier, key)
-                if stored is None:
+                name = self._cached(copier, key)
+                if name is None:
                     stored = copier.copy_file(self.kallsyms, "kallsyms",
                                               copier.limits.kallsyms_size, wait=report,
                                               private=True)
-                    if stored is not None and key is not None:
-                        self._keep(copier, stored, key)
-                name = stored.name if stored else None
+                    name = stored.name if stored else None
+                    if name is not None and key is not None:
+                        self._keep(copier, name, key)
             except OSError:
                 self._retry_at = time.monotonic() + RETRY_SECONDS
                 if report:
@@ -205,10 +205,8 @@ class KallsymsCopy:
                 self.name, self._modules = name, modules
         return self.name
 
-
-
-    def _cached(self, copier: ObjectCopier, key: str | None) -> Stored | None:
-        """The cache's entry for ``key``, copied into `.q` now."""
+    def _cached(self, copier: ObjectCopier, key: str | None) -> str | None:
+        """The cache's entry for ``key``, copied into `.q` now: its name there."""
         if key is None or self.cache is None:
             return None
         limit = copier.limits.kallsyms_size
@@ -216,19 +214,18 @@ class KallsymsCopy:
         if fd is None:
             return None
         try:
-            started = copier.qdir.start_copy(fd, "kallsyms", limit=limit, link=False,
-                                             private=True)
-            return started if isinstance(started, Stored) else started.advance(None)
+            return copier.qdir.store_object(fd, "kallsyms", limit=limit, link=False,
+                                            private=True)
         except (TooLarge, QFormatError):
             return None
         finally:
             os.close(fd)
 
-    def _keep(self, copier: ObjectCopier, stored: Stored, key: str) -> None:
+    def _keep(self, copier: ObjectCopier, name: str, key: str) -> None:
         """Put the copy just made into the cache, from `.q`."""
         assert self.cache is not None
         try:
-            fd = os.open(stored.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
                          dir_fd=copier.qdir.fd)
         except OSError:
             return
