@@ -200,7 +200,7 @@ def capture_one(name: str, binary: str, seconds: int, cpu: int) -> Stream:
     spec = plan(cfg, lambda text: print(f"note: {text}", file=sys.stderr))
     pid, release_fd, err_fd = command.spawn(cfg.command)
     os.sched_setaffinity(pid, {cpu})  # inherited across the exec
-    source = PerfSource(_replace(spec, target_pid=pid, cpu=cpu))
+    source = PerfSource(spec._replace(target_pid=pid, cpu=cpu))
     batches: list[list[bytes]] = []
     try:
         error = command.release(release_fd, err_fd)
@@ -232,9 +232,6 @@ def capture_one(name: str, binary: str, seconds: int, cpu: int) -> Stream:
                   vdso[1] if vdso else None, batches, cpu, pid,
                   f"{time.strftime('%Y-%m-%d %H:%M')} {platform.release()} {_commit()}")
 
-def _replace(spec: Any, **changes: Any) -> Any:
-    from dataclasses import replace
-    return replace(spec, **changes)
 
 def cmd_capture(args: argparse.Namespace) -> int:
     if os.geteuid() != 0:

@@ -16,8 +16,7 @@ ages with ``since`` (see daemon/sets/retention.py).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 STEP_THRESHOLD = 2.0
 """Seconds of disagreement between the wall clock and the derived time that
@@ -31,8 +30,7 @@ def boottime() -> float:
     return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
-@dataclass(frozen=True)
-class Stamp:
+class Stamp(NamedTuple):
     """One moment, as both clocks saw it."""
 
     wall: float  # Unix seconds

@@ -12,11 +12,10 @@ import os
 import resource
 import signal
 import sys
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Ending:
+class Ending(NamedTuple):
     """How q-syscollect ends: an exit status, or a signal to die of."""
 
     code: int = 0

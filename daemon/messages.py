@@ -13,8 +13,7 @@ the totals of one that was killed (its last ``beat``).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
-from typing import TextIO
+from typing import NamedTuple, TextIO
 
 from .config import Config
 
@@ -23,8 +22,7 @@ from .config import Config
 EXIT_LOST = 3
 
 
-@dataclass(frozen=True)
-class Tally:
+class Tally(NamedTuple):
     """One collector's running totals (all since it started)."""
 
     samples: int = 0
@@ -33,15 +31,15 @@ class Tally:
     sets: int = 0  # sets it created in .q
     given_up: int = 0  # sets it had to drop without writing them
 
-    def __add__(self, other: Tally) -> Tally:
-        return Tally(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+    def plus(self, other: Tally) -> Tally:
+        return Tally(*(a + b for a, b in zip(self, other)))
 
     def line(self, kind: str) -> bytes:
-        values = " ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self))
+        values = " ".join(f"{name}={value}" for name, value in zip(self._fields, self))
         return f"{kind} {values}\n".encode()
 
 
-_KEYS = frozenset(f.name for f in fields(Tally))
+_KEYS = frozenset(Tally._fields)
 
 
 def parse_line(line: bytes) -> tuple[str, Tally | None]:

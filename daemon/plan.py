@@ -7,7 +7,6 @@ from __future__ import annotations
 import errno
 import os
 import platform
-from dataclasses import replace
 from typing import Callable
 
 from .config import Config
@@ -46,7 +45,7 @@ def _spec_for(cfg: Config, spec: EventSpec, cpu: int, target: int, exclude_kerne
 
 def _try_open(spec: SourceSpec) -> OSError | None:
     try:
-        fd = syscalls.perf_event_open(replace(spec, enable_on_exec=False).sampling_attr(),
+        fd = syscalls.perf_event_open(spec._replace(enable_on_exec=False).sampling_attr(),
                                       0 if spec.target_pid != -1 else -1, spec.cpu)
     except syscalls.PerfError as e:
         return e
@@ -70,12 +69,12 @@ def _sched(cfg: Config, source: SourceSpec, note: Callable[[str], None],
     if switch is None:
         raise CollectError("--off-cpu needs the sched:sched_switch tracepoint, and tracefs "
                            "(mount -t tracefs nodev /sys/kernel/tracing) could not be read")
-    out = replace(source, sched_switch=switch, sched_waking=waking or 0,
+    out = source._replace(sched_switch=switch, sched_waking=waking or 0,
                   switch_stack_user=min(cfg.switch_stack_size, source.stack_user))
     for attr in (out.switch_attr(), out.sched_attr(waking or switch)):
         try:
-            fd = syscalls.perf_event_open(replace(attr, flags=attr.flags & ~abi.FLAG_ENABLE_ON_EXEC),
-                                          0 if out.target_pid != -1 else -1, out.cpu)
+            now = attr._replace(flags=attr.flags & ~abi.FLAG_ENABLE_ON_EXEC)
+            fd = syscalls.perf_event_open(now, 0 if out.target_pid != -1 else -1, out.cpu)
         except syscalls.PerfError as e:
             if e.errno in (errno.EACCES, errno.EPERM) and cfg.inherit_only:
                 note("--off-cpu: the scheduler's tracepoints are not permitted here (raw "
@@ -114,11 +113,11 @@ def plan(cfg: Config, note: Callable[[str], None], host: Host = LIVE) -> SourceS
     err = _try_open(source)
     if err is not None and branches:
         branches = False  # no branch sampling (LBR) here: plain samples
-        source = replace(source, branches=False)
+        source = source._replace(branches=False)
         err = _try_open(source)
     if err is not None and err.errno in (errno.EACCES, errno.EPERM) and cfg.inherit_only \
             and not exclude_kernel and not cfg.kernel_only:
-        source = replace(source, exclude_kernel=True)
+        source = source._replace(exclude_kernel=True)
         err = _try_open(source)
         if err is None:
             note("kernel samples are not permitted (kernel.perf_event_paranoid="

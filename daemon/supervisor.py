@@ -17,7 +17,7 @@ import signal
 import stat
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TextIO
 
 from qtools.qformat import QDir, QFormatError
@@ -191,7 +191,7 @@ class Supervisor:
         """Fork ``cpu``'s collector; its pid and the read end of its status pipe."""
         r, w = os.pipe2(os.O_CLOEXEC)
         try:
-            pid = self._fork_collector(replace(source, cpu=cpu), run, qdir, w)
+            pid = self._fork_collector(source._replace(cpu=cpu), run, qdir, w)
         except BaseException:
             os.close(r)
             raise
@@ -243,7 +243,7 @@ class Supervisor:
             if cfg.command:
                 self.cmd_pid, release_fd, err_fd = command.spawn(cfg.command)
                 if cfg.inherit_only:
-                    source = replace(source, target_pid=self.cmd_pid)
+                    source = source._replace(target_pid=self.cmd_pid)
             self.began = time.monotonic()  # the first collector samples from here on
             # What exists now lives as long as the run: no collection need
             # look at it again, nor touch (and so copy) its pages in a collector.
@@ -388,7 +388,7 @@ class Supervisor:
         """Account for a collector that has ended; why it ended."""
         self._read_status(child)
         os.close(child.status_fd)
-        self.retired += child.tally
+        self.retired = self.retired.plus(child.tally)
         return f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else \
             f"exit status {os.WEXITSTATUS(status)}"
 
@@ -461,7 +461,7 @@ class Supervisor:
             self._note(f"collector for cpu {cpu} (pid {pid}) died ({why}); restarting it")
             self.restarts[cpu] = recent + [time.monotonic()]
             try:
-                self._start(replace(source, target_pid=source.target_pid), run, qdir, cpu)
+                self._start(source._replace(target_pid=source.target_pid), run, qdir, cpu)
             except CollectError as e:
                 self._note(f"cannot restart the collector for cpu {cpu}: {e}")
                 self.losses.append(f"the collector for cpu {cpu} died and could not be "

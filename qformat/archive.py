@@ -20,8 +20,7 @@ from __future__ import annotations
 import errno
 import io
 import os
-from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING
+from typing import IO, NamedTuple, TYPE_CHECKING
 
 from zlib_ng import gzip_ng, zlib_ng
 
@@ -50,8 +49,7 @@ def looks_like_archive(path: str) -> bool:
     return path.endswith(SUFFIXES) and os.path.isfile(path)
 
 
-@dataclass(frozen=True)
-class Member:
+class Member(NamedTuple):
     offset: int  # of its data in the (decompressed) archive
     size: int
     mtime: float

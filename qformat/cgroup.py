@@ -24,7 +24,7 @@ is not its container.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 MAX_PATH = 4096  # a cgroup path longer than PATH_MAX is nobody's
 
@@ -39,8 +39,7 @@ _LIBPOD_DIR = re.compile(r"libpod-" + _ID)
 _KUBE_POD = re.compile(r"pod[0-9a-f_-]{32,40}")
 
 
-@dataclass(frozen=True)
-class CgroupName:
+class CgroupName(NamedTuple):
     """What one cgroup path names; None where it names nothing."""
 
     path: str

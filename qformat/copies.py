@@ -22,8 +22,7 @@ import fcntl
 import os
 import stat
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import NamedTuple, TYPE_CHECKING
 
 from zlib_ng import zlib_ng
 
@@ -47,8 +46,7 @@ class SourceUnreadable(QFormatError):
     """Reading the file being copied failed (not the writing of `.q`)."""
 
 
-@dataclass(frozen=True)
-class Stored:
+class Stored(NamedTuple):
     """A finished copy: its file name in `.q`, and whether it holds only
     the first ``limit`` bytes of a longer file."""
 

@@ -14,8 +14,7 @@ data, and anything malformed raises ``ElfHeaderError``.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 PT_LOAD = 1
 PT_GNU_EH_FRAME = 0x6474E550
@@ -30,8 +29,7 @@ class ElfHeaderError(ValueError):
     """Not an ELF object, or its headers do not fit in it."""
 
 
-@dataclass(frozen=True)
-class Segment:
+class Segment(NamedTuple):
     """A loadable segment: file bytes [offset, offset+filesz) load at vaddr."""
 
     offset: int
@@ -44,8 +42,7 @@ class Segment:
         return None
 
 
-@dataclass(frozen=True)
-class ElfHeader:
+class ElfHeader(NamedTuple):
     """The ELF header and what the program headers say."""
 
     is64: bool

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Union
+from typing import NamedTuple, Union
 
 MAGIC = 0x4A695444
 MAGIC_SWAPPED = 0x4454694A
@@ -77,8 +77,7 @@ class JitdumpError(Exception):
         self.message = message
 
 
-@dataclass(frozen=True, slots=True)
-class Header:
+class Header(NamedTuple):
     version: int
     elf_mach: int
     pid: int
@@ -88,8 +87,7 @@ class Header:
     pad1: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class CodeLoad:
+class CodeLoad(NamedTuple):
     time: int
     pid: int
     tid: int
@@ -101,8 +99,7 @@ class CodeLoad:
     code: bytes = b""  # the code bytes as written (empty where they were not kept)
 
 
-@dataclass(frozen=True, slots=True)
-class CodeMove:
+class CodeMove(NamedTuple):
     time: int
     pid: int
     tid: int
@@ -113,23 +110,20 @@ class CodeMove:
     code_index: int
 
 
-@dataclass(frozen=True, slots=True)
-class DebugEntry:
+class DebugEntry(NamedTuple):
     addr: int
     line: int
     discrim: int
     name: str
 
 
-@dataclass(frozen=True, slots=True)
-class DebugInfo:
+class DebugInfo(NamedTuple):
     time: int
     code_addr: int
     entries: tuple[DebugEntry, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class UnwindingInfo:
+class UnwindingInfo(NamedTuple):
     time: int
     eh_frame_hdr_size: int
     mapped_size: int
@@ -144,13 +138,11 @@ class UnwindingInfo:
         return self.data[len(self.data) - self.eh_frame_hdr_size:]
 
 
-@dataclass(frozen=True, slots=True)
-class Close:
+class Close(NamedTuple):
     time: int
 
 
-@dataclass(frozen=True, slots=True)
-class Unknown:
+class Unknown(NamedTuple):
     kind: int
     time: int
     size: int
@@ -343,8 +335,7 @@ def encode(rec: Record) -> bytes:
 
 # ---------------------------------------------------------------- placements
 
-@dataclass(frozen=True, slots=True)
-class Placement:
+class Placement(NamedTuple):
     """Code at an address from a time on: one CODE_LOAD or CODE_MOVE."""
 
     ordinal: int

@@ -29,15 +29,13 @@ within what a workstation has:
 
 from __future__ import annotations
 
-import dataclasses
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .errors import QFormatError
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(NamedTuple):
     data_size: int = 2 << 30
     lines: int = 50_000_000
     stacks: int = 2_000_000
@@ -102,7 +100,7 @@ def parse_limits(text: str, base: Limits = DEFAULT_LIMITS) -> Limits:
         if number < 1:
             raise ValueError(f"{item!r}: a limit must be at least 1")
         changes[key.replace("-", "_")] = number
-    return dataclasses.replace(base, **changes)
+    return base._replace(**changes)
 
 
 def describe_defaults() -> str:

@@ -21,8 +21,7 @@ import errno
 import fcntl
 import os
 import stat
-from dataclasses import dataclass
-from typing import BinaryIO, Callable, Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator, NamedTuple
 
 from zlib_ng import zlib_ng
 
@@ -44,8 +43,7 @@ class UnsafeDirectory(QFormatError):
     """The output directory fails a safety rule; nothing was written."""
 
 
-@dataclass(frozen=True)
-class CopyProblem:
+class CopyProblem(NamedTuple):
     """Why a copy cannot be trusted (``QDir.verify_copy``)."""
 
     name: str

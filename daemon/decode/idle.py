@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import struct
 import sys
-from dataclasses import dataclass
-from typing import Container, Sequence
+from typing import Container, NamedTuple, Sequence
 
 from ..kernel import abi
 
 _TYPE_PID = struct.Struct("<II")  # the stand-in head of a layout that never matches
+CANDIDATE = (abi.RECORD_SAMPLE, 0)  # (type, pid) of an idle-task sample's head
 
 IdleSeen = dict[tuple[int, int], list[int]]
 """(ip, tid) -> [samples, weight] of one drain's idle-task samples."""
@@ -25,8 +25,7 @@ IdleSeen = dict[tuple[int, int], list[int]]
 _KERNEL_MODES = (abi.MISC_KERNEL, abi.MISC_GUEST_KERNEL)
 
 
-@dataclass(frozen=True)
-class IdleProbe:
+class IdleProbe(NamedTuple):
     """Where a layout's samples keep what tells and weighs an idle-task
     sample: the cpu-clock delivers about 100 of them a second per CPU on an
     idle machine, and decoding each whole (a callchain of a dozen frames,
@@ -44,8 +43,6 @@ class IdleProbe:
     tid: int
     period: int  # -1: no SAMPLE_PERIOD (weight 1)
 
-    CANDIDATE = (abi.RECORD_SAMPLE, 0)
-
     @staticmethod
     def of(fmt: str, names: list[str]) -> IdleProbe:
         """The probe for a prefix of struct format ``fmt`` (after "<") with
@@ -61,7 +58,7 @@ class IdleProbe:
     def match(self, rec: bytes | memoryview, others: Container[int]) -> tuple[int, int, int] | None:
         """(ip, tid, weight) of an idle-task sample, or None: see
         SampleLayout.idle_sample."""
-        if len(rec) < self.need or self.head.unpack_from(rec) != self.CANDIDATE:
+        if len(rec) < self.need or self.head.unpack_from(rec) != CANDIDATE:
             return None
         v = self.full.unpack_from(rec)
         if not self.need <= v[2] <= len(rec) or \
@@ -80,7 +77,7 @@ def split(raw: Sequence[bytes | memoryview], probe: IdleProbe,
     (Layouts.by_id): a sched_switch of pid 0 is a switch away from idle."""
     rest: list[bytes | memoryview] = []
     seen: IdleSeen = {}
-    need, head, candidate, match = probe.need, probe.head.unpack_from, probe.CANDIDATE, probe.match
+    need, head, candidate, match = probe.need, probe.head.unpack_from, CANDIDATE, probe.match
     keep = rest.append
     for data in raw:
         # the test every record takes, inlined: one unpack of type and pid

@@ -30,8 +30,7 @@ class RecordError(ValueError):
     collector counts the record as damaged and goes on."""
 
 
-@dataclass(frozen=True, slots=True)
-class Branch:
+class Branch(NamedTuple):
     source: int
     target: int
     flags: int
@@ -109,8 +108,7 @@ def _u64s(n: int) -> struct.Struct:
     return struct.Struct(f"<{n}Q")
 
 
-@dataclass(frozen=True, slots=True)
-class SampleId:
+class SampleId(NamedTuple):
     """The ``sample_id_all`` trailer of a non-sample record."""
 
     pid: int = 0
@@ -123,8 +121,7 @@ class SampleId:
 NO_ID = SampleId()
 
 
-@dataclass(frozen=True, slots=True)
-class Mmap:
+class Mmap(NamedTuple):
     """MMAP (type 1) and MMAP2 (type 10) records."""
 
     pid: int
@@ -148,8 +145,7 @@ class Mmap:
         return self.sid.time
 
 
-@dataclass(frozen=True, slots=True)
-class Comm:
+class Comm(NamedTuple):
     pid: int
     tid: int
     comm: str
@@ -164,8 +160,7 @@ class Comm:
         return self.sid.time
 
 
-@dataclass(frozen=True, slots=True)
-class Task:
+class Task(NamedTuple):
     """FORK (``fork`` True) and EXIT records."""
 
     fork: bool
@@ -181,8 +176,7 @@ class Task:
         return self.sid.time
 
 
-@dataclass(frozen=True, slots=True)
-class Lost:
+class Lost(NamedTuple):
     """LOST (records dropped by a full ring) and LOST_SAMPLES."""
 
     lost: int
@@ -194,8 +188,7 @@ class Lost:
         return self.sid.time
 
 
-@dataclass(frozen=True, slots=True)
-class Throttle:
+class Throttle(NamedTuple):
     time: int
     id: int
     unthrottle: bool
@@ -206,8 +199,7 @@ class Throttle:
         return self.sid.time
 
 
-@dataclass(frozen=True, slots=True)
-class Switch:
+class Switch(NamedTuple):
     """SWITCH (type 14) and SWITCH_CPU_WIDE (type 15): the task the
     sample_id names is switched out of (``out``) or into this CPU. The
     CPU-wide form also names the task on the other side (the next one when
@@ -224,8 +216,7 @@ class Switch:
         return self.sid.time
 
 
-@dataclass(frozen=True, slots=True)
-class Cgroup:
+class Cgroup(NamedTuple):
     """CGROUP (type 19): a cgroup's id (its cgroup2 inode number, what
     samples carry with PERF_SAMPLE_CGROUP) and its path from the root."""
 
@@ -238,13 +229,14 @@ class Cgroup:
         return self.sid.time
 
 
-@dataclass(frozen=True, slots=True)
-class Other:
+class Other(NamedTuple):
     type: int
     misc: int
     size: int
 
-    order = 0  # never sorted among others: no time
+    @property
+    def order(self) -> int:
+        return 0  # never sorted among others: no time
 
 
 Record = Union[Sample, Mmap, Comm, Task, Lost, Throttle, Switch, Cgroup, Other]

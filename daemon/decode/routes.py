@@ -13,8 +13,7 @@ event id: ``tracepoints.TRACEPOINT_ROUTES``.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from ..kernel import abi
 from .records import (Cgroup, Comm, Lost, Mmap, Record, RecordError, Sample, SampleLayout, Switch,
@@ -102,8 +101,7 @@ def _cgroup(layout: SampleLayout, rec: bytes | memoryview, type_: int, misc: int
     return Cgroup(id_, cstring(rec, 16, body_end), sid)
 
 
-@dataclass(frozen=True)
-class Route:
+class Route(NamedTuple):
     """How one record type reaches the model."""
 
     number: int  # abi.RECORD_*: the type in the record's header

@@ -14,8 +14,7 @@ fields into the record its ``on_<event>`` handler takes, as
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from ..kernel import abi
 from .records import IdleProbe, Record, RecordError, Sample, SampleLayout
@@ -24,8 +23,7 @@ _HEADER = struct.Struct("<IHH")
 _U64 = struct.Struct("<Q")
 
 
-@dataclass(frozen=True, slots=True)
-class SchedSwitch:
+class SchedSwitch(NamedTuple):
     """sched:sched_switch: ``prev_tid`` leaves its CPU in ``prev_state``,
     ``next_tid`` runs. ``sample`` carries the stack at the switch (the
     own CPU's event), or None (another CPU's, no stack)."""
@@ -43,8 +41,7 @@ class SchedSwitch:
         return self.time
 
 
-@dataclass(frozen=True, slots=True)
-class SchedWaking:
+class SchedWaking(NamedTuple):
     """sched:sched_waking (or sched_wakeup): ``tid`` is made runnable."""
 
     time: int
@@ -76,8 +73,7 @@ def _waking(s: Sample, with_stack: bool) -> SchedWaking:
     return SchedWaking(s.time, struct.unpack_from("<i", s.raw, 24)[0])
 
 
-@dataclass(frozen=True)
-class TracepointRoute:
+class TracepointRoute(NamedTuple):
     name: str  # SYSTEM:EVENT
     decode: Callable[[Sample, bool], "SchedSwitch | SchedWaking"]
     record: type
@@ -92,8 +88,7 @@ TRACEPOINT_ROUTES: tuple[TracepointRoute, ...] = (
 BY_NAME = {r.name: r for r in TRACEPOINT_ROUTES}
 
 
-@dataclass(frozen=True)
-class EventRoute:
+class EventRoute(NamedTuple):
     """What the collector knows of one opened event, by its id."""
 
     route: TracepointRoute

@@ -7,7 +7,7 @@ Pure data and packing only; the numbers are those of
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # attr.type
 TYPE_HARDWARE = 0
@@ -146,8 +146,7 @@ PAGE_SIZE = 4096
 REGS_MASK_X86_64 = 0xFF0FFF
 
 
-@dataclass(frozen=True)
-class EventSpec:
+class EventSpec(NamedTuple):
     """A named event: what attr.type/config to ask for and in what units."""
 
     name: str
@@ -191,8 +190,7 @@ def builtin_event(name: str) -> EventSpec | None:
     return None
 
 
-@dataclass(frozen=True)
-class Attr:
+class Attr(NamedTuple):
     """The fields of perf_event_attr this collector sets."""
 
     type: int

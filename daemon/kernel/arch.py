@@ -32,7 +32,7 @@ addresses begin for files that do not say) is in ``qtools.qformat.arch``.
 from __future__ import annotations
 
 import platform
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..unwind.regs import AARCH64, X86_64, ArchRegs
 
@@ -41,8 +41,7 @@ class UnsupportedMachine(ValueError):
     """The collector does not know this machine's syscalls or registers."""
 
 
-@dataclass(frozen=True, slots=True)
-class Machine:
+class Machine(NamedTuple):
     """What the collector must know about one architecture."""
 
     name: str  # uname -m

@@ -16,8 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import select
-from dataclasses import dataclass, replace
-from typing import Protocol, Sequence
+from typing import NamedTuple, Protocol, Sequence
 
 from ..decode.records import SampleLayout
 from ..decode.tracepoints import BY_NAME, EventRoute, Layouts
@@ -41,8 +40,11 @@ class EventSource(Protocol):
     def doorbell(self, on: bool) -> bool: ...
 
 
-@dataclass(frozen=True)
-class SourceSpec:
+SCHED_SAMPLE_TYPE = (abi.SAMPLE_IDENTIFIER | abi.SAMPLE_TID | abi.SAMPLE_TIME
+                     | abi.SAMPLE_CPU | abi.SAMPLE_RAW)
+
+
+class SourceSpec(NamedTuple):
     """Everything needed to open one CPU's events."""
 
     event: EventSpec
@@ -170,9 +172,6 @@ class SourceSpec:
                         sample_regs_user=self.regs_user_mask,
                         sample_stack_user=self.switch_stack_user)
 
-    SCHED_SAMPLE_TYPE = (abi.SAMPLE_IDENTIFIER | abi.SAMPLE_TID | abi.SAMPLE_TIME
-                         | abi.SAMPLE_CPU | abi.SAMPLE_RAW)
-
     def sched_attr(self, config: int) -> abi.Attr:
         """A scheduler tracepoint without a stack: switch-ins and wake-ups."""
         flags = (abi.FLAG_DISABLED | abi.FLAG_SAMPLE_ID_ALL | abi.FLAG_USE_CLOCKID
@@ -181,14 +180,14 @@ class SourceSpec:
             flags |= abi.FLAG_INHERIT
             if self.enable_on_exec:
                 flags |= abi.FLAG_ENABLE_ON_EXEC
-        return abi.Attr(abi.TYPE_TRACEPOINT, config, 1, self.SCHED_SAMPLE_TYPE, flags,
+        return abi.Attr(abi.TYPE_TRACEPOINT, config, 1, SCHED_SAMPLE_TYPE, flags,
                         wakeup=self.sideband_pages * abi.PAGE_SIZE // 2)
 
     def switch_layout(self) -> SampleLayout:
         return SampleLayout(self.switch_sample_type, regs_user_mask=self.regs_user_mask)
 
     def sched_layout(self) -> SampleLayout:
-        return SampleLayout(self.SCHED_SAMPLE_TYPE)
+        return SampleLayout(SCHED_SAMPLE_TYPE)
 
 
 class PerfSource:
@@ -208,7 +207,7 @@ class PerfSource:
             self.close()
             if not spec.cgroups or e.errno != errno.EINVAL:
                 raise
-            spec = replace(spec, cgroups=False)
+            spec = spec._replace(cgroups=False)
             self._open_all(spec)
         self.poller = select.poll()
         for fd in self.fds:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import platform
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from qtools.qformat.cgroup import proc_cgroup_path
 from qtools.qformat.store import open_regular, read_at_most
@@ -17,8 +17,7 @@ from qtools.qformat.store import open_regular, read_at_most
 from ..kernel import syscalls
 
 
-@dataclass(frozen=True, slots=True)
-class MapsLine:
+class MapsLine(NamedTuple):
     """One line of /proc/PID/maps."""
 
     start: int

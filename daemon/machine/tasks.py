@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 from ..decode.records import Comm, Mmap, Task
 from ..decode.routes import handlers
@@ -23,8 +23,7 @@ _serial = itertools.count(1)
 MAX_THREADS = 4096  # threads remembered per process; the oldest ended ones go first
 
 
-@dataclass(frozen=True, slots=True)
-class ObjectKey:
+class ObjectKey(NamedTuple):
     """Identity of a mapped file: path plus device/inode (or build-id)."""
 
     path: str

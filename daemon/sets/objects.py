@@ -15,7 +15,7 @@ import struct
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable, TextIO
+from typing import Callable, NamedTuple, TextIO
 
 from qtools.qformat import CopyJob, QDir, QFormatError, Stored, TooLarge
 from qtools.qformat.blake import blake2b
@@ -28,8 +28,7 @@ RETRY_SECONDS = 30.0
 MAX_FAILED = 4096  # objects waiting to be tried again; past it the expired are forgotten
 
 
-@dataclass(frozen=True)
-class Copy:
+class Copy(NamedTuple):
     name: str | None  # the copy's file name in .q, None if none could be made
     build_id: str | None = None
 
@@ -130,8 +129,7 @@ def _size(n: int) -> str:
     return str(n)
 
 
-@dataclass(frozen=True)
-class CopyLimits:
+class CopyLimits(NamedTuple):
     """How much copying may cost: bytes per copy, and a collector's time."""
 
     object_size: int = 512 << 20  # an object over this is refused (--max-object-size)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .ehframe import Cie, Fde, read_encoded, sleb, uleb
 from .errors import CfiError
@@ -30,8 +31,7 @@ _MAX_STATE_DEPTH = 64
 _MAX_REG = 1 << 12
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
+class Row(NamedTuple):
     """The unwind rules in force at one pc."""
 
     #: register the CFA is based on, or -1 if `cfa_expr` computes it
@@ -52,22 +52,7 @@ class Row:
         return None
 
 
-_new = object.__new__
-_ROW_SLOTS = tuple(getattr(Row, name).__set__ for name in
-                   ("cfa_reg", "cfa_offset", "cfa_expr", "rules", "ra_column", "signal"))
-
-
-def _row(*values: object) -> Row:
-    """Row(*values) without the frozen dataclass's per-field object.__setattr__ (a third
-    of a decode's time); same object, same invariants."""
-    row = _new(Row)
-    for setter, value in zip(_ROW_SLOTS, values):
-        setter(row, value)
-    return row
-
-
-@dataclass(frozen=True, slots=True)
-class FdeRows:
+class FdeRows(NamedTuple):
     """All rows of one FDE: rows[i] applies from locs[i] up to locs[i+1] (or pc_end)."""
 
     pc_begin: int
@@ -260,7 +245,7 @@ def decode_fde(fde: Fde, initial: CfaState | None = None,
         key = (st.cfa_reg, st.cfa_offset, st.cfa_expr, rules, cie.ra_column, cie.signal)
         row = interned.get(key)
         if row is None:
-            row = interned[key] = _row(*key)
+            row = interned[key] = Row(*key)
         if locs and locs[-1] == loc:            # several advances of 0: the last state wins
             locs.pop()
             rows.pop()

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import CfiError
 
@@ -101,8 +100,7 @@ def read_encoded(data: Buffer, pos: int, end: int, enc: int, delta: int,
     return value & MASK64, pos
 
 
-@dataclass(frozen=True, slots=True)
-class Cie:
+class Cie(NamedTuple):
     """A Common Information Entry."""
 
     offset: int
@@ -120,8 +118,7 @@ class Cie:
     initial_instructions: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class Fde:
+class Fde(NamedTuple):
     """A Frame Description Entry, its CIE resolved."""
 
     offset: int
@@ -133,8 +130,7 @@ class Fde:
     insn_vaddr: int
 
 
-@dataclass(frozen=True, slots=True)
-class EntryHeader:
+class EntryHeader(NamedTuple):
     """Length and id/pointer field of a CIE or FDE."""
 
     offset: int
@@ -289,8 +285,7 @@ def iter_entries(data: Buffer, start: int, end: int, kind: int) -> Iterator[Entr
         off = h.end
 
 
-@dataclass(frozen=True, slots=True)
-class HdrTable:
+class HdrTable(NamedTuple):
     """The decoded `.eh_frame_hdr`.
 
     `locs` and `fdes` are the sorted search table, both relative to `base`

@@ -10,7 +10,7 @@ bytes (or an mmap); malformed input raises ElfError.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from qtools.qformat.elfhdr import SHDR64, ElfHeader, ElfHeaderError, read_header
 
@@ -19,8 +19,7 @@ from .errors import ElfError
 SHT_NOBITS = 8
 
 
-@dataclass(frozen=True, slots=True)
-class Section:
+class Section(NamedTuple):
     """One section header, name resolved."""
 
     name: str

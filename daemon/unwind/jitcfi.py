@@ -26,7 +26,7 @@ of the process. Nothing is ever assumed from a symbol name.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from qtools.qformat.elfhdr import EHDR64 as _EHDR, PHDR64 as _PHDR, PT_GNU_EH_FRAME, PT_LOAD
 
@@ -121,8 +121,7 @@ def eh_frame_for(arch: ArchRegs, code_size: int, initial: bytes,
     return eh_frame, hdr
 
 
-@dataclass(frozen=True)
-class Stub:
+class Stub(NamedTuple):
     """A fixed trampoline: its bytes and the CFI rows that describe them."""
 
     name: str

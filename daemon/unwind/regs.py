@@ -15,11 +15,10 @@ headers, DWARF names against binutils' readelf).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class ArchRegs:
+class ArchRegs(NamedTuple):
     """Register facts of one architecture."""
 
     name: str

@@ -23,7 +23,7 @@ plain register arithmetic, so signal frames cost no expression evaluation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .cfi import EXPRESSION, OFFSET, REGISTER, SAME_VALUE, UNDEFINED, VAL_OFFSET, Row
 from .ehframe import sleb, uleb
@@ -47,8 +47,7 @@ OP_VAL_EXPR = 7    # evaluate(b, CFA pushed)
 OP_SAME = 8        # unchanged (only kept for the RA column)
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
+class Plan(NamedTuple):
     """A row prepared for the generic walker."""
 
     cfa_kind: int

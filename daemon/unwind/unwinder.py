@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import CfiError
 from .generic import (BAD_FRAME, END_OF_STACK, MAX_FRAMES, ROOT_REASON, core_step,
@@ -43,8 +42,7 @@ _WALK_ERRORS = (CfiError, IndexError, ValueError, TypeError, OverflowError, Arit
                 struct.error, RecursionError)
 
 
-@dataclass(frozen=True, slots=True)
-class UnwindResult:
+class UnwindResult(NamedTuple):
     """One unwound user stack."""
 
     #: ip of the leaf, then return addresses as found on the stack (NOT minus 1)
@@ -56,23 +54,6 @@ class UnwindResult:
 
 
 _NO_REGS = UnwindResult((), False, NO_REGS)
-
-_new = object.__new__
-# the slot descriptors: setting through them skips the frozen class's __setattr__
-_set_frames = getattr(UnwindResult, "frames").__set__
-_set_complete = getattr(UnwindResult, "complete").__set__
-_set_reason = getattr(UnwindResult, "reason").__set__
-
-
-def _result(frames: tuple[int, ...], complete: bool, reason: str) -> UnwindResult:
-    """UnwindResult(frames, complete, reason) at half the cost of the frozen __init__
-    (which goes through object.__setattr__ per field); same object, same invariants."""
-    r = _new(UnwindResult)
-    _set_frames(r, frames)
-    _set_complete(r, complete)
-    _set_reason(r, reason)
-    return r
-
 
 class Unwinder:
     """DWARF CFI unwinder for one architecture (see the module doc)."""
@@ -128,7 +109,7 @@ class Unwinder:
                     return result
             return self._walk_generic(space, regs, stack)
         except _WALK_ERRORS:
-            return _result((regs[self._pos_ip] & MASK64,), False, BAD_FRAME)
+            return UnwindResult((regs[self._pos_ip] & MASK64,), False, BAD_FRAME)
 
     # -- rule lookup ----------------------------------------------------------------------
 
@@ -253,16 +234,17 @@ class Unwinder:
                 if step is None:
                     return None, None, -1, None, deps
                 if isinstance(step, str):
-                    return _result(tuple(frames), step == ROOT_REASON, step), None, -1, None, deps
+                    done = UnwindResult(tuple(frames), step == ROOT_REASON, step)
+                    return done, None, -1, None, deps
                 new_sp, new_fp, ra = step
                 if new_sp <= sp or new_sp & 7 or new_fp is None:
                     return None, None, -1, None, deps   # e.g. sigaltstack: the generic walker checks
                 sp, fp = new_sp, new_fp
                 if not ra:
-                    return _result(tuple(frames), True, ROOT_REASON), None, -1, None, deps
+                    return UnwindResult(tuple(frames), True, ROOT_REASON), None, -1, None, deps
                 append(ra)
                 if len(frames) >= maxf:
-                    return _result(tuple(frames), False, MAX_FRAMES), None, -1, None, deps
+                    return UnwindResult(tuple(frames), False, MAX_FRAMES), None, -1, None, deps
                 exact = plan.signal  # the interrupted frame resumes at its exact pc
                 key = ra if exact else ra - 1
                 continue
@@ -303,15 +285,15 @@ class Unwinder:
                 if tail is not None:
                     if memo.uses_fp(key2):  # type: ignore[union-attr]
                         deps |= origin
-                    return (_result((pc,) + tail[0], tail[1], tail[2]), reads, -1, (key2, fp, None),
-                            deps)
+                    done = UnwindResult((pc,) + tail[0], tail[1], tail[2])
+                    return done, reads, -1, (key2, fp, None), deps
                 second = (key2, fp)
                 origin |= 2
 
     @staticmethod
     def _end(frames: list[int], complete: bool, reason: str, reads: list[int] | None,
              fail_at: int, second: Any, deps: int) -> tuple[UnwindResult, list[int] | None, int, Any, int]:
-        result = _result(tuple(frames), complete, reason)
+        result = UnwindResult(tuple(frames), complete, reason)
         if second is not None:  # what the walk gave from its second start on
             second = (*second, (result.frames[1:], complete, reason))
         return result, reads, fail_at, second, deps
@@ -329,4 +311,4 @@ class Unwinder:
         sample = sample_registers(self._tracked, regs)
         frames, complete, reason = walk_generic(self.arch, sample, regs[self._pos_ip] & MASK64, stack,
                                                 lookup, self.max_frames)
-        return _result(frames, complete, reason)
+        return UnwindResult(frames, complete, reason)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import replace
 
 import pytest
 
@@ -39,7 +38,7 @@ def capture(binary: str) -> tuple[list[Sample], Mappings]:
     pid, release_fd, err_fd = command.spawn(cfg.command)
     cpu = min(os.sched_getaffinity(0))
     os.sched_setaffinity(pid, {cpu})
-    source = PerfSource(replace(spec, target_pid=pid, cpu=cpu))
+    source = PerfSource(spec._replace(target_pid=pid, cpu=cpu))
     samples: list[Sample] = []
     space = Mappings()
     try:

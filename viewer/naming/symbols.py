@@ -219,7 +219,7 @@ class Symbols:
         table = _merge(elf.symbols, debug[1]) if debug else elf.symbols
         if cache_key:
             self.cache.store(cache_key, table, {
-                "segments": [list(s.__dict__.values()) for s in elf.segments],
+                "segments": [list(s) for s in elf.segments],
                 "stripped_without_debug": not elf.has_symtab and debug is None,
                 "build_id": elf.build_id or ref.build_id,
                 "debuglink": list(elf.debuglink) if elf.debuglink else None,
