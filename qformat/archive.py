@@ -20,7 +20,7 @@ from __future__ import annotations
 import errno
 import io
 import os
-from typing import IO, NamedTuple, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, NamedTuple
 
 from zlib_ng import gzip_ng, zlib_ng
 

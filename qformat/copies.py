@@ -22,7 +22,7 @@ import fcntl
 import os
 import stat
 import time
-from typing import NamedTuple, TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from zlib_ng import zlib_ng
 

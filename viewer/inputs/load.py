@@ -16,7 +16,7 @@ import re
 import shlex
 import time
 from dataclasses import dataclass
-from typing import IO, Callable, Iterator, TypeVar
+from typing import IO, Callable, Iterator, NamedTuple, TypeVar
 
 from qtools.qformat import DEFAULT_LIMITS, Info, Limits, MissingFile, QFormatError, SetName, \
     Stack, data_expected, info_versions, parse_name, read_edges, read_hist, \
@@ -367,8 +367,7 @@ def sets_in(source: Source, all_versions: bool = False,
     return out
 
 
-@dataclass(frozen=True)
-class Selection:
+class Selection(NamedTuple):
     comm: str | None = None
     pid: int | None = None
     cpu: int | None = None

@@ -9,7 +9,6 @@ of programs that do exist.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 from qtools.qformat import QFormatError, info_versions, parse_name
@@ -79,7 +78,7 @@ def select_inputs(inputs: list[Source], selection: Selection, all_versions: bool
 def _program_sets(item: str, directory: str, prog: str, selection: Selection,
                   all_versions: bool, run: str | None,
                   limits: Limits) -> list[StoredSet]:
-    narrowed = dataclasses.replace(selection, comm=prog) if selection.comm is None \
+    narrowed = selection._replace(comm=prog) if selection.comm is None \
         else selection
     try:
         found = select([directory], narrowed, all_versions, run, limits)

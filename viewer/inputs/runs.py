@@ -10,8 +10,7 @@ several runs is shown whole, with a one-line notice, and ``--run ID``
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple
 
 from ..errors import UsageError, ViewError
 
@@ -28,8 +27,7 @@ UNKNOWN = "unknown"
 LISTED = 3  # runs named in the notice; older ones are counted
 
 
-@dataclass(frozen=True)
-class Run:
+class Run(NamedTuple):
     id: str | None  # None: written before runs had ids
     start: float | None  # Unix seconds
     host: str | None

@@ -16,7 +16,7 @@ CPU profile q-view shows from the `.stack`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from qtools.qformat import LimitExceeded, MissingFile, QFormatError, ThreadName, ThreadWeight
 
@@ -33,8 +33,7 @@ NANOSECOND = 1e-9
 THREAD_OBJECT = "[thread]"
 
 
-@dataclass(frozen=True)
-class ThreadView:
+class ThreadView(NamedTuple):
     """What of the `.threads` files a report shows."""
 
     metric: str = "cpu"

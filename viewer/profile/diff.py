@@ -14,10 +14,8 @@ points), so a longer or busier day does not make everything look slower;
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
-from dataclasses import dataclass
-from typing import Callable, TextIO
+from typing import Callable, NamedTuple, TextIO
 
 from ..errors import UsageError, ViewError
 from ..inputs import runs
@@ -90,8 +88,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--diff shows --format {', '.join(RENDERERS)}, not {args.format}")
 
 
-@dataclass(frozen=True)
-class Side:
+class Side(NamedTuple):
     """One side of a comparison: its input as given, its selection, its graph."""
 
     label: str  # BASE or NEW
@@ -100,8 +97,7 @@ class Side:
     profile: CallGraph
 
 
-@dataclass(frozen=True)
-class Row:
+class Row(NamedTuple):
     """One function (object, address: ``--by``) of either side. Times are in
     the profile's unit, shares in percent of that side's total; a function
     that a side does not have has 0 there."""
@@ -141,8 +137,7 @@ def _change(base: float, new: float) -> float:
     return 0.0 if abs(change) <= 1e-9 * max(abs(base), abs(new)) else change
 
 
-@dataclass(frozen=True)
-class Comparison:
+class Comparison(NamedTuple):
     base: Side
     new: Side
     rows: tuple[Row, ...]  # shown, largest change first
@@ -235,7 +230,7 @@ def _base_selection(args: argparse.Namespace, selection: Selection, now: float) 
     if since is not None and until is not None and until < since:
         raise UsageError(f"--base-until {args.base_until} is before --base-since "
                          f"{args.base_since}")
-    return dataclasses.replace(selection, since=since, until=until)
+    return selection._replace(since=since, until=until)
 
 
 def _time(option: str, text: str | None, now: float) -> float | None:

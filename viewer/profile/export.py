@@ -200,7 +200,7 @@ def _located(sets: list[StoredSet], symbols: Symbols, warn: Warn, view: ThreadVi
              ) -> Iterator[SetLocations]:
     """Each set's stacks, each under its thread where the set has them by
     thread; the sets whose `.threads` does not add up told once, at the end."""
-    by_thread = dataclasses.replace(view, by_thread=True)
+    by_thread = view._replace(by_thread=True)
     unsplit: list[str] = []
     for index, ts in enumerate(sets):
         space = symbols.space(ts.directory, ts.info)

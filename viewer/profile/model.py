@@ -74,8 +74,7 @@ class Location(NamedTuple):
     file_offset: int | None  # of the instruction (address-1 for a return address)
 
 
-@dataclass(frozen=True)
-class SetSummary:
+class SetSummary(NamedTuple):
     """One task set that went into a profile."""
 
     file: str  # the `.info` name

@@ -9,8 +9,7 @@ call graph: their entry names an ``export`` (export.py's tables -> bytes).
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, TextIO
+from typing import TYPE_CHECKING, Callable, NamedTuple, TextIO
 
 from ..profile.model import CallGraph
 from . import collapsed, dot, jsonfmt, text
@@ -19,8 +18,7 @@ if TYPE_CHECKING:
     from ..profile.export import Tables
 
 
-@dataclass(frozen=True)
-class ReportOptions:
+class ReportOptions(NamedTuple):
     """What the command line asked of a report, for the renderers that care."""
 
     flat: bool = False  # --flat
@@ -35,8 +33,7 @@ Render = Callable[[CallGraph, TextIO, ReportOptions], None]
 Export = Callable[["Tables"], bytes]
 
 
-@dataclass(frozen=True)
-class Format:
+class Format(NamedTuple):
     name: str
     help: str
     render: Render
