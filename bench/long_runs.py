@@ -65,11 +65,12 @@ def program_sizes(q: Path) -> dict[str, int]:
     return dict(sorted(sizes.items(), key=lambda kv: -kv[1]))
 
 
-def long_run(work: Path, pfan: Path, ncpu: int, minutes: float, view: bool = True
-             ) -> dict[str, Any]:
+def long_run(work: Path, pfan: Path, ncpu: int, minutes: float, view: bool = True,
+             extra: list[str] | None = None) -> dict[str, Any]:
     """One run of the load (one p-fan per CPU plus 20 short-lived processes
-    a second) sampled by q-syscollect and perf record -a -g at once: CPU of
-    each, .q sizes, perf.data size and (with ``view``) the viewers' CPU."""
+    a second) sampled by q-syscollect (with ``extra`` arguments) and perf
+    record -a -g at once: CPU of each, .q sizes, perf.data size and (with
+    ``view``) the viewers' CPU."""
     seconds = minutes * 60
     loads = [subprocess.Popen([str(pfan)]) for _ in range(ncpu)]
     churn = subprocess.Popen(["sh", "-c", "while :; do /bin/true; sleep 0.05; done"])
@@ -77,7 +78,7 @@ def long_run(work: Path, pfan: Path, ncpu: int, minutes: float, view: bool = Tru
     try:
         q_cpu, perf_cpu, _err = run_together(
             [sys.executable, "-m", "qtools.daemon.cli", "-v", "-d", str(q), "-t",
-             str(seconds)],
+             str(seconds), *(extra or [])],
             ["perf", "record", "-q", "-a", "-g", "-F", "997", "-e", "cpu-clock", "-o",
              str(data), "--", "sleep", str(seconds)], seconds + 600)
     finally:

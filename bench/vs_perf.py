@@ -362,11 +362,12 @@ def startup_part(run: Run, runs: int) -> None:
 
 # ---------------------------------------------------------------- growth
 
-def growth_part(run: Run, work: Path, pfan: Path, ncpu: int, minutes: list[float]) -> None:
+def growth_part(run: Run, work: Path, pfan: Path, ncpu: int, minutes: list[float],
+                extra: list[str]) -> None:
     sizes = []
     for m in minutes:
-        part(f"growth: {m:g} min of load, q-syscollect and perf record -a -g")
-        r = long_run(work, pfan, ncpu, m, view=False)
+        part(f"growth: {m:g} min of load, q-syscollect {' '.join(extra)} and perf record -a -g")
+        r = long_run(work, pfan, ncpu, m, view=False, extra=extra)
         sizes.append(r)
         run.row(f"growth {m:g} min: collect CPU-s", r["q_cpu"], r["perf_cpu"],
                 ratio=_ratio(r["q_cpu"], r["perf_cpu"]))
@@ -452,7 +453,8 @@ def one_run(n: int, args: argparse.Namespace, s: Setup) -> Run:
         part(f"run {n}: per-sample breakdown, replay -n {args.replays}")
         run.breakdown = s.captured or replay_streams(s.streams, args.replays)
     if 3 in only:
-        guarded(run, "growth", growth_part, run, s.work, s.pfan, s.ncpu, args.long_minutes)
+        guarded(run, "growth", growth_part, run, s.work, s.pfan, s.ncpu, args.long_minutes,
+                args.growth_args)
     return run
 
 
@@ -500,6 +502,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=2, help="whole runs, one table each (2)")
     ap.add_argument("--seconds", type=float, help="per-sample cost runs (10; --quick 3)")
     ap.add_argument("--long-minutes", help="growth runs, minutes (1,10; --quick 0.33,0.67)")
+    ap.add_argument("--growth-args", default="", help="more q-syscollect arguments for the "
+                    "growth runs, e.g. \"--min-stack-share 0.001\" (the service's)")
     ap.add_argument("--only", default="1,2,3,4,5", help="items: 1 per-sample cost, 2 start-up, "
                     "3 .q growth, 4 cold view, 5 idle (default all)")
     ap.add_argument("--idle-seconds", type=float, help="q-syscollect's idle window (600: the "
@@ -518,6 +522,7 @@ def main() -> int:
     args.view_seconds = 4 * args.seconds
     args.long_minutes = _numbers(args.long_minutes or ("0.3333,0.6667" if q else "1,10"), float)
     args.idle_seconds = args.idle_seconds or (10.0 if q else 600.0)
+    args.growth_args = args.growth_args.split()
     args.startup_runs = 1 if q else 3
     args.capture_seconds = 2 if q else 5
     args.replays = 2 if q else 5
@@ -528,7 +533,8 @@ def main() -> int:
         print(f"vs_perf at {time.strftime('%Y-%m-%d %H:%M')}: {machine()}")
         print(f"items {', '.join(f'{i} {ITEMS[i]}' for i in sorted(args.only))}; "
               f"{args.runs} run(s); {args.seconds:g} s and {args.view_seconds:g} s collections, "
-              f"growth {', '.join(f'{m:g}' for m in args.long_minutes)} min, idle "
+              f"growth {', '.join(f'{m:g}' for m in args.long_minutes)} min"
+              f"{' with ' + ' '.join(args.growth_args) if args.growth_args else ''}, idle "
               f"{args.idle_seconds:g} s; {RATE} Hz cpu-clock, {STACK}-byte user stacks")
         bindir = work / "bin"
         s = Setup(work, ncpu, {name: Path(collector_cost.build(name, bindir))

@@ -60,6 +60,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 <= value < 1):
+        raise argparse.ArgumentTypeError(f"not a share from 0 up to 1 (e.g. 0.001): {text!r}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -154,6 +164,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-stacks", type=_positive_int, default=MAX_STACKS, metavar="N",
                    help="distinct call stacks kept per set and time slice; the rest are "
                         f"counted in one remainder line (default {MAX_STACKS})")
+    p.add_argument("--min-stack-share", type=_share, default=0.0, metavar="SHARE",
+                   help="at each checkpoint, fold into the remainder line every call stack "
+                        "that carried less than SHARE (e.g. 0.001) of its set's samples "
+                        "since it was first seen: a long run's sets stop growing with rare "
+                        "stacks; .hist stays exact (default 0: keep every stack)")
     p.add_argument("--symlink", action="store_true",
                    help="symlink objects into .q instead of copying them")
     p.add_argument("--mmap-pages", dest="ring_pages", type=_positive_int, metavar="PAGES",
@@ -227,6 +242,7 @@ def config_from(args: argparse.Namespace, argv: list[str], host: Host = LIVE) ->
                   checkpoint=args.checkpoint, call_graph=args.call_graph,
                   stack_size=args.stack_size,
                   min_samples=args.min_samples, max_stacks=args.max_stacks,
+                  min_stack_share=args.min_stack_share,
                   symlink=args.symlink,
                   ring_pages=args.ring_pages, rotate=args.rotate, max_size=args.max_size,
                   max_age=args.max_age, compress=args.compress, stuck_after=args.stuck_after,

@@ -71,6 +71,7 @@ class Options:
     compress: bool = False  # write data files of closed sets gzip-compressed
     cpu_stats: bool = True  # keep the CPU's busy share and clock in kernel-cpuN
     max_stacks: int = MAX_STACKS  # distinct stacks per set and slice; the rest: one remainder
+    min_stack_share: float = 0.0  # a rarer stack is folded at a checkpoint (tally.fold_rare)
     off_cpu: bool = False  # sched_switch/sched_waking come: account waits (sets/offcpu.py)
     off_cpu_min_ns: int = 0
 
@@ -112,7 +113,8 @@ class CpuCollector:
         self.offcpu = self.waits.offcpu
         self._routes = handlers(self, self.table, self.cgroups, self.waits)  # record class -> handler
         self.clock = clock
-        self.book = SetBook(opts.cpu, opts.min_samples, opts.max_stacks, clock)
+        self.book = SetBook(opts.cpu, opts.min_samples, opts.max_stacks, clock,
+                            opts.min_stack_share)
         self.samples = 0
         self.read_until = 0  # ns (CLOCK_MONOTONIC, as the records' times): see step
         self.lost = 0

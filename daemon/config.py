@@ -45,6 +45,7 @@ class Config:
     stack_size: int = 16384  # bytes of user stack copied per sample for dwarf
     min_samples: int = 100
     max_stacks: int = 200_000  # distinct stacks per set and slice (aggregate.MAX_STACKS)
+    min_stack_share: float = 0.0  # fold stacks rarer than this share at checkpoints; 0: never
     symlink: bool = False
     ring_pages: int | None = None
     rotate: float | None = None

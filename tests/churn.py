@@ -67,7 +67,8 @@ class Feed(ReplaySource):
 class ChurnRun:
     """A collector fed rounds of churn; files under ``tmp``."""
 
-    def __init__(self, tmp: Path, churn: Churn, seed: int = 1) -> None:
+    def __init__(self, tmp: Path, churn: Churn, seed: int = 1,
+                 options: Options | None = None) -> None:
         self.churn = churn
         self.rng = random.Random(seed)
         names = [f"prog{i}" for i in range(churn.programs)] + [LIB_NAME]
@@ -84,7 +85,7 @@ class ChurnRun:
         self.qdir = QDir.open(tmp / "churn.q", create=True)
         self.out = io.StringIO()
         self.feed = Feed()
-        self.collector = CpuCollector(Options(cpu=0), run, self.feed, self.qdir,
+        self.collector = CpuCollector(options or Options(cpu=0), run, self.feed, self.qdir,
                                       ObjectCopier(self.qdir, host=host), out=self.out,
                                       host=host)
         self.pid = 1000

@@ -193,10 +193,11 @@ class SetBook:
     """All task sets of one CPU and the rules that route samples to them."""
 
     def __init__(self, cpu: int, min_samples: int = 100, max_stacks: int = MAX_STACKS,
-                 clock: Clock = SYSTEM) -> None:
+                 clock: Clock = SYSTEM, min_stack_share: float = 0.0) -> None:
         self.cpu = cpu
         self.min_samples = min_samples
         self.max_stacks = max_stacks
+        self.min_stack_share = min_stack_share
         self.clock = clock
         self.by_process: dict[Process, CollectedSet] = {}
         self.aggregates: dict[str, CollectedSet] = {}
@@ -240,7 +241,7 @@ class SetBook:
         return True
 
     def _tally(self) -> SampleTally:
-        return SampleTally(max_stacks=self.max_stacks)
+        return SampleTally(max_stacks=self.max_stacks, min_share=self.min_stack_share)
 
     def _aggregate_for(self, proc: Process) -> CollectedSet:
         prog = sanitize_prog(proc.comm)
@@ -249,7 +250,8 @@ class SetBook:
             prog = OTHER_PROGRAMS
             agg = self.aggregates.get(prog)
         if agg is None:
-            tally = SampleTally(max_stacks=self.max_stacks, max_threads=MAX_FOLDED_THREADS)
+            tally = SampleTally(max_stacks=self.max_stacks, max_threads=MAX_FOLDED_THREADS,
+                                min_share=self.min_stack_share)
             agg = self._new(SetData(SetName(prog, self.cpu), tally, layout=CanonicalLayout()),
                             promoted=True)
             self.aggregates[prog] = agg
@@ -288,6 +290,8 @@ class SetBook:
         sets += [a for a in self.aggregates.values() if a.writer.dirty]
         if self.kernel is not None and self._kernel_due(complete):
             sets.append(self.kernel)
+        for ts in sets:
+            ts.data.tally.fold_rare()
         return sets, folded
 
     def _kernel_due(self, complete: bool) -> bool:

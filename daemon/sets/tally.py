@@ -67,6 +67,11 @@ class SampleTally:
     # Lowest address taken in kernel mode (cpumode, PERF_CONTEXT_KERNEL): at or
     # above it every address held is the kernel's (q:kernel-from)
     kernel_from: int = NO_KERNEL
+    # --min-stack-share: a stack is kept while it has carried at least this
+    # share of the set's weight since it was first seen (fold_rare); 0: all
+    min_share: float = 0.0
+    epoch: int = 0  # the set's weight at the last fold_rare
+    born: dict[tuple[int, ...], int] = field(default_factory=dict)  # stack -> epoch first seen
 
     def add(self, ip: int, weight: int, stack: tuple[int, ...] | None,
             arcs: Iterable[tuple[int, int]] = (), tid: int | None = None) -> None:
@@ -206,8 +211,13 @@ class SampleTally:
 
     def _add_stack(self, stack: tuple[int, ...], weight: int, samples: int) -> None:
         stacks = self.stacks
-        if stack in stacks or len(stacks) < self.max_stacks:
+        if stack in stacks:
             stacks[stack] += weight
+            return
+        if len(stacks) < self.max_stacks:
+            stacks[stack] = weight
+            if self.min_share:
+                self.born[stack] = self.epoch
             return
         self.folded_weight += weight
         self.folded_samples += samples
@@ -218,6 +228,43 @@ class SampleTally:
     @property
     def total(self) -> int:
         return sum(self.hist.values())
+
+    def fold_rare(self) -> int:
+        """Fold into the remainder line every stack that carried less than
+        ``min_share`` of the set's weight since it was first seen, if it was
+        first seen before the last fold (so each has had a whole interval to
+        recur); returns how many were folded.
+
+        This is lossy counting (Manku and Motwani) by weight: a stack whose
+        share of everything the set has counted is above ``min_share`` is
+        never folded, and one that is kept has lost at most ``min_share`` of
+        that total to the remainder (its weight before it was last folded).
+        Stacks that recur stay, rare ones go: the stack lines a set holds are
+        bounded by the share however long it runs, and the `.hist`, the
+        weights' sum and each thread's total stay exact."""
+        if not self.min_share or not self.stacks:
+            self.epoch = self.total if self.min_share else 0
+            return 0
+        total, last, share, born = self.total, self.epoch, self.min_share, self.born
+        rare = {s: w for s, w in self.stacks.items()
+                if born.get(s, 0) < last and w < share * (total - born.get(s, 0))}
+        self.epoch = total
+        if not rare:
+            return 0
+        per_sample = total / self.samples if self.samples else 1.0
+        if self.folded_stacks is None:
+            self.folded_stacks = DistinctCount()
+        for s, w in rare.items():
+            del self.stacks[s]
+            born.pop(s, None)
+            self.folded_weight += w
+            self.folded_samples += max(1, round(w / per_sample))
+            self.folded_stacks.add(s)
+        if self.split:  # the threads' "cpu" lines of those stacks lose their stack too
+            lines = self.by_thread
+            for key in [k for k in lines if k[0] == "cpu" and k[2] in rare]:
+                lines[("cpu", key[1], ())] += lines.pop(key)
+        return len(rare)
 
     def merge(self, other: SampleTally, rebase: CanonicalLayout | None = None,
               proc: Process | None = None) -> None:

@@ -238,6 +238,8 @@ def test_the_unit_verifies(tmp_path):
     rate = int(exec_start[exec_start.index("-c") + 1])
     assert 90 <= rate <= 110 and all(rate % d for d in range(2, rate))  # a prime near 100
     assert "/var/lib/q-tools" in exec_start
+    # an hour's sets stop growing with rare stacks (README: Running for weeks)
+    assert 0 < float(exec_start[exec_start.index("--min-stack-share") + 1]) <= 0.01
 
 
 def test_a_removed_output_directory_stops_the_run(perf, tmp_path):

@@ -165,6 +165,10 @@ def test_remainder_of_stacks_not_kept(tmp_path, calls_pie):
     assert doc["total"] == pytest.approx(9e-3)
     self_of = {f["name"]: f["self"] for f in doc["functions"]}
     assert self_of == pytest.approx({"leaf1": 3e-3, "leaf2": 5e-3, "main": 1e-3})
+    # and the report says how much came without a stack: 6 of 9 ms
+    assert doc["stack_quality"]["not_kept"] == pytest.approx(6e-3)
+    code, out, err = run(q.info_path(name))
+    assert (code, err) == (0, "") and "66.7% of the samples came without their stacks" in out
     # a remainder the histogram does not account for: a warning, shown apart
     stack.write_bytes(stack.read_bytes() + b"%d -\n" % (1 * MS))
     code, out, err = run(q.info_path(name), "--format", "json")

@@ -148,6 +148,7 @@ class SampleBuilder:
             for leaf_only, count in spread.items():
                 acc[leaf_only] = acc.get(leaf_only, 0.0) + count * factor
             self._add_unkept(sl.unkept * factor)
+            self.quality.unkept += (sum(sl.spread.values()) + sl.unkept) * factor
         else:
             if sl.no_stack_file:
                 self.without_stacks.append(ts)

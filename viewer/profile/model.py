@@ -130,6 +130,9 @@ class StackQuality:
     by_object: dict[str, QualityCount] = field(default_factory=dict)
     #: per process (``comm pid N``), where it had Python frames or JIT information
     by_process: dict[str, InterpreterQuality] = field(default_factory=dict)
+    #: weight whose stacks the collector did not keep (its sets' remainder
+    #: lines: stacks folded by --min-stack-share or past --max-stacks)
+    unkept: float = 0.0
 
     def add(self, innermost_object: str, weight: float, rooted: bool) -> None:
         """One user stack: the object of its innermost user frame, and whether

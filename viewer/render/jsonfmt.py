@@ -78,6 +78,7 @@ def document(profile: CallGraph, with_stacks: bool = False) -> dict[str, Any]:
             "user_stacks": _num(q.overall.stacks),
             "rooted": _num(q.overall.rooted),
             "share": _num(q.overall.share),
+            "not_kept": _num(q.unkept),  # weight whose stacks the collector folded
             "objects": [{"object": obj, "user_stacks": _num(c.stacks), "rooted": _num(c.rooted),
                          "share": _num(c.share)}
                         for obj, c in sorted(q.by_object.items(),

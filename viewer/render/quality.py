@@ -31,6 +31,11 @@ def render(profile: CallGraph, out: TextIO) -> None:
         return
     out.write(f"{100 * share:.1f}% of user stacks reach a root frame "
               "(their unwind information ends there: _start, clone3)\n")
+    whole = profile.samples.base
+    if q.unkept and whole:
+        out.write(f"{100 * q.unkept / whole:.1f}% of the samples came without their "
+                  "stacks (rare ones the collector folded, or past --max-stacks): their time "
+                  "is in the flat profile, under no caller\n")
     out.write(f"{'% rooted':>9} {'stacks':>8}  object of the innermost user frame\n")
     for obj, c in sorted(q.by_object.items(), key=lambda kv: (-kv[1].stacks, kv[0])):
         out.write(f"{100 * (c.share or 0):9.1f} {si(c.stacks):>8}  {obj}\n")
