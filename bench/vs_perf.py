@@ -12,7 +12,7 @@ the invocation ends with each target's PASS or FAIL per run. Protocol and
 how to read it: bench/README.md.
 
     sudo .venv/bin/python bench/vs_perf.py [--runs 2] [--seconds 10]
-        [--long-minutes 1,10] [--only 1,2,3,4,5] [--quick]
+        [--long-minutes 1,10] [--growth-args ARGS] [--only 1,2,3,4,5] [--quick]
 """
 
 from __future__ import annotations
