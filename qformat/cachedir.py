@@ -19,3 +19,38 @@ def cache_dir(kind: str) -> str | None:
     if not os.path.isabs(base):
         return None
     return os.path.join(base, "q-tools", kind)
+
+
+def open_cache_dir(path: str, create: bool) -> int | None:
+    """A descriptor of the directory ``path``, reached one component at a
+    time without following a symlink; None where that fails. With
+    ``create`` the missing components are made (mode 0700), but only inside
+    a directory this user owns: a run as root keeps no cache in another
+    user's home (``sudo -E`` keeps HOME), where it would leave directories
+    that user cannot write, and nothing reaches a directory through a link
+    that user could point anywhere. Whether the directory itself is fit
+    to trust is the caller's to check, on the descriptor."""
+    parts = [p for p in os.path.normpath(os.path.abspath(path)).split("/") if p]
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open("/", flags)
+    except OSError:
+        return None
+    for part in parts:
+        try:
+            try:
+                sub = os.open(part, flags, dir_fd=fd)
+            except FileNotFoundError:
+                if not create or os.fstat(fd).st_uid != os.geteuid():
+                    raise
+                try:
+                    os.mkdir(part, 0o700, dir_fd=fd)
+                except FileExistsError:
+                    pass  # made meanwhile: opened below like any other
+                sub = os.open(part, flags, dir_fd=fd)
+        except OSError:
+            os.close(fd)
+            return None
+        os.close(fd)
+        fd = sub
+    return fd

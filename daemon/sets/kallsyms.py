@@ -19,7 +19,7 @@ import time
 import zlib
 
 from qtools.qformat import QFormatError, TooLarge, parse_copy_name
-from qtools.qformat.cachedir import cache_dir
+from qtools.qformat.cachedir import cache_dir, open_cache_dir
 
 from ..machine.host import Host
 from .objects import RETRY_SECONDS, ObjectCopier
@@ -47,12 +47,8 @@ class KallsymsCache:
     def _dir_fd(self, create: bool) -> int | None:
         if self.directory is None:
             return None
-        try:
-            if create:
-                os.makedirs(self.directory, mode=0o700, exist_ok=True)
-            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-                         | os.O_CLOEXEC)
-        except OSError:
+        fd = open_cache_dir(self.directory, create)
+        if fd is None:
             return None
         if not _ours(os.fstat(fd)):
             os.close(fd)

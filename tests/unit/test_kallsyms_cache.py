@@ -116,3 +116,25 @@ def test_the_key_follows_the_boot_the_modules_and_the_view(monkeypatch):
     assert cache_key(_Booted(), None) not in (None, key, cache_key(_Booted(), frozenset()))
     monkeypatch.setattr(_Booted, "sysctl_int", lambda self, name: 2)
     assert cache_key(_Booted(), mods) != key  # kptr_restrict hides the addresses
+
+
+def test_no_cache_is_reached_or_made_through_a_symlink(tmp_path, machine):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / ".cache").symlink_to(elsewhere)  # anyone's own link, anywhere
+    cache = KallsymsCache(str(tmp_path / "home" / ".cache" / "q-tools" / "kallsyms"))
+    _start(tmp_path, machine, cache, q="q1")
+    assert list(elsewhere.iterdir()) == []  # nothing made or written behind the link
+    machine[0].write_text("ffffffff81000000 T _stext\nffffffff81000100 T new\n")
+    assert "new" in _start(tmp_path, machine, cache, q="q2")  # read afresh, as without a cache
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a directory of another user")
+def test_root_makes_no_cache_in_another_users_directory(tmp_path, machine):
+    home = tmp_path / "home"
+    home.mkdir()
+    os.chown(home, 65534, 65534)  # sudo -E: HOME is the user's
+    cache = KallsymsCache(str(home / ".cache" / "q-tools" / "kallsyms"))
+    _start(tmp_path, machine, cache)
+    assert list(home.iterdir()) == []
