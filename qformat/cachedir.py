@@ -5,6 +5,7 @@ optimisation only; a tool that cannot use its cache works without it."""
 from __future__ import annotations
 
 import os
+import stat
 
 
 def cache_dir(kind: str) -> str | None:
@@ -23,15 +24,17 @@ def cache_dir(kind: str) -> str | None:
 
 def open_cache_dir(path: str, create: bool) -> int | None:
     """A descriptor of the directory ``path``, reached one component at a
-    time without following a symlink; None where that fails. With
-    ``create`` the missing components are made (mode 0700), but only inside
-    a directory this user owns: a run as root keeps no cache in another
-    user's home (``sudo -E`` keeps HOME), where it would leave directories
-    that user cannot write, and nothing reaches a directory through a link
-    that user could point anywhere. Whether the directory itself is fit
-    to trust is the caller's to check, on the descriptor."""
+    time; None where that fails. A symlink on the way is followed only if
+    it is root's or this user's (``/home`` pointing elsewhere, a user's own
+    link in a run as that user), never another user's: a run as root must
+    not be led anywhere by a link in someone's home (``sudo -E`` keeps
+    HOME). With ``create`` the missing components are made (mode 0700),
+    but only inside a directory this user owns, so a root run leaves no
+    directories in another user's home. Whether the directory itself is
+    fit to trust is the caller's to check, on the descriptor."""
     parts = [p for p in os.path.normpath(os.path.abspath(path)).split("/") if p]
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    trusted = {0, os.geteuid()}
     try:
         fd = os.open("/", flags)
     except OSError:
@@ -39,7 +42,7 @@ def open_cache_dir(path: str, create: bool) -> int | None:
     for part in parts:
         try:
             try:
-                sub = os.open(part, flags, dir_fd=fd)
+                sub = os.open(part, flags | os.O_NOFOLLOW, dir_fd=fd)
             except FileNotFoundError:
                 if not create or os.fstat(fd).st_uid != os.geteuid():
                     raise
@@ -47,7 +50,12 @@ def open_cache_dir(path: str, create: bool) -> int | None:
                     os.mkdir(part, 0o700, dir_fd=fd)
                 except FileExistsError:
                     pass  # made meanwhile: opened below like any other
-                sub = os.open(part, flags, dir_fd=fd)
+                sub = os.open(part, flags | os.O_NOFOLLOW, dir_fd=fd)
+            except NotADirectoryError:
+                st = os.lstat(part, dir_fd=fd)
+                if not stat.S_ISLNK(st.st_mode) or st.st_uid not in trusted:
+                    raise
+                sub = os.open(part, flags, dir_fd=fd)  # a trusted link: followed
         except OSError:
             os.close(fd)
             return None

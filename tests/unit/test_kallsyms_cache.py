@@ -118,11 +118,13 @@ def test_the_key_follows_the_boot_the_modules_and_the_view(monkeypatch):
     assert cache_key(_Booted(), mods) != key  # kptr_restrict hides the addresses
 
 
-def test_no_cache_is_reached_or_made_through_a_symlink(tmp_path, machine):
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a link of another user")
+def test_no_cache_is_reached_or_made_through_another_users_symlink(tmp_path, machine):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir(mode=0o700)
     (tmp_path / "home").mkdir()
-    (tmp_path / "home" / ".cache").symlink_to(elsewhere)  # anyone's own link, anywhere
+    (tmp_path / "home" / ".cache").symlink_to(elsewhere)  # a user's link, anywhere
+    os.lchown(tmp_path / "home" / ".cache", 65534, 65534)
     cache = KallsymsCache(str(tmp_path / "home" / ".cache" / "q-tools" / "kallsyms"))
     _start(tmp_path, machine, cache, q="q1")
     assert list(elsewhere.iterdir()) == []  # nothing made or written behind the link
@@ -138,3 +140,13 @@ def test_root_makes_no_cache_in_another_users_directory(tmp_path, machine):
     cache = KallsymsCache(str(home / ".cache" / "q-tools" / "kallsyms"))
     _start(tmp_path, machine, cache)
     assert list(home.iterdir()) == []
+
+
+def test_a_link_of_root_or_the_user_is_followed(tmp_path, machine):
+    """/home -> /data/home: a link its owner (root, or the user running)
+    made is part of the machine's layout, not a trap."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "cache").symlink_to(tmp_path / "data")
+    cache = KallsymsCache(str(tmp_path / "cache" / "kallsyms"))
+    _start(tmp_path, machine, cache, q="q1")
+    assert len(os.listdir(tmp_path / "data" / "kallsyms")) == 1

@@ -135,6 +135,27 @@ def test_unwritable_cache_is_silently_off(tmp_path, calls_pie):
     assert cache.load("k") is None and not cache.enabled
 
 
+def test_cache_is_never_reached_through_another_users_symlink(tmp_path, calls_pie):
+    table = read_elf(calls_pie.path).symbols
+    if os.geteuid() == 0:  # root: a link of another user is not followed
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        (tmp_path / "link").symlink_to(elsewhere)
+        os.lchown(tmp_path / "link", 65534, 65534)
+        cache = symcache.SymbolCache(str(tmp_path / "link" / "symbols"))
+        cache.store("k", table, {})
+        assert cache.load("k") is None and list(elsewhere.iterdir()) == []
+        cache.close()
+    # an entry that is a link to another file is not read
+    real = symcache.SymbolCache(str(tmp_path / "c"))
+    real.store("k", table, {})
+    (tmp_path / "c" / "k.sym").rename(tmp_path / "c" / "real.sym")
+    (tmp_path / "c" / "k.sym").symlink_to(tmp_path / "c" / "real.sym")
+    fresh = symcache.SymbolCache(str(tmp_path / "c"))
+    assert fresh.load("k") is None and fresh.load("real") is None  # its key says "k"
+    real.close(), fresh.close()
+
+
 def test_cache_dir_follows_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("Q_CACHE_DIR", str(tmp_path))
     assert symcache.cache_dir() == str(tmp_path)

@@ -129,6 +129,7 @@ class Symbols:
         self._qdirs.clear()
         if self.debuginfod is not None:
             self.debuginfod.close()
+        self.cache.close()
 
     # ------------------------------------------------------------ copies
 

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import struct
 import sys
-import tempfile
 import zlib
 from array import array
 from typing import Any
 
 from qtools.qformat.cachedir import cache_dir as qtools_cache_dir
+from qtools.qformat.cachedir import open_cache_dir
 
 from .symtab import SymbolTable
 
@@ -46,21 +47,41 @@ def fetch_dir() -> str | None:
 
 
 class SymbolCache:
-    """Load and store ``(SymbolTable, metadata)`` by key; never raises."""
+    """Load and store ``(SymbolTable, metadata)`` by key; never raises.
+
+    The directory is reached without following a symlink and made only
+    under a directory of this user's (``cachedir.open_cache_dir``); entries
+    are opened in it by descriptor, never through a link."""
 
     def __init__(self, directory: str | None) -> None:
         self.directory = directory
         self.enabled = directory is not None
+        self._fd: int | None = None
 
-    def _path(self, key: str) -> str:
-        assert self.directory is not None
-        return os.path.join(self.directory, key + ".sym")
+    def _dir(self, create: bool) -> int | None:
+        if self._fd is None and self.enabled:
+            assert self.directory is not None
+            fd = open_cache_dir(self.directory, create)
+            if fd is not None and os.fstat(fd).st_uid != os.geteuid():
+                os.close(fd)  # another user's: neither trusted nor written
+                fd = None
+                self.enabled = False
+            self._fd = fd
+        return self._fd
 
     def load(self, key: str) -> tuple[SymbolTable, dict[str, Any]] | None:
-        if not self.enabled:
+        dir_fd = self._dir(create=False)
+        if dir_fd is None:
             return None
         try:
-            with open(self._path(key), "rb") as f:
+            fd = os.open(key + ".sym", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=dir_fd)
+        except OSError:
+            return None
+        try:
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    return None
                 data = f.read()
         except OSError:
             return None
@@ -69,19 +90,28 @@ class SymbolCache:
     def store(self, key: str, table: SymbolTable, meta: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        assert self.directory is not None
+        dir_fd = self._dir(create=True)
+        if dir_fd is None:
+            self.enabled = False  # unwritable: carry on without a cache, quietly
+            return
+        tmp = f".tmp-{os.getpid()}-{os.urandom(4).hex()}"
         try:
-            os.makedirs(self.directory, mode=0o700, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.directory)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600, dir_fd=dir_fd)
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(encode(key, table, meta))
-                os.replace(tmp, self._path(key))
+                os.replace(tmp, key + ".sym", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
             except BaseException:
-                os.unlink(tmp)
+                os.unlink(tmp, dir_fd=dir_fd)
                 raise
         except OSError:
-            self.enabled = False  # unwritable: carry on without a cache, quietly
+            self.enabled = False
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def encode(key: str, table: SymbolTable, meta: dict[str, Any]) -> bytes:
