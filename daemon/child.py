@@ -27,6 +27,7 @@ from .frames.dwarf import DwarfFrames
 from .kernel import syscalls
 from .kernel.source import PerfSource, SourceSpec
 from .machine.host import LIVE, Host
+from .machine.synthesize import Snapshot
 from .messages import Tally, write_line
 from .sets.checkpoint import RunInfo
 from .sets.kallsyms import KallsymsCopy
@@ -50,23 +51,28 @@ def _parent_gone(signum: int, frame: object) -> None:
 
 def collector_main(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, status_w: int,
                    out: TextIO, siblings: set[int] | None = None,
-                   kallsyms: KallsymsCopy | None = None, host: Host = LIVE) -> int:
+                   kallsyms: KallsymsCopy | None = None, host: Host = LIVE,
+                   snapshot: Snapshot | None = None) -> int:
     """Open this CPU's events, say "ok" (or the error) on ``status_w``, then
     collect until SIGTERM, writing its totals to ``status_w`` about once a
     second (the heartbeat that tells a stuck collector from a busy one) and
-    once more at the end (the status protocol is in messages.py)."""
+    once more at the end (the status protocol is in messages.py).
+    ``snapshot``: the host's processes as the supervisor read them just
+    before forking (else this collector reads them itself)."""
     parent = os.getppid()
     signal.signal(PARENT_DEATH_SIGNAL, _parent_gone)
     syscalls.set_parent_death_signal(PARENT_DEATH_SIGNAL)
     try:
-        return _collect(cfg, source, run, qdir, status_w, out, parent, siblings, kallsyms, host)
+        return _collect(cfg, source, run, qdir, status_w, out, parent, siblings, kallsyms, host,
+                        snapshot)
     except ParentGone:
         return 1
 
 
 def _collect(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, status_w: int,
              out: TextIO, parent: int, siblings: set[int] | None,
-             kallsyms: KallsymsCopy | None, host: Host) -> int:
+             kallsyms: KallsymsCopy | None, host: Host,
+             snapshot: Snapshot | None = None) -> int:
     flags = Flags()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -103,7 +109,7 @@ def _collect(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, status_w
     collector = CpuCollector(opts, run, perf, qdir, copier, user_frames=frames, out=out,
                              kallsyms=kallsyms, host=host)
     if source.target_pid == -1:
-        collector.seed()
+        collector.seed(snapshot)
     perf.enable()
     if cfg.verbose:
         write_line(out, f"[{os.getpid()}] profiling on cpu {source.cpu} with "

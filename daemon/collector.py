@@ -132,28 +132,34 @@ class CpuCollector:
 
     # ------------------------------------------------------------ tasks
 
-    def seed(self, pids: list[int] | None = None) -> None:
+    def seed(self, snapshot: synthesize.Snapshot | None = None) -> None:
         """Install the tasks that exist before collection starts, as records
-        synthesized from the host at this moment."""
+        synthesized from the host: ``snapshot``, which the supervisor took
+        once for all its collectors just before forking them, or the host
+        as it is now."""
+        if snapshot is None:
+            snapshot = synthesize.snapshot(self.host, time.monotonic_ns(),
+                                           with_cgroups=self.sampled_cgroups)
         if self.sampled_cgroups:
-            for rec in synthesize.cgroups(self.host, time.monotonic_ns()):
+            for rec in snapshot.cgroups:
                 self.cgroups.apply(rec)
-        for pid in self.host.pids() if pids is None else pids:
-            self._synthesize(pid, time.monotonic_ns())
+        for seen in snapshot.processes:
+            self._install(seen)
 
     def _synthesize(self, pid: int, now: int) -> Process | None:
         """Apply what the host shows of ``pid`` as records; its process, or None if gone."""
-        records = synthesize.process(self.host, pid, now)
-        for rec in records:
+        seen = synthesize.seen(self.host, pid, now)
+        return self._install(seen) if seen is not None else None
+
+    def _install(self, seen: synthesize.Seen) -> Process | None:
+        for rec in seen.records:
             self.table.apply(rec)
-        proc = self.table.get(pid) if records else None
+        proc = self.table.get(seen.pid)
         if proc is not None:
             proc.maps_loaded_at = time.monotonic()
-            # What records cannot carry, read now, while it surely runs: an
-            # early end would otherwise leave its set without a command line.
-            proc.ppid = self.host.ppid(pid)
-            proc.cmdline = self.host.cmdline(pid)
-            proc.exe = self.host.exe(pid)
+            # What records cannot carry, read while it surely ran: an early
+            # end would otherwise leave its set without a command line.
+            proc.ppid, proc.cmdline, proc.exe = seen.ppid, seen.cmdline, seen.exe
         return proc
 
     def _process(self, pid: int, when: int) -> Process:

@@ -27,7 +27,9 @@ from .child import collector_main
 from .command import Ending
 from .config import Config
 from .kernel.abi import EventSpec
+from .machine import synthesize
 from .machine.host import LIVE, Host
+from .machine.synthesize import Snapshot
 from .sets import retention
 from .sets.checkpoint import RunInfo
 from .messages import (EXIT_LOST, Tally, loss_line, parse_line, split_lines, start_line,
@@ -142,7 +144,7 @@ class Supervisor:
             raise CollectError(f"cannot run {self.cfg.command[0]}: {error}")
 
     def _fork_collector(self, source: SourceSpec, run: RunInfo, qdir: QDir,
-                        status_w: int) -> int:
+                        status_w: int, snapshot: Snapshot | None = None) -> int:
         pid = os.fork()
         if pid:
             return pid
@@ -153,7 +155,7 @@ class Supervisor:
             for fd in self._opening:
                 os.close(fd)
             code = collector_main(self.cfg, source, run, qdir, status_w, self.out,
-                                  set(self.children), self.kallsyms, self.host)
+                                  set(self.children), self.kallsyms, self.host, snapshot)
         except BaseException as e:  # a child must never return into the parent's code
             try:
                 tell(self.out, f"collector for cpu {source.cpu} failed: {e!r}")
@@ -171,11 +173,17 @@ class Supervisor:
 
     def _start_all(self, source: SourceSpec, run: RunInfo, qdir: QDir) -> None:
         """A collector per CPU, all forked before waiting for the first to
-        open its events: they start side by side."""
+        open its events: they start side by side. System-wide, the host's
+        processes are read once here for all of them (a collector restarted
+        later reads them itself)."""
+        snapshot = None
+        if source.target_pid == -1:
+            snapshot = synthesize.snapshot(self.host, time.monotonic_ns(),
+                                           with_cgroups=source.cgroups)
         spawned = []
         try:
             for cpu in self.cfg.cpus:
-                spawned.append((*self._spawn(source, run, qdir, cpu), cpu))
+                spawned.append((*self._spawn(source, run, qdir, cpu, snapshot), cpu))
         finally:
             self._opening = []
         error: CollectError | None = None
@@ -187,11 +195,12 @@ class Supervisor:
         if error is not None:
             raise error
 
-    def _spawn(self, source: SourceSpec, run: RunInfo, qdir: QDir, cpu: int) -> tuple[int, int]:
+    def _spawn(self, source: SourceSpec, run: RunInfo, qdir: QDir, cpu: int,
+               snapshot: Snapshot | None = None) -> tuple[int, int]:
         """Fork ``cpu``'s collector; its pid and the read end of its status pipe."""
         r, w = os.pipe2(os.O_CLOEXEC)
         try:
-            pid = self._fork_collector(source._replace(cpu=cpu), run, qdir, w)
+            pid = self._fork_collector(source._replace(cpu=cpu), run, qdir, w, snapshot)
         except BaseException:
             os.close(r)
             raise

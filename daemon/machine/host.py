@@ -126,7 +126,11 @@ class LiveHost:
         return procfs.cpu_max_freq_hz()
 
     def own_vdso(self) -> tuple[int, bytes] | None:
-        return procfs.own_vdso()
+        # Read once: a forked collector has its supervisor's address space,
+        # vdso included, and inherits the answer instead of parsing its maps.
+        if not hasattr(self, "_vdso"):
+            self._vdso = procfs.own_vdso()
+        return self._vdso
 
     def machine(self) -> dict[str, str]:
         return procfs.machine()

@@ -14,7 +14,7 @@ unless that one is newer than the snapshot.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from ..decode.records import Cgroup, Comm, Mmap, SampleId, Task
 from .host import Host
@@ -61,6 +61,40 @@ def mmap(pid: int, line: MapsLine, sid: SampleId) -> Mmap:
     return Mmap(pid, pid, line.start, line.end - line.start, line.offset, line.path or "//anon",
                 line.maj, line.min, line.inode, prot=prot, flags=flags,
                 executable=line.executable, sid=sid)
+
+
+class Seen(NamedTuple):
+    """One process as the host showed it: its records and what records
+    cannot carry (read while it surely ran)."""
+
+    pid: int
+    records: list[Comm | Task | Mmap]
+    ppid: int | None
+    cmdline: list[str] | None
+    exe: str | None
+
+
+class Snapshot(NamedTuple):
+    """The host's processes (and cgroups) at one moment: read once by the
+    supervisor before it forks its collectors, each of which would
+    otherwise read every process's /proc files itself."""
+
+    processes: list[Seen]
+    cgroups: list[Cgroup]
+
+
+def seen(host: Host, pid: int, time: int) -> Seen | None:
+    """``process`` and the process's parent, command line and executable."""
+    records = process(host, pid, time)
+    if not records:
+        return None
+    return Seen(pid, records, host.ppid(pid), host.cmdline(pid), host.exe(pid))
+
+
+def snapshot(host: Host, time: int, with_cgroups: bool = True) -> Snapshot:
+    """Every process the host shows now (and its cgroups)."""
+    found = [s for s in (seen(host, pid, time) for pid in host.pids()) if s is not None]
+    return Snapshot(found, cgroups(host, time) if with_cgroups else [])
 
 
 def cgroups(host: Host, time: int) -> list[Cgroup]:

@@ -77,13 +77,19 @@ def _check_python_profile(q: Path, comm: str, jit_kind: str) -> None:
     # the caller of the three holds nearly all the time
     outer = by_name[names["outer"]]["inclusive"]
     n = total / gran
-    assert outer / total >= 0.95 - tolerance(0.95, n, 0.05), (outer, total)
+    # Samples the ring lost (a collector kept from draining on a loaded
+    # machine) go missing in a stretch, from whichever function ran then:
+    # each may move a share by one sample's worth, beyond sampling noise.
+    lost = data["lost_samples"] or 0
+    assert outer / total >= 0.95 - tolerance(0.95, n, 0.05) - lost / n, (outer, total, lost)
     # 1:2:4 among the three
     incl = {k: by_name[names[k]]["inclusive"] for k in ("f1", "f2", "f4")}
     work = sum(incl.values())
     for k, expected in (("f1", 1 / 7), ("f2", 2 / 7), ("f4", 4 / 7)):
         share = incl[k] / work
-        assert abs(share - expected) <= tolerance(expected, work / gran), (k, share, incl)
+        slack = lost / (work / gran)
+        assert abs(share - expected) <= tolerance(expected, work / gran) + slack, \
+            (k, share, incl, lost)
     # at least 95% of the user stacks reach a root, through Python frames
     assert data["stack_quality"]["share"] >= 0.95, data["stack_quality"]
     pyq = [p for p in data["stack_quality"]["python"] if p["process"].startswith(comm)]

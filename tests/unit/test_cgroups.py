@@ -8,6 +8,7 @@ import io
 import os
 import shutil
 import struct
+import time
 
 import pytest
 
@@ -210,7 +211,8 @@ def _collect(qd, records, host=None, layout=LAYOUT):
         host = host or StaticHost(files=None)
         c = CpuCollector(Options(cpu=0, min_samples=1), run, ReplaySource(layout, [records]),
                          qdir, ObjectCopier(qdir, host=host), out=io.StringIO(), host=host)
-        c.seed([])
+        # the host's cgroups, none of its processes (the stream tells them)
+        c.seed(synthesize.Snapshot([], synthesize.cgroups(host, time.monotonic_ns())))
         while not c.source.exhausted:
             c.step()
         assert c.checkpoint(final=True)
