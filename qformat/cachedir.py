@@ -62,3 +62,31 @@ def open_cache_dir(path: str, create: bool) -> int | None:
         os.close(fd)
         fd = sub
     return fd
+
+
+def private_dir(path: str) -> bool:
+    """Is ``path`` a directory (made now if missing, ``open_cache_dir``)
+    that only this user, and root, can change, all the way up? A cache
+    used by path (files handed to other code by name) must be: another
+    user who may rename a parent could swap what a later path leads to."""
+    fd = open_cache_dir(path, create=True)
+    if fd is None:
+        return False
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return False
+        here = os.path.realpath(path)
+        while True:
+            parent = os.path.dirname(here)
+            if parent == here:
+                return True
+            st = os.stat(parent)
+            if st.st_uid not in (0, os.geteuid()) or \
+                    (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
+                return False  # someone else could rename what lies below
+            here = parent
+    except OSError:
+        return False
+    finally:
+        os.close(fd)

@@ -20,6 +20,8 @@ import tempfile
 import time
 from typing import Callable
 
+from qtools.qformat.cachedir import private_dir
+
 DEFAULT_TIMEOUT = 30.0  # seconds per request
 DEFAULT_MAXSIZE = 1 << 30  # bytes of one file
 MISSING_FOR = 24 * 3600  # seconds a miss is remembered
@@ -54,6 +56,12 @@ class Debuginfod:
         self.warn = warn
         self.timeout = _number("DEBUGINFOD_TIMEOUT", DEFAULT_TIMEOUT)
         self.maxsize = int(_number("DEBUGINFOD_MAXSIZE", DEFAULT_MAXSIZE))
+        if directory is not None and not private_dir(directory):
+            # Files are handed on by path: only a directory nobody else can
+            # change, up to the root (not one in another user's home, say).
+            warn(f"{directory}: not a directory of this user's alone; debuginfod "
+                 "fetches go to a temporary directory")
+            directory = None
         self._own = directory is None
         self.directory = directory or tempfile.mkdtemp(prefix="q-view-debuginfod-")
         self.failed: set[str] = set()
