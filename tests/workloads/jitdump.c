@@ -2,13 +2,17 @@
  * interface (/tmp/jit-PID.dump, mmapped executable so the kernel names it).
  * x86_64 only.
  *
- *   jitdump reuse A B       "jit_first" at X runs A units of work, then
- *                           "jit_second", loaded at the same X, B units
+ *   jitdump reuse A B [N]   "jit_first" at X runs A/N units of work, then
+ *                           "jit_second", loaded at the same X, B/N units;
+ *                           N times (default 1), each a new load of each
  *   jitdump hostile A       "jit_first", then a record of size 3
  *   jitdump truncated A     "jit_first", then half a record
  *
- * Work is counted, not timed, so the shares hold on a busy machine (a unit
- * is 1000 calls of a 200000-step loop: about 0.1 s of one CPU).
+ * Work is counted, not timed (a unit is 1000 calls of a 200000-step loop:
+ * about 0.1 s of one CPU), and both codes are the same loop on different
+ * registers, so a unit costs both the same. What a unit costs still drifts
+ * with the machine (its clock, the other hyperthread's load): alternating
+ * N times lets that drift fall on both alike.
  *
  * Each load comes with unwinding information (.eh_frame + .eh_frame_hdr for
  * perf inject's layout), so the code unwinds without frame pointers. Records
@@ -92,11 +96,11 @@ static void run(void *page, double units) {
 }
 
 int main(int argc, char **argv) {
-    /* mov ecx, 200000; 1: dec ecx; jnz 1b; ret -- and the same with a nop in the loop */
+    /* mov ecx, 200000; 1: dec ecx; jnz 1b; ret -- and the same on edx */
     static const unsigned char first[] = {0xb9, 0x40, 0x0d, 0x03, 0x00, 0xff, 0xc9,
                                           0x75, 0xfc, 0xc3};
-    static const unsigned char second[] = {0xb9, 0x40, 0x0d, 0x03, 0x00, 0x90, 0xff, 0xc9,
-                                           0x75, 0xfb, 0xc3};
+    static const unsigned char second[] = {0xba, 0x40, 0x0d, 0x03, 0x00, 0xff, 0xca,
+                                           0x75, 0xfc, 0xc3};
     if (argc < 3)
         return 1;
     const char *mode = argv[1];
@@ -112,6 +116,18 @@ int main(int argc, char **argv) {
                                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (page == MAP_FAILED)
         return 1;
+    if (!strcmp(mode, "reuse") && argc > 3) {
+        int rounds = argc > 4 ? atoi(argv[4]) : 1;
+        for (int i = 0; i < rounds; i++) {
+            memcpy(page, first, sizeof first);
+            code_load("jit_first", page, first, sizeof first, 0);
+            run(page, atof(argv[2]) / rounds);
+            code_load("jit_second", page, second, sizeof second, 0);
+            memcpy(page, second, sizeof second);
+            run(page, atof(argv[3]) / rounds);
+        }
+        return 0;
+    }
     memcpy(page, first, sizeof first);
     code_load("jit_first", page, first, sizeof first, 0);
     if (!strcmp(mode, "hostile")) {
@@ -119,11 +135,7 @@ int main(int argc, char **argv) {
         put(&bad, sizeof bad);
     }
     run(page, atof(argv[2]));
-    if (!strcmp(mode, "reuse") && argc > 3) {
-        code_load("jit_second", page, second, sizeof second, 0);
-        memcpy(page, second, sizeof second);
-        run(page, atof(argv[3]));
-    } else if (!strcmp(mode, "truncated")) {
+    if (!strcmp(mode, "truncated")) {
         code_load("jit_second", page + 64, second, sizeof second, 1);
     }
     return 0; /* the dump stays, as JITs leave it */
