@@ -470,7 +470,7 @@ class Supervisor:
             self._note(f"collector for cpu {cpu} (pid {pid}) died ({why}); restarting it")
             self.restarts[cpu] = recent + [time.monotonic()]
             try:
-                self._start(source._replace(target_pid=source.target_pid), run, qdir, cpu)
+                self._start(source, run, qdir, cpu)
             except CollectError as e:
                 self._note(f"cannot restart the collector for cpu {cpu}: {e}")
                 self.losses.append(f"the collector for cpu {cpu} died and could not be "

@@ -22,16 +22,16 @@ def cache_dir(kind: str) -> str | None:
     return os.path.join(base, "q-tools", kind)
 
 
-def open_cache_dir(path: str, create: bool) -> int | None:
+def open_cache_dir(path: str, create: bool, private: bool = True) -> int | None:
     """A descriptor of the directory ``path``, reached one component at a
-    time; None where that fails. A symlink on the way is followed only if
+    time; None where that fails, or where the directory is not this user's
+    (with ``private``, also where anyone else may write in it). A symlink on the way is followed only if
     it is root's or this user's (``/home`` pointing elsewhere, a user's own
     link in a run as that user), never another user's: a run as root must
     not be led anywhere by a link in someone's home (``sudo -E`` keeps
     HOME). With ``create`` the missing components are made (mode 0700),
     but only inside a directory this user owns, so a root run leaves no
-    directories in another user's home. Whether the directory itself is
-    fit to trust is the caller's to check, on the descriptor."""
+    directories in another user's home."""
     parts = [p for p in os.path.normpath(os.path.abspath(path)).split("/") if p]
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
     trusted = {0, os.geteuid()}
@@ -61,6 +61,10 @@ def open_cache_dir(path: str, create: bool) -> int | None:
             return None
         os.close(fd)
         fd = sub
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid() or (private and st.st_mode & 0o022):
+        os.close(fd)
+        return None
     return fd
 
 
@@ -73,9 +77,6 @@ def private_dir(path: str) -> bool:
     if fd is None:
         return False
     try:
-        st = os.fstat(fd)
-        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-            return False
         here = os.path.realpath(path)
         while True:
             parent = os.path.dirname(here)

@@ -47,13 +47,7 @@ class KallsymsCache:
     def _dir_fd(self, create: bool) -> int | None:
         if self.directory is None:
             return None
-        fd = open_cache_dir(self.directory, create)
-        if fd is None:
-            return None
-        if not _ours(os.fstat(fd)):
-            os.close(fd)
-            return None
-        return fd
+        return open_cache_dir(self.directory, create)
 
     def open(self, key: str, limit: int) -> int | None:
         """A descriptor of the entry for ``key``: a regular file of at most

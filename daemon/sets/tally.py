@@ -219,6 +219,10 @@ class SampleTally:
             if self.min_share:
                 self.born[stack] = self.epoch
             return
+        self._to_remainder(stack, weight, samples)
+
+    def _to_remainder(self, stack: tuple[int, ...], weight: int, samples: int) -> None:
+        """``weight`` of ``stack`` counted in the remainder line, not as a stack."""
         self.folded_weight += weight
         self.folded_samples += samples
         if self.folded_stacks is None:
@@ -242,8 +246,7 @@ class SampleTally:
         Stacks that recur stay, rare ones go: the stack lines a set holds are
         bounded by the share however long it runs, and the `.hist`, the
         weights' sum and each thread's total stay exact."""
-        if not self.min_share or not self.stacks:
-            self.epoch = self.total if self.min_share else 0
+        if not self.min_share:
             return 0
         total, last, share, born = self.total, self.epoch, self.min_share, self.born
         rare = {s: w for s, w in self.stacks.items()
@@ -252,14 +255,10 @@ class SampleTally:
         if not rare:
             return 0
         per_sample = total / self.samples if self.samples else 1.0
-        if self.folded_stacks is None:
-            self.folded_stacks = DistinctCount()
         for s, w in rare.items():
             del self.stacks[s]
             born.pop(s, None)
-            self.folded_weight += w
-            self.folded_samples += max(1, round(w / per_sample))
-            self.folded_stacks.add(s)
+            self._to_remainder(s, w, max(1, round(w / per_sample)))
         if self.split:  # the threads' "cpu" lines of those stacks lose their stack too
             lines = self.by_thread
             for key in [k for k in lines if k[0] == "cpu" and k[2] in rare]:

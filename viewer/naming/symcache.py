@@ -57,16 +57,14 @@ class SymbolCache:
         self.directory = directory
         self.enabled = directory is not None
         self._fd: int | None = None
+        self._looked = False  # not there when loads looked: made by the first store
 
     def _dir(self, create: bool) -> int | None:
-        if self._fd is None and self.enabled:
+        """The directory's descriptor, opened once (another user's: none)."""
+        if self._fd is None and self.enabled and (create or not self._looked):
             assert self.directory is not None
-            fd = open_cache_dir(self.directory, create)
-            if fd is not None and os.fstat(fd).st_uid != os.geteuid():
-                os.close(fd)  # another user's: neither trusted nor written
-                fd = None
-                self.enabled = False
-            self._fd = fd
+            self._fd = open_cache_dir(self.directory, create, private=False)
+            self._looked = True
         return self._fd
 
     def load(self, key: str) -> tuple[SymbolTable, dict[str, Any]] | None:
