@@ -36,6 +36,7 @@ from .sets.checkpoint import RunInfo, write_sets
 from .sets.tally import NO_KERNEL
 from .sets.kallsyms import KallsymsCopy
 from .sets.objects import ObjectCopier
+from .sets.starts import FunctionStarts
 
 MAPS_REFRESH_SECONDS = 1.0
 KERNEL_MODES = (abi.MISC_KERNEL, abi.MISC_GUEST_KERNEL)  # Sample.in_kernel, inlined
@@ -115,6 +116,10 @@ class CpuCollector:
         self.clock = clock
         self.book = SetBook(opts.cpu, opts.min_samples, opts.max_stacks, clock,
                             opts.min_stack_share)
+        tables = getattr(self.user_frames, "tables", None)  # DWARF stacks' CFI
+        self.starts = FunctionStarts(qdir, copier.limits.kallsyms_size,
+                                     None if tables is None else tables.cfi_for
+                                     ) if opts.min_stack_share else None
         self.samples = 0
         self.read_until = 0  # ns (CLOCK_MONOTONIC, as the records' times): see step
         self.lost = 0
@@ -443,7 +448,10 @@ class CpuCollector:
         self.waits.name_threads()
         if self.jit is not None:
             self.jit.resolve_pending(final_all=final)
-        sets, folded = self.book.plan(final, complete)
+        kallsyms = self.kallsyms.current(self.copier) if self.kallsyms is not None else None
+        starts = self.starts
+        sets, folded = self.book.plan(final, complete, None if starts is None else (
+            lambda ts: starts.for_set(kallsyms, ts.data.process, ts.data.tally.kernel_from)))
         if self.sampled_cgroups:
             self.cgroups.complete((ts.stats.cgroup_weights for ts in sets),
                                   lambda: synthesize.cgroups(self.host, 0))
@@ -454,7 +462,7 @@ class CpuCollector:
                 self._forget(proc)
         run = self.run_info
         if self.kallsyms is not None:
-            run = replace(run, kallsyms=self.kallsyms.current(self.copier))
+            run = replace(run, kallsyms=kallsyms)
         if final and self.opts.compress:
             run = replace(run, compress=True)
         fresh = [ts for ts in sets if ts.writer.version is None]

@@ -215,6 +215,11 @@ def show(sets: list[StoredSet], args: argparse.Namespace, out: TextIO, warn: War
             raise ViewError(f"--annotate {args.annotate}: no samples in a function of that "
                             "name in the sets selected")
         t = targets[0]
+        moved = [ts for ts in sets if ts.info.task.extra.get("q:hist-moved")]
+        if moved:
+            warn(f"{moved[0].path}: the collector counted the samples of rare "
+                 "instructions at their function's first instruction (--min-stack-share); "
+                 "that instruction's count includes them")
         for other in targets[1:]:
             warn(f"{args.annotate} in {other.object} too ({f'{other.total:.6g}'} {unit}); "
                  f"showing the one in {t.object}")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
 
 from qtools.qformat import SetName, sanitize_prog
 
@@ -38,6 +39,9 @@ from ..machine.cgroups import weigh
 from ..machine.procfs import counters_delta
 from ..machine.tasks import Mapping, ObjectKey, Process
 from .tally import MAX_STACKS, SampleTally
+
+if TYPE_CHECKING:
+    from .starts import StartOf
 
 SYNTHETIC_BASE = 0x4000_0000_0000_0000  # never a user or kernel address
 PROMOTE_WAIT_NS = 1_000_000_000
@@ -257,10 +261,13 @@ class SetBook:
             self.aggregates[prog] = agg
         return agg
 
-    def plan(self, final: bool, complete: bool = False
+    def plan(self, final: bool, complete: bool = False,
+             starts: Callable[[CollectedSet], StartOf | None] | None = None
              ) -> tuple[list[CollectedSet], list[Process]]:
         """Decide what to write now (``complete``: every change, the
         kernel set's idle weight too, as a checkpoint asked for by signal).
+        ``starts`` tells where the functions of a set's addresses begin, for
+        folding rare ones (``SampleTally.fold_rare``).
 
         Returns the sets to write and the processes whose data was folded
         into an aggregate (the caller may forget them).
@@ -291,7 +298,8 @@ class SetBook:
         if self.kernel is not None and self._kernel_due(complete):
             sets.append(self.kernel)
         for ts in sets:
-            ts.data.tally.fold_rare()
+            if ts.data.tally.min_share:
+                ts.data.tally.fold_rare(starts(ts) if starts is not None else None)
         return sets, folded
 
     def _kernel_due(self, complete: bool) -> bool:

@@ -119,6 +119,8 @@ def build_info(ts: CollectedSet, run: RunInfo, copier: ObjectCopier, version: in
         task.stacks_folded = prof.folded_stacks.estimate() if prof.folded_stacks else 0
     if prof.min_share:  # rare stacks were folded into the remainder as they aged (5.3)
         task.extra["q:min-stack-share"] = prof.min_share
+        if prof.moved_weight:  # ... and rare addresses' weight went to their function's start
+            task.extra["q:hist-moved"] = prof.moved_weight
     if not prof.samples and cpu_stats:
         task.purpose = PURPOSE_CPU_STATS
     total = prof.total

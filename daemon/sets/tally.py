@@ -18,6 +18,7 @@ from .sketch import DistinctCount
 
 if TYPE_CHECKING:
     from .aggregate import CanonicalLayout
+    from .starts import StartOf
 
 MAX_STACKS = 200_000
 """Distinct stacks kept per set and time slice. A stack costs about 0.5 KB
@@ -72,6 +73,10 @@ class SampleTally:
     min_share: float = 0.0
     epoch: int = 0  # the set's weight at the last fold_rare
     born: dict[tuple[int, ...], int] = field(default_factory=dict)  # stack -> epoch first seen
+    # ... and the `.hist` addresses as the folds first saw them, and the
+    # weight moved from rare addresses to their function's start
+    address_born: dict[int, int] = field(default_factory=dict)
+    moved_weight: int = 0
 
     def add(self, ip: int, weight: int, stack: tuple[int, ...] | None,
             arcs: Iterable[tuple[int, int]] = (), tid: int | None = None) -> None:
@@ -233,7 +238,7 @@ class SampleTally:
     def total(self) -> int:
         return sum(self.hist.values())
 
-    def fold_rare(self) -> int:
+    def fold_rare(self, start_of: StartOf | None = None) -> int:
         """Fold into the remainder line every stack that carried less than
         ``min_share`` of the set's weight since it was first seen, if it was
         first seen before the last fold (so each has had a whole interval to
@@ -244,26 +249,63 @@ class SampleTally:
         never folded, and one that is kept has lost at most ``min_share`` of
         that total to the remainder (its weight before it was last folded).
         Stacks that recur stay, rare ones go: the stack lines a set holds are
-        bounded by the share however long it runs, and the `.hist`, the
-        weights' sum and each thread's total stay exact."""
+        bounded by the share however long it runs, and the weights' sum and
+        each thread's total stay exact.
+
+        With ``start_of``, rare `.hist` addresses go the same way, to the
+        first address of their function, where ``start_of`` knows it
+        (``_fold_rare_addresses``)."""
         if not self.min_share:
             return 0
         total, last, share, born = self.total, self.epoch, self.min_share, self.born
         rare = {s: w for s, w in self.stacks.items()
                 if born.get(s, 0) < last and w < share * (total - born.get(s, 0))}
         self.epoch = total
-        if not rare:
-            return 0
-        per_sample = total / self.samples if self.samples else 1.0
-        for s, w in rare.items():
-            del self.stacks[s]
-            born.pop(s, None)
-            self._to_remainder(s, w, max(1, round(w / per_sample)))
-        if self.split:  # the threads' "cpu" lines of those stacks lose their stack too
-            lines = self.by_thread
-            for key in [k for k in lines if k[0] == "cpu" and k[2] in rare]:
-                lines[("cpu", key[1], ())] += lines.pop(key)
+        if rare:
+            per_sample = total / self.samples if self.samples else 1.0
+            for s, w in rare.items():
+                del self.stacks[s]
+                born.pop(s, None)
+                self._to_remainder(s, w, max(1, round(w / per_sample)))
+            if self.split:  # the threads' "cpu" lines of those stacks lose their stack too
+                lines = self.by_thread
+                for key in [k for k in lines if k[0] == "cpu" and k[2] in rare]:
+                    lines[("cpu", key[1], ())] += lines.pop(key)
+        if start_of is not None:
+            self._fold_rare_addresses(start_of, total, last)
         return len(rare)
+
+    def _fold_rare_addresses(self, start_of: StartOf, total: int, last: int) -> None:
+        """Move the weight of each rare `.hist` address (by the rule of the
+        stacks, and the leaf of no stack kept) to its function's first
+        address: the flat profile is unchanged, and the `.hist` holds the
+        addresses that recur plus at most one line per function, not every
+        instruction a long run ever sampled once. An address first seen
+        since the last fold is only noted, to be judged at the next."""
+        hist, born, share = self.hist, self.address_born, self.min_share
+        leaves = {s[0] for s in self.stacks}
+        moved: dict[int, int] = {}
+        for a, w in hist.items():
+            b = born.get(a)
+            if b is None:
+                born[a] = last
+            elif b < last and w < share * (total - b) and a not in leaves:
+                f = start_of(a)
+                if f is not None and f != a:
+                    moved[a] = f
+        for a, f in moved.items():
+            w = hist.pop(a)
+            del born[a]
+            hist[f] += w
+            born.setdefault(f, last)
+            self.moved_weight += w
+            if a >= self.kernel_from > f:
+                self.kernel_from = f
+        if moved and self.split and not (self.stacks or self.folded_weight):  # no stacks: pcs
+            lines = self.by_thread
+            for key in [k for k in lines if k[0] == "cpu" and len(k[2]) == 1
+                        and k[2][0] in moved]:
+                lines[("cpu", key[1], (moved[key[2][0]],))] += lines.pop(key)
 
     def merge(self, other: SampleTally, rebase: CanonicalLayout | None = None,
               proc: Process | None = None) -> None:
@@ -292,6 +334,7 @@ class SampleTally:
         self.samples += other.samples
         self.kernel_from = min(self.kernel_from, other.kernel_from)
         self.folded_weight += other.folded_weight
+        self.moved_weight += other.moved_weight
         self.folded_samples += other.folded_samples
         if other.folded_stacks is not None:
             if self.folded_stacks is None:

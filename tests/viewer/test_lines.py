@@ -175,6 +175,20 @@ def test_annotate_without_debug_info_is_disassembly_alone(tmp_path, calls_pie):
     assert r.returncode == 1 and "no samples in a function" in r.stderr
 
 
+def test_annotate_says_when_rare_instructions_were_counted_at_the_entry(tmp_path, calls_pie):
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    plain = q.task("calls", 1, 0, hist={o.at("leaf1"): 5_000_000})
+    moved = q.task("calls", 2, 0, hist={o.at("leaf1"): 5_000_000},
+                   extra_info={"extra": {"q:min-stack-share": 0.001, "q:hist-moved": 1_000_000}})
+    r = q_view("--annotate", "leaf1", "--no-cache", q.info_path(plain))
+    assert r.returncode == 0 and "first instruction" not in r.stderr
+    r = q_view("--annotate", "leaf1", "--no-cache", q.info_path(moved))
+    assert r.returncode == 0, r.stderr
+    said = [line for line in r.stderr.splitlines() if "first instruction" in line]
+    assert len(said) == 1 and q.info_path(moved) in said[0], r.stderr
+
+
 def _inlined_q(tmp_path: Path, binary: Binary) -> str:
     """Samples in spin's loop (70) and in square(), inlined into spin (30)."""
     q = QBuilder(tmp_path / ".q")

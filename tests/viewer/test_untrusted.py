@@ -176,6 +176,28 @@ def test_remainder_of_stacks_not_kept(tmp_path, calls_pie):
     assert "[stacks not kept]" in {f["name"] for f in json.loads(out)["functions"]}
 
 
+@pytest.mark.parametrize("moved,share", [(4 * MS, 50.0), (80 * MS, 100.0), ("x", None),
+                                         (-1, None)])
+def test_weight_moved_to_function_starts_is_told(tmp_path, calls_pie, moved, share):
+    """q:hist-moved (--min-stack-share): the weight whose addresses the
+    collector folded to their function's first instruction; never more
+    than the set holds, and a value that is no count is left aside."""
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie)
+    name = q.task("calls", 1, 0, stacks=[(3 * MS, [o.at("leaf1"), o.ret("main")]),
+                                        (5 * MS, [o.at("leaf2"), o.ret("main")])],
+                  extra_info={"extra": {"q:min-stack-share": 0.001, "q:hist-moved": moved}})
+    code, out, err = run(q.info_path(name), "--format", "json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert doc["stack_quality"]["moved_to_function_start"] == pytest.approx(
+        (share or 0) / 100 * 8e-3)
+    code, out, err = run(q.info_path(name))
+    told = [line for line in out.splitlines() if "first instruction of their function" in line]
+    assert (code, err) == (0, "")
+    assert [t.split("%")[0] for t in told] == ([f"{share:.1f}"] if share else [])
+
+
 # ---------------------------------------------------------------- the .info itself
 
 

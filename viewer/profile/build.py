@@ -155,6 +155,10 @@ class SampleBuilder:
             for (lid,), count in sl.stacks.items():
                 stack = names.leaf(lid)
                 acc[stack] = acc.get(stack, 0.0) + count * factor
+        moved = ts.info.task.extra.get("q:hist-moved")
+        if isinstance(moved, int) and not isinstance(moved, bool) and moved > 0:
+            whole = sum(sl.stacks.values()) + sum(sl.spread.values()) + sl.unkept
+            self.quality.moved += min(moved, whole) * factor  # no more than the set holds
         if sl.calls is not None:
             self._add_calls(sl, names)
 

@@ -133,6 +133,9 @@ class StackQuality:
     #: weight whose stacks the collector did not keep (its sets' remainder
     #: lines: stacks folded by --min-stack-share or past --max-stacks)
     unkept: float = 0.0
+    #: weight the collector moved from rare addresses to their function's
+    #: first address (q:hist-moved, --min-stack-share)
+    moved: float = 0.0
 
     def add(self, innermost_object: str, weight: float, rooted: bool) -> None:
         """One user stack: the object of its innermost user frame, and whether

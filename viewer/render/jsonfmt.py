@@ -79,6 +79,7 @@ def document(profile: CallGraph, with_stacks: bool = False) -> dict[str, Any]:
             "rooted": _num(q.overall.rooted),
             "share": _num(q.overall.share),
             "not_kept": _num(q.unkept),  # weight whose stacks the collector folded
+            "moved_to_function_start": _num(q.moved),  # ... whose addresses it folded
             "objects": [{"object": obj, "user_stacks": _num(c.stacks), "rooted": _num(c.rooted),
                          "share": _num(c.share)}
                         for obj, c in sorted(q.by_object.items(),

@@ -36,6 +36,10 @@ def render(profile: CallGraph, out: TextIO) -> None:
         out.write(f"{100 * q.unkept / whole:.1f}% of the samples came without their "
                   "stacks (rare ones the collector folded, or past --max-stacks): their time "
                   "is in the flat profile, under no caller\n")
+    if q.moved and whole:
+        out.write(f"{100 * q.moved / whole:.1f}% of the samples are counted at the first "
+                  "instruction of their function (rare addresses the collector folded): the "
+                  "flat profile is whole, instruction-level counts are not\n")
     out.write(f"{'% rooted':>9} {'stacks':>8}  object of the innermost user frame\n")
     for obj, c in sorted(q.by_object.items(), key=lambda kv: (-kv[1].stacks, kv[0])):
         out.write(f"{100 * (c.share or 0):9.1f} {si(c.stacks):>8}  {obj}\n")

@@ -1,0 +1,187 @@
+"""--min-stack-share folds rare `.hist` addresses to their function's first
+address: the kernel's by the run's kallsyms copy, the collector's own pcs
+by their FDE. The flat profile stays exact; the `.hist` stops growing with
+instructions sampled once."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from elftools.elf.elffile import ELFFile
+
+from qtools.daemon.machine.tasks import Mapping, ObjectKey
+from qtools.daemon.sets.starts import KernelStarts, fde_start, start_finder
+from qtools.daemon.sets.tally import NO_KERNEL, SampleTally
+from qtools.daemon.unwind import ObjectCFI
+from qtools.qformat.elfhdr import offset_of
+from qtools.viewer.naming.kallsyms import read_plain
+
+PERIOD = 1_000_000
+K = 0xffffffff81000000
+KALLSYMS = (f"{K:016x} T _stext\n"
+            f"{K + 0x100:016x} t alpha\n"
+            f"{K + 0x100:016x} D data_alias\n"
+            f"{K + 0x200:016x} T beta\n"
+            f"{K + 0x280:016x} r not_text\n"
+            f"{K + 0x400:016x} T gamma\t[mod]\n"
+            f"{K + 0x800:016x} T _etext\n").encode()
+
+
+def test_kernel_starts_are_the_text_symbols_q_view_names_addresses_by():
+    ks = KernelStarts.from_text(KALLSYMS)
+    assert ks.start(K + 0x150) == K + 0x100
+    assert ks.start(K + 0x2ff) == K + 0x200  # a data symbol is no start
+    assert ks.start(K + 0x7ff) == K + 0x400
+    assert ks.start(K + 0x800) == K + 0x800  # the last symbol: its own address only
+    assert ks.start(K + 0x801) is None and ks.start(K - 1) is None
+    hidden = b"".join(b"0" * 16 + line[16:] for line in KALLSYMS.splitlines(True))
+    assert KernelStarts.from_text(hidden).start(0x150) is None  # kptr_restrict: no starts
+
+
+def test_kernel_starts_agree_with_q_view_on_this_machines_kallsyms():
+    data = Path("/proc/kallsyms").read_bytes()
+    text = read_plain(data)
+    ks = KernelStarts.from_text(data)
+    if text is None or text.restricted or not len(ks.starts):
+        pytest.skip("kallsyms addresses are hidden here (kptr_restrict)")
+    rng = random.Random(7)
+    lo, hi = ks.starts[0], ks.starts[-1]
+    probes = [rng.randrange(lo - 64, hi + 64) for _ in range(3000)]
+    probes += [s + d for s in rng.sample(list(ks.starts), 500) for d in (0, 1, -1)]
+    for a in probes:
+        named = text.symbol(a)
+        assert ks.start(a) == (named[1] if named else None), hex(a)
+
+
+def _starts(hist: dict[int, int], starts: KernelStarts) -> dict[int, int]:
+    by: dict[int, int] = {}
+    for a, w in hist.items():
+        f = starts.start(a)
+        by[f] = by.get(f, 0) + w
+    return by
+
+
+def test_rare_kernel_addresses_move_to_their_function_and_the_flat_profile_stays():
+    ks = KernelStarts.from_text(KALLSYMS)
+    tally = SampleTally(min_share=0.01)
+    user = (0x401000, 0x401100)
+    hot = (K + 0x110, 0x401000, 0x401100)
+    rare = [K + 0x204 + 4 * i for i in range(20)] + [K + 0x404 + 4 * i for i in range(20)]
+    # the rare addresses come before the first fold, and once only
+    for a in rare:
+        tally.add(a, PERIOD, (a, 0x401000, 0x401100), (), 1)
+    tally.kernel_from = K + 0x110
+    for _ in range(1000):
+        tally.add(hot[0], PERIOD, hot, (), 1)
+        tally.add(user[0], PERIOD, user, (), 1)
+    before = dict(tally.hist)
+    start_of = start_finder(ks, K)
+    tally.fold_rare(start_of)  # the first fold only notes what it met
+    assert tally.hist == before
+    for _ in range(2000):
+        tally.add(hot[0], PERIOD, hot, (), 1)
+        tally.add(user[0], PERIOD, user, (), 1)
+    after_first = dict(tally.hist)
+    tally.fold_rare(start_of)
+    assert tally.total == sum(after_first.values())
+    assert _starts(tally.hist, ks) == _starts(after_first, ks)  # per function: exact
+    assert not any(a in tally.hist for a in rare)
+    assert tally.hist[K + 0x200] == 20 * PERIOD and tally.hist[K + 0x400] == 20 * PERIOD
+    assert tally.hist[hot[0]] == 3000 * PERIOD and tally.hist[user[0]] == 3000 * PERIOD
+    assert tally.moved_weight == 40 * PERIOD
+    assert tally.kernel_from == K + 0x110  # the starts lie above it already
+    assert sum(tally.stacks.values()) + tally.folded_weight == tally.total
+
+
+def test_an_address_a_kept_stack_ends_at_is_never_moved():
+    """An address met long ago whose stack went, then a young stack ending
+    there: rare by weight, but the `.stack` needs its `.hist` line."""
+    ks = KernelStarts.from_text(KALLSYMS)
+    tally = SampleTally(min_share=0.01)
+    x = K + 0x208
+    tally.add(x, PERIOD, (x, 0x401000), (), 1)
+    for _ in range(300):
+        tally.add(0x401000, PERIOD, (0x401000,), (), 1)
+    tally.fold_rare(start_finder(ks, K))
+    tally.add(x, PERIOD, (x, 0x401100), (), 1)
+    for _ in range(300):
+        tally.add(0x401000, PERIOD, (0x401000,), (), 1)
+    tally.fold_rare(start_finder(ks, K))
+    assert (x, 0x401000) not in tally.stacks and (x, 0x401100) in tally.stacks
+    assert tally.hist[x] == 2 * PERIOD and tally.moved_weight == 0
+    for leaf in {s[0] for s in tally.stacks}:
+        assert sum(w for s, w in tally.stacks.items() if s[0] == leaf) <= tally.hist[leaf]
+
+
+def test_a_kernel_start_below_the_lowest_kernel_address_lowers_kernel_from():
+    ks = KernelStarts.from_text(KALLSYMS)
+    tally = SampleTally(min_share=0.05)
+    tally.add(K + 0x404, PERIOD, None, (), 1)
+    tally.kernel_from = K + 0x404
+    tally.fold_rare(start_finder(ks, tally.kernel_from))
+    for _ in range(100):
+        tally.add(0x401000, PERIOD, None, (), 1)
+    tally.fold_rare(start_finder(ks, tally.kernel_from))
+    assert dict(tally.hist) == {0x401000: 100 * PERIOD, K + 0x400: PERIOD}
+    assert tally.kernel_from == K + 0x400
+
+
+def test_without_a_start_or_a_share_addresses_stay():
+    tally = SampleTally(min_share=0.01)
+    for i in range(50):
+        tally.add(0x401000 + i, PERIOD, None, (), 1)
+    for _ in range(3):
+        for _ in range(1000):
+            tally.add(0x402000, PERIOD, None, (), 1)
+        tally.fold_rare(start_finder(None, NO_KERNEL, lambda a: None))
+    assert len(tally.hist) == 51 and tally.moved_weight == 0
+    plain = SampleTally()
+    plain.add(K + 0x204, PERIOD, None, (), 1)
+    assert plain.fold_rare(start_finder(KernelStarts.from_text(KALLSYMS), K)) == 0
+    assert dict(plain.hist) == {K + 0x204: PERIOD}
+
+
+def test_the_thread_lines_of_a_run_without_stacks_follow_their_pcs():
+    ks = KernelStarts.from_text(KALLSYMS)
+    tally = SampleTally(min_share=0.01)
+    tally.add(K + 0x204, PERIOD, None, (), 2)
+    for k in range(200):
+        tally.add(0x401000, PERIOD, None, (), 1 + k % 2)
+    tally.fold_rare(start_finder(ks, K))
+    for k in range(200):
+        tally.add(0x401000, PERIOD, None, (), 1 + k % 2)
+    tally.fold_rare(start_finder(ks, K))
+    lines = tally.thread_stacks
+    assert ("cpu", 2, (K + 0x204,)) not in lines and lines[("cpu", 2, (K + 0x200,))] == PERIOD
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory) -> Path:
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    out = tmp_path_factory.mktemp("fde") / "p-fan"
+    src = Path(__file__).resolve().parents[1] / "workloads" / "p-fan.c"
+    subprocess.run(["cc", "-O2", "-fno-inline", "-o", str(out), str(src), "-lm"], check=True)
+    return out
+
+
+def test_an_fde_start_is_its_functions_symbol(program):
+    base = 0x5555_5555_0000
+    with open(program, "rb") as f:
+        elf = ELFFile(f)
+        funcs = [(s.entry.st_value, s.entry.st_size) for s in elf.get_section_by_name(".symtab")
+                 .iter_symbols() if s["st_info"]["type"] == "STT_FUNC" and s["st_size"] > 8]
+    cfi = ObjectCFI.from_path(program)
+    loads = cfi.loads
+    size = program.stat().st_size
+    m = Mapping(base, base + size, 0, ObjectKey(str(program)))
+    assert len(funcs) >= 5
+    for value, length in funcs:
+        start = base + offset_of(loads, value)
+        for inside in (start, start + length // 2, start + length - 1):
+            assert fde_start(cfi, m, inside) == start, (hex(value), hex(inside))
+    assert fde_start(cfi, m, base + size - 1) is None  # past the code: no FDE
