@@ -120,6 +120,64 @@ def offset_of(loads: tuple[Segment, ...] | list[Segment], vaddr: int) -> int | N
     return None
 
 
+SHN_XINDEX = 0xFFFF  # e_shstrndx of an object with many sections: see section 0's sh_link
+MAX_SECTIONS = 1 << 16  # real objects have tens; a hostile header may claim millions
+MAX_NAMES = 1 << 24  # bytes of section names read at most
+
+
+class SectionHeader(NamedTuple):
+    """One section header, its name resolved."""
+
+    name: str
+    type: int
+    flags: int
+    addr: int
+    offset: int
+    size: int
+    link: int
+    info: int
+    entsize: int
+
+
+def read_sections(f: BinaryIO, file_size: int) -> list[SectionHeader]:
+    """The section headers of the open ELF file ``f`` (``file_size`` bytes
+    long), names resolved; [] where it has none or they do not fit in it.
+    Raises ``ElfHeaderError`` where it is no ELF file."""
+    f.seek(0)
+    head = f.read(64)
+    if len(head) < 16 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) \
+            or head[5] not in (1, 2):
+        raise ElfHeaderError("not an ELF file")
+    ehdr, _phdr, shdr = _FORMATS[head[4] == 2, "<" if head[5] == 1 else ">"]
+    if len(head) < ehdr.size:
+        raise ElfHeaderError("file too short for an ELF header")
+    fields = ehdr.unpack_from(head, 0)
+    shoff, shentsize, shnum, shstrndx = fields[6], fields[11], fields[12], fields[13]
+    if not shoff or shentsize != shdr.size or shoff + shdr.size > file_size:
+        return []
+    if shnum == 0 or shstrndx == SHN_XINDEX:  # the real values are in section 0
+        f.seek(shoff)
+        first = shdr.unpack(f.read(shdr.size))
+        shnum = shnum or first[5]
+        shstrndx = first[6] if shstrndx == SHN_XINDEX else shstrndx
+    if not 0 < shnum <= MAX_SECTIONS or shoff + shnum * shdr.size > file_size:
+        return []
+    f.seek(shoff)
+    raw = list(shdr.iter_unpack(f.read(shnum * shdr.size)))
+    names = b""
+    if shstrndx < shnum:
+        str_off, str_size = raw[shstrndx][4], min(raw[shstrndx][5], MAX_NAMES)
+        if str_off < file_size:
+            f.seek(str_off)
+            names = f.read(min(str_size, file_size - str_off))
+    out = []
+    for sh_name, sh_type, flags, addr, offset, size, link, info, _align, entsize in raw:
+        end = names.find(b"\0", sh_name) if sh_name < len(names) else -1
+        name = names[sh_name:end].decode("utf-8", "replace") if end >= 0 else ""
+        out.append(SectionHeader(name, sh_type, flags, addr, offset, size, link, info, entsize))
+    return out
+
+
 HEAD_BYTES = 4096
 """What ``read_file_header`` reads first: linkers put the program headers
 right after the ELF header, well within it."""

@@ -11,10 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from elftools.elf.elffile import ELFFile
-from qtools.qformat.elfhdr import (ElfHeaderError, Segment, offset_of, read_file_header,
-                                   read_header, vaddr_of)
+from qtools.qformat.elfhdr import (SHDR64, ElfHeaderError, Segment, offset_of,
+                                   read_file_header, read_header, read_sections, vaddr_of)
 
 OBJECTS = ["/bin/sh", sys.executable]
+LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 
 
 @pytest.mark.parametrize("path", OBJECTS)
@@ -73,3 +74,56 @@ def test_random_bytes_raise_only_elf_header_error(tail, ident):
         read_header(ident + tail)
     except ElfHeaderError:
         pass
+
+
+@pytest.mark.parametrize("path", OBJECTS + [LIBC])
+def test_sections_are_those_pyelftools_reads(path):
+    with open(path, "rb") as f:
+        size = f.seek(0, 2)
+        expected = [(s.name, s["sh_type"], s["sh_flags"], s["sh_addr"], s["sh_offset"],
+                     s["sh_size"], s["sh_link"], s["sh_info"], s["sh_entsize"])
+                    for s in ELFFile(f).iter_sections()]
+        got = read_sections(f, size)
+    assert len(got) == len(expected) > 10
+    by_type = {"SHT_NULL": 0, "SHT_PROGBITS": 1, "SHT_SYMTAB": 2, "SHT_STRTAB": 3,
+               "SHT_RELA": 4, "SHT_NOTE": 7, "SHT_NOBITS": 8, "SHT_DYNSYM": 11}
+    for g, (name, sh_type, *rest) in zip(got, expected):
+        assert (g.name, *g[2:]) == (name, *rest)
+        if sh_type in by_type:
+            assert g.type == by_type[sh_type], name
+
+
+def _with_sections(count: int, shoff_delta: int = 0, cut: int = 0) -> bytes:
+    """A 64-bit ELF header whose section table says ``count`` sections."""
+    names = b"\0.text\0.shstrtab\0"
+    table = SHDR64.pack(0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    table += SHDR64.pack(1, 1, 6, 0x1000, 0, 16, 0, 0, 16, 0)
+    shoff = 64 + len(names)
+    table += SHDR64.pack(7, 3, 0, 0, 64, len(names), 0, 0, 1, 0)
+    ident = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
+    ehdr = struct.pack("<16sHHIQQQIHHHHHH", ident, 3, 62, 1, 0, 0, shoff + shoff_delta, 0, 64,
+                       56, 0, 64, count, 2)
+    data = ehdr + names + table
+    return data[:len(data) - cut] if cut else data
+
+
+def test_sections_are_named_and_damage_means_none():
+    data = _with_sections(3)
+    got = read_sections(io.BytesIO(data), len(data))
+    assert [(s.name, s.type, s.addr) for s in got] == [("", 0, 0), (".text", 1, 0x1000),
+                                                       (".shstrtab", 3, 0)]
+    for bad in (_with_sections(3, cut=1), _with_sections(1 << 15), _with_sections(3, 1 << 40)):
+        assert read_sections(io.BytesIO(bad), len(bad)) == []
+    with pytest.raises(ElfHeaderError):
+        read_sections(io.BytesIO(b"MZ" + bytes(80)), 82)
+
+
+@given(st.binary(max_size=400))
+@settings(max_examples=300)
+def test_random_section_tables_raise_nothing_but_elf_header_error(tail):
+    data = _with_sections(3)[:64] + tail
+    try:
+        got = read_sections(io.BytesIO(data), len(data))
+    except ElfHeaderError:
+        return
+    assert all(0 <= s.offset for s in got)

@@ -24,6 +24,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator
 from elftools.elf.elffile import ELFFile
 
 from qtools.qformat import open_regular
+from qtools.qformat.elfhdr import read_sections
 
 from .diescan import SCOPES, subprograms
 from .lazydwarf import dwarf_info
@@ -108,11 +109,10 @@ def has_lines(path: str) -> bool:
     """Whether the ELF file at ``path`` has a DWARF line table."""
     try:
         with os.fdopen(open_regular(path), "rb") as f:
-            elf = ELFFile(f)
-            return elf.get_section_by_name(".debug_line") is not None \
-                or elf.get_section_by_name(".zdebug_line") is not None
+            found = read_sections(f, os.fstat(f.fileno()).st_size)
     except Exception:  # not ELF, unreadable: no lines from it
         return False
+    return any(s.name in (".debug_line", ".zdebug_line") for s in found)
 
 
 def read_index(path: str) -> LineIndex:
