@@ -4,6 +4,10 @@ and are turned into "no rules" or a clean stop."""
 
 from __future__ import annotations
 
+from qtools.qformat.ehframe import CfiError  # malformed CFI (a ValueError): the shared parser's
+
+__all__ = ["CfiError", "ElfError", "UnwindError"]
+
 
 class UnwindError(Exception):
     """Base of the unwinder's exceptions."""
@@ -11,7 +15,3 @@ class UnwindError(Exception):
 
 class ElfError(UnwindError):
     """The object is not an ELF file this unwinder understands."""
-
-
-class CfiError(UnwindError):
-    """A CIE, FDE, CFA program or DWARF expression is malformed or unsupported."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-from .ehframe import uleb, sleb
+from qtools.qformat.ehframe import uleb, sleb
 from .errors import CfiError
 
 MASK64 = (1 << 64) - 1

@@ -18,8 +18,8 @@ import struct
 
 from qtools.qformat.elfhdr import ElfHeader, Segment, offset_of, vaddr_of
 
-from .cfi import FdeRows, Row, CfaState, cie_state, decode_fde
-from .ehframe import (DEBUG_FRAME, EH_FRAME, Buffer, Cie, Fde, is_cie, iter_entries, parse_cie,
+from qtools.qformat.cfi import FdeRows, Row, CfaState, cie_state, decode_fde
+from qtools.qformat.ehframe import (DEBUG_FRAME, EH_FRAME, Buffer, Cie, Fde, is_cie, iter_entries, parse_cie,
                       parse_fde, parse_hdr)
 from .elf import parse_elf, sections
 from .errors import CfiError, UnwindError

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .cfi import EXPRESSION, OFFSET, REGISTER, SAME_VALUE, UNDEFINED, VAL_OFFSET, Row
-from .ehframe import sleb, uleb
+from qtools.qformat.cfi import EXPRESSION, OFFSET, REGISTER, SAME_VALUE, UNDEFINED, VAL_OFFSET, Row
+from qtools.qformat.ehframe import sleb, uleb
 from .errors import CfiError
 from .expr import linearize
 from .regs import ArchRegs

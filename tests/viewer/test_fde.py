@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import random
+from pathlib import Path
+
+import pytest
 
 from qsynth import MS, QBuilder
 from scenarios import run
 
-from qtools.viewer.naming.fde import read_fde_ranges
+from qtools.viewer.naming.fde import (_pyelftools_entries, _shared_entries, read_fde_ranges,
+                                       read_root_ranges)
 
 
 def test_fde_ranges_are_the_functions(stripped_plain):
@@ -76,3 +82,52 @@ def test_stack_quality_is_decided_by_the_unwind_tables(tmp_path, stripped_plain)
     doc = json.loads(run(q.info_path(name), "--format", "json")[1])
     assert doc["stack_quality"]["share"] == 0.8
     assert "undefined" in doc["stack_quality"]["rule"]
+
+
+OBJECTS = ["/lib/x86_64-linux-gnu/libc.so.6", "/bin/bash", "/lib/x86_64-linux-gnu/libm.so.6"]
+
+
+@pytest.mark.parametrize("path", OBJECTS)
+def test_the_shared_parser_reads_what_pyelftools_reads(path):
+    """64-bit little-endian objects are read with the collector's parser
+    (qformat.ehframe): every FDE, and every row that undefines the return
+    address, as pyelftools decodes them."""
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is not on this machine")
+    with open(path, "rb") as f:
+        theirs = [(e.start, e.size, e.ra_undefined or None) for e in _pyelftools_entries(f, True)]
+    with open(path, "rb") as f:
+        ours = [(e.start, e.size, e.ra_undefined or None) for e in _shared_entries(f, True)]
+    assert len(ours) > 100 and ours == theirs
+
+
+def test_roots_of_libc_are_its_clone_children_and_entry():
+    libc = OBJECTS[0]
+    if not os.path.exists(libc):
+        pytest.skip("no libc at the Debian path")
+    roots = read_root_ranges(libc)
+    assert "entry" in roots.names and "ra-undefined" in roots.names
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_a_damaged_eh_frame_gives_fewer_ranges_never_an_error(tmp_path, damage):
+    data = bytearray(Path(OBJECTS[1]).read_bytes() if os.path.exists(OBJECTS[1]) else b"")
+    if not data:
+        pytest.skip("no /bin/bash")
+    import io
+    from qtools.qformat.elfhdr import read_sections
+    sec = next(s for s in read_sections(io.BytesIO(bytes(data)), len(data))
+               if s.name == ".eh_frame")
+    if damage == "truncate":  # zeros from the middle on: a terminator there
+        half = sec.offset + sec.size // 2
+        data[half:sec.offset + sec.size] = bytes(sec.offset + sec.size - half)
+    else:
+        rng = random.Random(3)
+        for _ in range(200):
+            data[sec.offset + rng.randrange(sec.size)] ^= 0xFF
+    bad = tmp_path / "bash"
+    bad.write_bytes(bytes(data))
+    got = read_fde_ranges(bad)  # no exception, whatever the bytes say
+    read_root_ranges(bad)
+    if damage == "truncate":  # the entries before the zeros, as they were
+        assert 0 < len(got.starts) < len(read_fde_ranges(OBJECTS[1]).starts)

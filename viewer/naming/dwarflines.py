@@ -21,13 +21,10 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
-from elftools.elf.elffile import ELFFile
-
 from qtools.qformat import open_regular
 from qtools.qformat.elfhdr import read_sections
 
 from .diescan import SCOPES, subprograms
-from .lazydwarf import dwarf_info
 from .symtab import RawSymbol, SymbolTable
 
 MAX_ROWS = 4_000_000  # line rows kept for one object (libpython has ~1M)
@@ -136,6 +133,7 @@ def _plain_aranges(f: BinaryIO) -> list[tuple[int, int, int]] | None:
     ``.zdebug`` compressed): pyelftools would decompress every DWARF section
     first (a large debug file's 50 ms) and parse each entry with construct.
     None: read it through pyelftools."""
+    from elftools.elf.elffile import ELFFile  # here: a view without DWARF does without it
     elf = ELFFile(f)
     if elf.has_phantom_bytes() or elf.get_section_by_name(".debug_info") is None \
             or elf.get_section_by_name(".zdebug_info") is not None:
@@ -253,6 +251,9 @@ def _with_dwarf(path: str, work: Callable[[Any], Any]) -> Any:
 
 
 def dwarf_of(f: BinaryIO) -> Any:
+    from elftools.elf.elffile import ELFFile
+
+    from .lazydwarf import dwarf_info
     try:
         elf = ELFFile(f)
         if not elf.has_dwarf_info():

@@ -13,25 +13,29 @@ is code whose call-frame information marks the return address undefined
 where the collector's unwinder stops on purpose. ``read_root_ranges``
 gives those pc ranges, plus the function holding the entry point.
 
-Read with pyelftools. An object is untrusted input: any failure to parse
-gives no ranges (the caller falls back to single addresses), and at most
-``MAX_FDES`` entries are read.
+A 64-bit little-endian object (x86_64, aarch64) is read with the
+`.eh_frame` parser the collector unwinds with (qformat.ehframe, cfi):
+libc's 3,000 entries in tens of milliseconds, where pyelftools took half
+a second. Any other object is read with pyelftools. An object is
+untrusted input: any failure to parse gives no ranges (the caller falls
+back to single addresses), and at most ``MAX_FDES`` entries are read.
 """
 
 from __future__ import annotations
 
 import os
-from typing import BinaryIO
-
-from typing import Iterator
-
-from elftools.dwarf.callframe import FDE
-from elftools.elf.elffile import ELFFile
+from typing import Any, BinaryIO, Iterator, NamedTuple
 
 from qtools.qformat import open_regular
+from qtools.qformat.cfi import UNDEFINED, cie_state, decode_fde
+from qtools.qformat.ehframe import EH_FRAME, CfiError, Cie, is_cie, iter_entries, parse_cie, \
+    parse_fde
+from qtools.qformat.elfhdr import EHDR64, read_file_header, read_sections
 
 from .symtab import RawSymbol, SymbolTable
 
+SHT_NOBITS = 8
+MAX_EH_FRAME = 1 << 28  # bytes of .eh_frame read at most (libxul's is about 10 MB)
 MAX_FDES = 1 << 20  # libxul, the largest object around, has about 200,000
 NAME = "fde"  # every range has the same name: callers name it by its start
 RA_UNDEFINED = "ra-undefined"  # a root range: the CFI says there is no caller
@@ -50,24 +54,111 @@ def read_fde_ranges(path: str | os.PathLike[str]) -> SymbolTable:
         return SymbolTable.empty()
 
 
-def _fdes(elf: ELFFile) -> Iterator[FDE]:
+class Entry(NamedTuple):
+    """What both readers give of one FDE."""
+
+    start: int
+    size: int
+    ra_undefined: list[tuple[int, int]] | None  # (begin, end) of rows without a caller
+
+
+def _entries(f: BinaryIO, roots: bool) -> Iterator[Entry]:
+    """The FDEs of an object with a start and a size; with ``roots``, the
+    rows of each that undefine the return address too."""
+    header = read_file_header(f)
+    if header.is64 and header.endian == "<":
+        yield from _shared_entries(f, roots)
+    else:
+        yield from _pyelftools_entries(f, roots)
+
+
+def _shared_entries(f: BinaryIO, roots: bool) -> Iterator[Entry]:
+    size = os.fstat(f.fileno()).st_size
+    sec = next((s for s in read_sections(f, size) if s.name == ".eh_frame"), None)
+    if sec is None or sec.type == SHT_NOBITS or sec.offset >= size:
+        return
+    f.seek(sec.offset)
+    data = f.read(min(sec.size, size - sec.offset, MAX_EH_FRAME))
+    cies: dict[int, Cie] = {}
+
+    def cie_at(off: int) -> Cie:
+        cie = cies.get(off)
+        if cie is None:
+            cie = cies[off] = parse_cie(data, off, len(data), EH_FRAME)
+        return cie
+    for n, h in enumerate(iter_entries(data, 0, len(data), EH_FRAME)):
+        if n >= MAX_FDES:
+            return
+        if is_cie(h, EH_FRAME):
+            continue
+        try:  # offsets are the section's: its bytes load at sec.addr
+            fde = parse_fde(data, h.offset, len(data), EH_FRAME, sec.addr, 0, cie_at)
+        except (CfiError, IndexError):
+            continue
+        if fde.pc_begin <= 0 or fde.pc_range <= 0:
+            continue
+        undefined = None
+        # Decoding every FDE's table would take long on a large library: only
+        # entries whose bytes may say DW_CFA_undefined of the return address
+        # (the opcode, then the register's ULEB128: one byte below 128) are.
+        ra = fde.cie.ra_column
+        mark = b"\x07" + bytes([ra]) if ra < 0x80 else b"\x07"
+        if roots and (mark in fde.instructions or mark in fde.cie.initial_instructions):
+            undefined = []
+            try:
+                rows = decode_fde(fde, cie_state(fde.cie))
+            except (CfiError, IndexError, ValueError):
+                rows = None
+            if rows is not None:
+                ends = (*rows.locs[1:], rows.pc_end)
+                for begin, end, row in zip(rows.locs, ends, rows.rows):
+                    rule = row.rule(fde.cie.ra_column)
+                    if rule is not None and rule[0] == UNDEFINED and begin < end:
+                        undefined.append((begin, end))
+        yield Entry(fde.pc_begin, fde.pc_range, undefined)
+
+
+def _pyelftools_entries(f: BinaryIO, roots: bool) -> Iterator[Entry]:
+    from elftools.dwarf.callframe import FDE
+    from elftools.elf.elffile import ELFFile
+    elf = ELFFile(f)
     if elf.get_section_by_name(".eh_frame") is None:
         return
     dwarf = elf.get_dwarf_info(relocate_dwarf_sections=False)
     if not dwarf.has_EH_CFI():
         return
-    for n, entry in enumerate(dwarf.EH_CFI_entries()):
+    for n, e in enumerate(dwarf.EH_CFI_entries()):
         if n >= MAX_FDES:
             return
-        if isinstance(entry, FDE) and entry.header["initial_location"] > 0 \
-                and entry.header["address_range"] > 0:
-            yield entry
+        if not isinstance(e, FDE):
+            continue
+        start, size = e.header["initial_location"], e.header["address_range"]
+        if start <= 0 or size <= 0:
+            continue
+        yield Entry(start, size, _pyelftools_undefined(e, start + size) if roots else None)
+
+
+def _pyelftools_undefined(fde: Any, end: int) -> list[tuple[int, int]] | None:
+    cie = fde.cie
+    if cie is None:
+        return None
+    ra = cie.header["return_address_register"]
+    if not any(i.opcode == DW_CFA_UNDEFINED and i.args and i.args[0] == ra
+               for i in (*cie.instructions, *fde.instructions)):
+        return None
+    rows = fde.get_decoded().table
+    out = []
+    for i, row in enumerate(rows):
+        rule = row.get(ra)
+        if rule is not None and rule.type == "UNDEFINED":
+            row_end = rows[i + 1]["pc"] if i + 1 < len(rows) else end
+            if row["pc"] < row_end:
+                out.append((row["pc"], row_end))
+    return out
 
 
 def _ranges(f: BinaryIO) -> SymbolTable:
-    return SymbolTable.build(
-        RawSymbol(e.header["initial_location"], e.header["address_range"], 0, NAME)
-        for e in _fdes(ELFFile(f)))
+    return SymbolTable.build(RawSymbol(e.start, e.size, 0, NAME) for e in _entries(f, False))
 
 
 def read_root_ranges(path: str | os.PathLike[str]) -> SymbolTable:
@@ -83,28 +174,20 @@ def read_root_ranges(path: str | os.PathLike[str]) -> SymbolTable:
 
 
 def _roots(f: BinaryIO) -> SymbolTable:
-    elf = ELFFile(f)
-    entry_point = elf.header["e_entry"]
+    f.seek(0)
+    head = f.read(EHDR64.size)
+    header = read_file_header(f)
+    entry_point = EHDR64.unpack_from(head)[4] if header.is64 and header.endian == "<" \
+        else _pyelftools_entry(f)
     raw: list[RawSymbol] = []
-    for fde in _fdes(elf):
-        start = fde.header["initial_location"]
-        end = start + fde.header["address_range"]
-        if start <= entry_point < end:
-            raw.append(RawSymbol(start, end - start, 1, ENTRY))
-        cie = fde.cie
-        if cie is None:
-            continue
-        ra = cie.header["return_address_register"]
-        # Decoding every FDE's table would take seconds on a large library:
-        # only entries that undefine the return address at all are decoded.
-        if not any(i.opcode == DW_CFA_UNDEFINED and i.args and i.args[0] == ra
-                   for i in (*cie.instructions, *fde.instructions)):
-            continue
-        rows = fde.get_decoded().table
-        for i, row in enumerate(rows):
-            rule = row.get(ra)
-            if rule is not None and rule.type == "UNDEFINED":
-                row_end = rows[i + 1]["pc"] if i + 1 < len(rows) else end
-                if row["pc"] < row_end:
-                    raw.append(RawSymbol(row["pc"], row_end - row["pc"], 0, RA_UNDEFINED))
+    for e in _entries(f, True):
+        if e.start <= entry_point < e.start + e.size:
+            raw.append(RawSymbol(e.start, e.size, 1, ENTRY))
+        for begin, end in e.ra_undefined or ():
+            raw.append(RawSymbol(begin, end - begin, 0, RA_UNDEFINED))
     return SymbolTable.build(raw)
+
+
+def _pyelftools_entry(f: BinaryIO) -> int:
+    from elftools.elf.elffile import ELFFile
+    return int(ELFFile(f).header["e_entry"])

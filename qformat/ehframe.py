@@ -3,7 +3,8 @@
 Everything here works on the whole object file (bytes or an mmap) addressed
 by file offset. `delta` is "vaddr - file offset" of the bytes being read, so
 pc-relative pointers resolve to link-time vaddrs without section headers.
-Malformed input raises CfiError; callers turn that into "no rule".
+Malformed input raises CfiError; callers turn that into "no rule". The
+collector's unwinder and q-view's stack roots read the same entries here.
 Layouts: perf-event-abi.md section 7, LSB "Exception Frames", DWARF 5 6.4.
 """
 
@@ -13,7 +14,11 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from .errors import CfiError
+
+
+class CfiError(ValueError):
+    """A CIE, FDE, CFA program or DWARF expression is malformed or unsupported."""
+
 
 Buffer = Any  # bytes, memoryview or mmap: anything supporting len(), [i], [a:b] and struct
 

@@ -13,8 +13,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .ehframe import Cie, Fde, read_encoded, sleb, uleb
-from .errors import CfiError
+from .ehframe import Cie, CfiError, Fde, read_encoded, sleb, uleb
 
 # register rule kinds (arg meaning in parentheses)
 UNDEFINED = 0       # -
