@@ -178,6 +178,26 @@ def read_sections(f: BinaryIO, file_size: int) -> list[SectionHeader]:
     return out
 
 
+class _Reader:
+    """seek and read over a buffer (bytes, memoryview, mmap), for ``read_sections``."""
+
+    def __init__(self, data: Any) -> None:
+        self.data, self.pos = data, 0
+
+    def seek(self, pos: int) -> None:
+        self.pos = pos
+
+    def read(self, n: int) -> bytes:
+        out = bytes(self.data[self.pos:self.pos + n])
+        self.pos += len(out)
+        return out
+
+
+def sections_of(data: Any) -> list[SectionHeader]:
+    """``read_sections`` of a whole file's bytes (or an mmap of it)."""
+    return read_sections(_Reader(data), len(data))  # type: ignore[arg-type]
+
+
 HEAD_BYTES = 4096
 """What ``read_file_header`` reads first: linkers put the program headers
 right after the ELF header, well within it."""

@@ -10,23 +10,11 @@ bytes (or an mmap); malformed input raises ElfError.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
-from qtools.qformat.elfhdr import SHDR64, ElfHeader, ElfHeaderError, read_header
+from qtools.qformat.elfhdr import ElfHeader, ElfHeaderError, SectionHeader, read_header, sections_of
 
 from .errors import ElfError
 
 SHT_NOBITS = 8
-
-
-class Section(NamedTuple):
-    """One section header, name resolved."""
-
-    name: str
-    type: int
-    addr: int
-    offset: int
-    size: int
 
 
 def parse_elf(data: bytes | memoryview | object) -> ElfHeader:
@@ -40,21 +28,10 @@ def parse_elf(data: bytes | memoryview | object) -> ElfHeader:
     return header
 
 
-def sections(data: bytes | memoryview | object, info: ElfHeader) -> list[Section]:
-    """All section headers with their names (empty if the file has none)."""
+def sections(data: bytes | memoryview | object, info: ElfHeader) -> list[SectionHeader]:
+    """The section headers whose bytes are in the file, with their names
+    (empty if it has none)."""
     if not info.shnum:
         return []
     size = len(data)  # type: ignore[arg-type]
-    raw = [SHDR64.unpack_from(data, info.shoff + i * SHDR64.size)  # type: ignore[arg-type]
-           for i in range(info.shnum)]
-    str_off, str_size = raw[info.shstrndx][4], raw[info.shstrndx][5]
-    if str_off + str_size > size:
-        return []
-    strtab = bytes(data[str_off:str_off + str_size])  # type: ignore[index]
-    out = []
-    for sh_name, sh_type, _flags, sh_addr, sh_offset, sh_size, *_ in raw:
-        end = strtab.find(b"\0", sh_name)
-        name = strtab[sh_name:end if end >= 0 else len(strtab)].decode("latin-1")
-        if sh_type != SHT_NOBITS and sh_offset + sh_size <= size:
-            out.append(Section(name, sh_type, sh_addr, sh_offset, sh_size))
-    return out
+    return [s for s in sections_of(data) if s.type != SHT_NOBITS and s.offset + s.size <= size]
