@@ -167,8 +167,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--min-stack-share", type=_share, default=0.0, metavar="SHARE",
                    help="at each checkpoint, fold into the remainder line every call stack "
                         "that carried less than SHARE (e.g. 0.001) of its set's samples "
-                        "since it was first seen: a long run's sets stop growing with rare "
-                        "stacks; .hist stays exact (default 0: keep every stack)")
+                        "since it was first seen, and every such kernel address (or pc of "
+                        "the collector's own) into its function's first address: a long run's "
+                        "sets stop growing with rare stacks and instructions; each function's "
+                        "weight stays exact (default 0: keep every stack and address)")
     p.add_argument("--symlink", action="store_true",
                    help="symlink objects into .q instead of copying them")
     p.add_argument("--mmap-pages", dest="ring_pages", type=_positive_int, metavar="PAGES",
