@@ -7,6 +7,7 @@ The loop knows nothing of syscalls: records come from an ``EventSource``
 from __future__ import annotations
 
 import operator
+from collections import deque
 import os
 import sys
 import time
@@ -133,6 +134,8 @@ class CpuCollector:
         self._tick_lost = 0
         self._write_error: str | None = None
         self.busy_records = 0  # records of the last drain other than the idle task's samples
+        self._lingering: deque[Process] = deque()  # ended without samples (_linger)
+        self._lingered: list[Process] = []  # ... lingering at the last checkpoint
         self.sideband_seen = False  # ... and whether a few of them were not samples
 
     # ------------------------------------------------------------ tasks
@@ -194,6 +197,24 @@ class CpuCollector:
                     "user-seconds", 0):
                 ts.stats.counters_last = final
         if not self.book.process_ended(proc):
+            self._linger(proc)
+
+    def _linger(self, proc: Process) -> None:
+        """Keep an ended process without samples a while before forgetting
+        it: kernels since 6.x write a task's EXIT before its last work (the
+        unmapping of its memory in exit_mmap), whose samples follow it, and
+        a process forgotten at its EXIT made them a stub named "unknown"
+        (a tenth of a fork-heavy load's processes). Forgotten at the next
+        checkpoint but one, or once MAX_LINGERING others have ended since."""
+        lingering = self._lingering
+        lingering.append(proc)
+        if len(lingering) > MAX_LINGERING:
+            self._forget_unsampled(lingering.popleft())
+
+    def _forget_unsampled(self, proc: Process) -> None:
+        """Forget a lingering process, unless samples came after its end:
+        then its set has it, and the set's write forgets it."""
+        if proc not in self.book.by_process:
             self._forget(proc)
 
     def _forget(self, proc: Process) -> None:
@@ -452,6 +473,13 @@ class CpuCollector:
         starts = self.starts
         sets, folded = self.book.plan(final, complete, None if starts is None else (
             lambda ts: starts.for_set(kallsyms, ts.data.process, ts.data.tally.kernel_from)))
+        # those that lingered since the checkpoint before (the latest ones
+        # may still have samples in the rings), or all at the end
+        expired, self._lingered = (self._lingered + list(self._lingering), []) if final else \
+            (self._lingered, list(self._lingering))
+        self._lingering.clear()
+        for proc in expired:
+            self._forget_unsampled(proc)
         if self.sampled_cgroups:
             self.cgroups.complete((ts.stats.cgroup_weights for ts in sets),
                                   lambda: synthesize.cgroups(self.host, 0))
@@ -547,5 +575,8 @@ class CpuCollector:
         return ok
 
 
+MAX_LINGERING = 4096
+"""Ended processes without samples kept until the next checkpoint at most:
+a process's samples after its EXIT come within milliseconds of it."""
 _ORDER = operator.attrgetter("order")
 _NO_FRAMES: tuple[int, ...] = ()
