@@ -7,10 +7,10 @@ The loop knows nothing of syscalls: records come from an ``EventSource``
 from __future__ import annotations
 
 import operator
-from collections import deque
 import os
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, replace
 from typing import Callable, Protocol, Sequence, TextIO
 
@@ -475,9 +475,10 @@ class CpuCollector:
             lambda ts: starts.for_set(kallsyms, ts.data.process, ts.data.tally.kernel_from)))
         # those that lingered since the checkpoint before (the latest ones
         # may still have samples in the rings), or all at the end
-        expired, self._lingered = (self._lingered + list(self._lingering), []) if final else \
-            (self._lingered, list(self._lingering))
+        expired, self._lingered = self._lingered, list(self._lingering)
         self._lingering.clear()
+        if final:
+            expired, self._lingered = expired + self._lingered, []
         for proc in expired:
             self._forget_unsampled(proc)
         if self.sampled_cgroups:

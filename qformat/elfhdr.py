@@ -53,6 +53,7 @@ class ElfHeader(NamedTuple):
     shoff: int  # 0 and shnum 0 when the section headers are absent or unusable
     shnum: int
     shstrndx: int
+    entry: int = 0  # e_entry: the link-time address where the program starts
 
 
 def _formats(is64: bool, endian: str) -> tuple[struct.Struct, struct.Struct, struct.Struct]:
@@ -79,7 +80,7 @@ def read_header(data: Any) -> ElfHeader:
     ehdr, phdr, shdr = _FORMATS[is64, endian]
     if size < ehdr.size:
         raise ElfHeaderError("file too short for an ELF header")
-    (_ident, _type, machine, _version, _entry, phoff, shoff, _flags, _ehsize, phentsize, phnum,
+    (_ident, _type, machine, _version, entry, phoff, shoff, _flags, _ehsize, phentsize, phnum,
      shentsize, shnum, shstrndx) = ehdr.unpack_from(data, 0)
     if shentsize != shdr.size:
         shoff, shnum = 0, 0  # no usable section headers; program headers are enough
@@ -101,7 +102,8 @@ def read_header(data: Any) -> ElfHeader:
             eh_frame_hdr = Segment(p_offset, p_vaddr, p_filesz)
     if shnum and (shoff + shnum * shdr.size > size or shstrndx >= shnum):
         shoff, shnum = 0, 0
-    return ElfHeader(is64, endian, machine, tuple(loads), eh_frame_hdr, shoff, shnum, shstrndx)
+    return ElfHeader(is64, endian, machine, tuple(loads), eh_frame_hdr, shoff, shnum, shstrndx,
+                     entry)
 
 
 def vaddr_of(loads: tuple[Segment, ...] | list[Segment], file_offset: int) -> int | None:

@@ -298,8 +298,7 @@ class SetBook:
         if self.kernel is not None and self._kernel_due(complete):
             sets.append(self.kernel)
         for ts in sets:
-            if ts.data.tally.min_share:
-                ts.data.tally.fold_rare(starts(ts) if starts is not None else None)
+            ts.data.tally.fold_rare(starts(ts) if starts is not None else None)
         return sets, folded
 
     def _kernel_due(self, complete: bool) -> bool:

@@ -30,7 +30,7 @@ from qtools.qformat import open_regular
 from qtools.qformat.cfi import UNDEFINED, cie_state, decode_fde
 from qtools.qformat.ehframe import EH_FRAME, CfiError, Cie, is_cie, iter_entries, parse_cie, \
     parse_fde
-from qtools.qformat.elfhdr import EHDR64, read_file_header, read_sections
+from qtools.qformat.elfhdr import ElfHeader, read_file_header, read_sections
 
 from .symtab import RawSymbol, SymbolTable
 
@@ -62,10 +62,9 @@ class Entry(NamedTuple):
     ra_undefined: list[tuple[int, int]] | None  # (begin, end) of rows without a caller
 
 
-def _entries(f: BinaryIO, roots: bool) -> Iterator[Entry]:
+def _entries(f: BinaryIO, header: ElfHeader, roots: bool) -> Iterator[Entry]:
     """The FDEs of an object with a start and a size; with ``roots``, the
     rows of each that undefine the return address too."""
-    header = read_file_header(f)
     if header.is64 and header.endian == "<":
         yield from _shared_entries(f, roots)
     else:
@@ -102,7 +101,7 @@ def _shared_entries(f: BinaryIO, roots: bool) -> Iterator[Entry]:
         # entries whose bytes may say DW_CFA_undefined of the return address
         # (the opcode, then the register's ULEB128: one byte below 128) are.
         ra = fde.cie.ra_column
-        mark = b"\x07" + bytes([ra]) if ra < 0x80 else b"\x07"
+        mark = bytes([DW_CFA_UNDEFINED, ra] if ra < 0x80 else [DW_CFA_UNDEFINED])
         if roots and (mark in fde.instructions or mark in fde.cie.initial_instructions):
             undefined = []
             try:
@@ -158,7 +157,8 @@ def _pyelftools_undefined(fde: Any, end: int) -> list[tuple[int, int]] | None:
 
 
 def _ranges(f: BinaryIO) -> SymbolTable:
-    return SymbolTable.build(RawSymbol(e.start, e.size, 0, NAME) for e in _entries(f, False))
+    return SymbolTable.build(RawSymbol(e.start, e.size, 0, NAME)
+                             for e in _entries(f, read_file_header(f), False))
 
 
 def read_root_ranges(path: str | os.PathLike[str]) -> SymbolTable:
@@ -174,20 +174,12 @@ def read_root_ranges(path: str | os.PathLike[str]) -> SymbolTable:
 
 
 def _roots(f: BinaryIO) -> SymbolTable:
-    f.seek(0)
-    head = f.read(EHDR64.size)
     header = read_file_header(f)
-    entry_point = EHDR64.unpack_from(head)[4] if header.is64 and header.endian == "<" \
-        else _pyelftools_entry(f)
+    entry_point = header.entry
     raw: list[RawSymbol] = []
-    for e in _entries(f, True):
+    for e in _entries(f, header, True):
         if e.start <= entry_point < e.start + e.size:
             raw.append(RawSymbol(e.start, e.size, 1, ENTRY))
         for begin, end in e.ra_undefined or ():
             raw.append(RawSymbol(begin, end - begin, 0, RA_UNDEFINED))
     return SymbolTable.build(raw)
-
-
-def _pyelftools_entry(f: BinaryIO) -> int:
-    from elftools.elf.elffile import ELFFile
-    return int(ELFFile(f).header["e_entry"])
