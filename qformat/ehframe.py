@@ -1,4 +1,4 @@
-"""`.eh_frame_hdr`, `.eh_frame` and `.debug_frame` entries: bytes in, dataclasses out.
+"""`.eh_frame_hdr`, `.eh_frame` and `.debug_frame` entries: bytes in, named tuples out.
 
 Everything here works on the whole object file (bytes or an mmap) addressed
 by file offset. `delta` is "vaddr - file offset" of the bytes being read, so
@@ -288,6 +288,46 @@ def iter_entries(data: Buffer, start: int, end: int, kind: int) -> Iterator[Entr
             continue
         yield h
         off = h.end
+
+
+#: What malformed bytes can raise while an entry is parsed (CfiError is a ValueError).
+PARSE_ERRORS = (ValueError, IndexError, OverflowError, struct.error)
+
+
+class CieCache:
+    """The CIEs of one call-frame section by offset, each parsed once: an
+    object's thousands of FDEs share a handful of them. Called with an
+    offset, as ``parse_fde`` calls its ``cie_at``."""
+
+    __slots__ = ("data", "kind", "parsed")
+
+    def __init__(self, data: Buffer, kind: int) -> None:
+        self.data, self.kind = data, kind
+        self.parsed: dict[int, Cie] = {}
+
+    def __call__(self, off: int) -> Cie:
+        cie = self.parsed.get(off)
+        if cie is None:
+            cie = self.parsed[off] = parse_cie(self.data, off, len(self.data), self.kind)
+        return cie
+
+
+def iter_fdes(data: Buffer, start: int, end: int, kind: int, parse: Callable[[int], Fde],
+              max_entries: int | None = None) -> Iterator[Fde]:
+    """The FDEs of one call-frame section in file order, each read by
+    ``parse`` from its offset (the caller knows where the bytes load). A CIE,
+    or an FDE that does not parse, is passed over; at most ``max_entries``
+    entries, CIEs included, are walked."""
+    for n, h in enumerate(iter_entries(data, start, end, kind)):
+        if max_entries is not None and n >= max_entries:
+            return
+        if is_cie(h, kind):
+            continue
+        try:
+            fde = parse(h.offset)
+        except PARSE_ERRORS:
+            continue
+        yield fde
 
 
 class HdrTable(NamedTuple):

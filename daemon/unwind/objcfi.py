@@ -19,8 +19,8 @@ import struct
 from qtools.qformat.elfhdr import ElfHeader, Segment, offset_of, vaddr_of
 
 from qtools.qformat.cfi import FdeRows, Row, CfaState, cie_state, decode_fde
-from qtools.qformat.ehframe import (DEBUG_FRAME, EH_FRAME, Buffer, Cie, Fde, is_cie, iter_entries, parse_cie,
-                      parse_fde, parse_hdr)
+from qtools.qformat.ehframe import (DEBUG_FRAME, EH_FRAME, Buffer, CieCache, Fde, iter_fdes,
+                                   parse_fde, parse_hdr)
 from .elf import parse_elf, sections
 from .errors import CfiError, UnwindError
 from .regs import BY_MACHINE, ArchRegs
@@ -49,7 +49,7 @@ class ObjectCFI:
         self._fdes: tuple[int, ...] | list[int] = ()
         self._fde_is_offset = False   # table values: FDE vaddrs (hdr) or file offsets (scan)
         self._section = (0, 0)        # (file offset, size) of the scanned section, if any
-        self._cies: dict[int, Cie] = {}
+        self._cies = CieCache(data, EH_FRAME)
         self._cie_states: dict[int, CfaState] = {}
         self._parsed: dict[int, Fde | None] = {}      # table index -> FDE (None: corrupt)
         self._fde_rows: dict[int, FdeRows | None] = {}
@@ -237,16 +237,10 @@ class ObjectCFI:
     def _build_table(self, start: int, end: int, kind: int) -> None:
         """Sorted (pc_begin, FDE file offset) table from a linear scan of one section."""
         self._kind, self._section = kind, (start, end - start)
-        entries: list[tuple[int, int]] = []
-        for h in iter_entries(self._data, start, end, kind):
-            if is_cie(h, kind):
-                continue
-            try:
-                fde = self._parse_fde_at(h.offset)
-            except _PARSE_ERRORS:
-                continue
-            entries.append((fde.pc_begin, h.offset))
-        entries.sort()
+        if kind != self._cies.kind:
+            self._cies = CieCache(self._data, kind)
+        entries = sorted((fde.pc_begin, fde.offset)
+                         for fde in iter_fdes(self._data, start, end, kind, self._parse_fde_at))
         self._base = 0
         self._locs = [e[0] for e in entries]
         self._fdes = [e[1] for e in entries]
@@ -298,14 +292,7 @@ class ObjectCFI:
             if vaddr is None:
                 raise CfiError(f"FDE at {off:#x} outside every PT_LOAD segment")
             delta, start = vaddr - off, 0
-        return parse_fde(data, off, len(data), self._kind, delta, start, self._cie_at)
-
-    def _cie_at(self, off: int) -> Cie:
-        cie = self._cies.get(off)
-        if cie is None:
-            cie = parse_cie(self._data, off, len(self._data), self._kind)
-            self._cies[off] = cie
-        return cie
+        return parse_fde(data, off, len(data), self._kind, delta, start, self._cies)
 
     def _rows(self, index: int) -> FdeRows | None:
         if index in self._fde_rows:

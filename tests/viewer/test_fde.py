@@ -131,3 +131,44 @@ def test_a_damaged_eh_frame_gives_fewer_ranges_never_an_error(tmp_path, damage):
     read_root_ranges(bad)
     if damage == "truncate":  # the entries before the zeros, as they were
         assert 0 < len(got.starts) < len(read_fde_ranges(OBJECTS[1]).starts)
+
+
+def _libc_eh_frame():
+    import io
+    from qtools.qformat.elfhdr import read_sections
+    if not os.path.exists(OBJECTS[0]):
+        pytest.skip("no libc at the Debian path")
+    data = Path(OBJECTS[0]).read_bytes()
+    sec = next(s for s in read_sections(io.BytesIO(data), len(data)) if s.name == ".eh_frame")
+    return data[sec.offset:sec.offset + sec.size], sec.addr
+
+
+def test_the_fde_walk_finds_what_the_unwinder_looks_up():
+    """q-view's walk over `.eh_frame` (qformat.ehframe.iter_fdes) and the
+    collector's lookup through `.eh_frame_hdr` find the same FDE at each start."""
+    from qtools.daemon.unwind import ObjectCFI
+    from qtools.qformat.ehframe import EH_FRAME, CieCache, iter_fdes, parse_fde
+    data, addr = _libc_eh_frame()
+    cies = CieCache(data, EH_FRAME)
+    fdes = list(iter_fdes(data, 0, len(data), EH_FRAME,
+                          lambda off: parse_fde(data, off, len(data), EH_FRAME, addr, 0, cies)))
+    cfi = ObjectCFI.from_path(OBJECTS[0])
+    assert len(fdes) == cfi.fde_count > 1000
+    for fde in fdes:
+        if fde.pc_range > 0:
+            found = cfi.fde_at(fde.pc_begin)
+            assert found is not None and (found.pc_begin, found.pc_range) == \
+                (fde.pc_begin, fde.pc_range)
+
+
+def test_the_fde_walk_reads_at_most_max_entries():
+    from qtools.qformat.ehframe import EH_FRAME, CieCache, iter_fdes, parse_fde
+    data, addr = _libc_eh_frame()
+    cies = CieCache(data, EH_FRAME)
+
+    def walk(limit):
+        return list(iter_fdes(data, 0, len(data), EH_FRAME,
+                              lambda off: parse_fde(data, off, len(data), EH_FRAME, addr, 0, cies),
+                              limit))
+    every, first = walk(None), walk(100)
+    assert 90 < len(first) < 100 and first == every[:len(first)]  # the CIEs count too

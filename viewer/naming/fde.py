@@ -28,8 +28,7 @@ from typing import Any, BinaryIO, Iterator, NamedTuple
 
 from qtools.qformat import open_regular
 from qtools.qformat.cfi import UNDEFINED, cie_state, decode_fde
-from qtools.qformat.ehframe import EH_FRAME, CfiError, Cie, is_cie, iter_entries, parse_cie, \
-    parse_fde
+from qtools.qformat.ehframe import EH_FRAME, PARSE_ERRORS, CieCache, Fde, iter_fdes, parse_fde
 from qtools.qformat.elfhdr import ElfHeader, read_file_header, read_sections
 
 from .symtab import RawSymbol, SymbolTable
@@ -78,22 +77,11 @@ def _shared_entries(f: BinaryIO, roots: bool) -> Iterator[Entry]:
         return
     f.seek(sec.offset)
     data = f.read(min(sec.size, size - sec.offset, MAX_EH_FRAME))
-    cies: dict[int, Cie] = {}
+    cies = CieCache(data, EH_FRAME)
 
-    def cie_at(off: int) -> Cie:
-        cie = cies.get(off)
-        if cie is None:
-            cie = cies[off] = parse_cie(data, off, len(data), EH_FRAME)
-        return cie
-    for n, h in enumerate(iter_entries(data, 0, len(data), EH_FRAME)):
-        if n >= MAX_FDES:
-            return
-        if is_cie(h, EH_FRAME):
-            continue
-        try:  # offsets are the section's: its bytes load at sec.addr
-            fde = parse_fde(data, h.offset, len(data), EH_FRAME, sec.addr, 0, cie_at)
-        except (CfiError, IndexError):
-            continue
+    def parse(off: int) -> Fde:  # offsets are the section's: its bytes load at sec.addr
+        return parse_fde(data, off, len(data), EH_FRAME, sec.addr, 0, cies)
+    for fde in iter_fdes(data, 0, len(data), EH_FRAME, parse, MAX_FDES):
         if fde.pc_begin <= 0 or fde.pc_range <= 0:
             continue
         undefined = None
@@ -106,7 +94,7 @@ def _shared_entries(f: BinaryIO, roots: bool) -> Iterator[Entry]:
             undefined = []
             try:
                 rows = decode_fde(fde, cie_state(fde.cie))
-            except (CfiError, IndexError, ValueError):
+            except PARSE_ERRORS:
                 rows = None
             if rows is not None:
                 ends = (*rows.locs[1:], rows.pc_end)
