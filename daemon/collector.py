@@ -42,6 +42,10 @@ from .sets.starts import FunctionStarts
 MAPS_REFRESH_SECONDS = 1.0
 KERNEL_MODES = (abi.MISC_KERNEL, abi.MISC_GUEST_KERNEL)  # Sample.in_kernel, inlined
 STATS_SECONDS = 1.0
+# The kernel's pid of a task sampled in its last moments of exit, after its
+# pid was released (perf_event_pid gives -1, a u32 in the record): a process
+# of its own, named for what it does.
+EXITING_PID, EXITING = 0xFFFFFFFF, "exiting"
 
 
 class UserFrames(Protocol):
@@ -181,7 +185,8 @@ class CpuCollector:
             return proc
         # Gone already, or its records are still in another CPU's ring: a
         # stub, completed in place when they arrive.
-        stub = Process(pid, self.host.comm(pid) or "unknown", since=when, stub=True)
+        comm = EXITING if pid == EXITING_PID else self.host.comm(pid) or "unknown"
+        stub = Process(pid, comm, since=when, stub=True)
         self.table.procs[pid] = stub
         return stub
 

@@ -61,3 +61,13 @@ def test_ended_processes_are_forgotten_within_two_checkpoints_and_a_bound(tmp_pa
     run.collector.checkpoint()
     assert len(table.procs) == before  # and are gone at the next
     run.close()
+
+
+def test_samples_of_a_released_pid_are_the_exiting_process(tmp_path):
+    """The kernel samples a task whose pid was released already with pid -1
+    (4294967295 in the record): a process named for it, not "unknown"."""
+    run = ChurnRun(tmp_path, Churn(procs=0))
+    run.round([run._sample(0xFFFFFFFF, 0xFFFFFFFF, (0x5555_0000_1000,)) for _ in range(5)])
+    run.close()
+    sets = _sets(run)
+    assert sets.get("exiting") == 5 and "unknown" not in sets, sets
