@@ -11,8 +11,7 @@ import os
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass, replace
-from typing import Callable, Protocol, Sequence, TextIO
+from typing import Callable, NamedTuple, Protocol, Sequence, TextIO
 
 from qtools.qformat import QDir
 
@@ -65,8 +64,9 @@ class FramePointerFrames:
         return fp_user
 
 
-@dataclass
-class Options:
+class Options(NamedTuple):
+    """How one CPU's collector works (q-syscollect's options for it)."""
+
     cpu: int
     kernel_only: bool = False
     checkpoint_interval: float = 10.0
@@ -82,12 +82,14 @@ class Options:
     off_cpu_min_ns: int = 0
 
 
-@dataclass
 class Flags:
     """Set from signal handlers, read by the loop."""
 
-    stop: bool = False
-    checkpoint: bool = False
+    __slots__ = ("stop", "checkpoint")
+
+    def __init__(self) -> None:
+        self.stop = False
+        self.checkpoint = False
 
 
 class CpuCollector:
@@ -496,9 +498,9 @@ class CpuCollector:
                 self._forget(proc)
         run = self.run_info
         if self.kallsyms is not None:
-            run = replace(run, kallsyms=kallsyms)
+            run = run._replace(kallsyms=kallsyms)
         if final and self.opts.compress:
-            run = replace(run, compress=True)
+            run = run._replace(compress=True)
         fresh = [ts for ts in sets if ts.writer.version is None]
         jit = self.jit
         written, errors = write_sets(self.qdir, sets, run, self.copier, self.lost,

@@ -12,7 +12,7 @@ import os
 import resource
 import signal
 import sys
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 
 class Ending(NamedTuple):
@@ -31,7 +31,7 @@ def ending_of(status: int | None) -> Ending:
     return Ending(os.waitstatus_to_exitcode(status))
 
 
-def spawn(argv: list[str]) -> tuple[int, int, int]:
+def spawn(argv: Sequence[str]) -> tuple[int, int, int]:
     """Fork ``argv``, held before exec.
 
     Returns its pid, the fd that releases it, and a close-on-exec fd that
@@ -47,7 +47,7 @@ def spawn(argv: list[str]) -> tuple[int, int, int]:
             signal.signal(sig, signal.SIG_DFL)
         os.read(r, 1)
         try:
-            os.execvp(argv[0], argv)
+            os.execvp(argv[0], list(argv))
         except OSError as e:
             os.write(err_w, (e.strerror or str(e)).encode())
         os._exit(127)

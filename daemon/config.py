@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from typing import NamedTuple, Sequence
 
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\Z", re.I)
 _AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)\Z", re.I)
@@ -27,11 +27,12 @@ def parse_age(text: str) -> float:
     return float(m[1]) * _AGE_UNITS[m[2].lower()]
 
 
-@dataclass
-class Config:
+class Config(NamedTuple):
+    """What q-syscollect was asked to do (cli.parse_args)."""
+
     directory: str
     cpus: list[int]
-    command: list[str] = field(default_factory=list)
+    command: Sequence[str] = ()
     duration: float | None = None
     verbose: bool = False
     quiet: bool = False  # no start and summary lines
@@ -59,7 +60,7 @@ class Config:
     off_cpu_min_ns: int = 1_000_000  # shorter waits are counted without their stack
     switch_stack_size: int = 8192  # bytes of user stack copied per switch (dwarf)
     push: str | None = None  # a Pyroscope-compatible server: q-push sends closed slices
-    argv: list[str] = field(default_factory=list)
+    argv: Sequence[str] = ()
 
     @property
     def compress_closed(self) -> bool:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import os
-import platform
 from typing import Callable
 
 from .config import Config
@@ -37,7 +36,7 @@ def _spec_for(cfg: Config, spec: EventSpec, cpu: int, target: int, exclude_kerne
                       exclude_kernel=exclude_kernel, exclude_user=cfg.kernel_only,
                       callchain=stacks and not (dwarf and exclude_kernel),
                       user_callchain=not dwarf, branches=branches,
-                      regs_user_mask=Unwinder(platform.machine()).regs_mask if dwarf else 0,
+                      regs_user_mask=Unwinder(os.uname().machine).regs_mask if dwarf else 0,
                       stack_user=cfg.stack_size if dwarf else 0,
                       enable_on_exec=target != -1, ring_pages=pages,
                       sideband_pages=16 if len(cfg.cpus) <= 16 else 4)

@@ -17,7 +17,6 @@ import signal
 import stat
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import TextIO
 
 from qtools.qformat import QDir, QFormatError
@@ -62,17 +61,19 @@ def run_info(cfg: Config, spec: EventSpec, source: SourceSpec, kallsyms: str | N
                    off_cpu=bool(source.sched_switch), off_cpu_min_ns=cfg.off_cpu_min_ns)
 
 
-@dataclass
 class Child:
     """A running collector, as its parent sees it."""
 
-    pid: int
-    cpu: int
-    status_fd: int  # the status lines of messages.py: "ok", a "beat" a second, "end"
-    last_seen: float
-    pending: bytes = b""  # the start of a line not yet complete
-    tally: Tally = field(default_factory=Tally)  # its totals as last reported
-    ended: bool = False  # it reported "end": its final checkpoint is done
+    __slots__ = ("pid", "cpu", "status_fd", "last_seen", "pending", "tally", "ended")
+
+    def __init__(self, pid: int, cpu: int, status_fd: int, last_seen: float) -> None:
+        self.pid = pid
+        self.cpu = cpu
+        self.status_fd = status_fd  # the status lines of messages.py: "ok", a "beat" a second, "end"
+        self.last_seen = last_seen
+        self.pending = b""  # the start of a line not yet complete
+        self.tally = Tally()  # its totals as last reported
+        self.ended = False  # it reported "end": its final checkpoint is done
 
 
 class Supervisor:

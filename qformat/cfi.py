@@ -10,7 +10,6 @@ Opcodes: DWARF 5 section 6.4.2 plus the GNU extensions gas emits.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from .ehframe import Cie, CfiError, Fde, read_encoded, sleb, uleb
@@ -67,12 +66,17 @@ class FdeRows(NamedTuple):
         return self.rows[i] if i >= 0 else None
 
 
-@dataclass(slots=True)
 class CfaState:
-    cfa_reg: int = -1
-    cfa_offset: int = 0
-    cfa_expr: bytes | None = None
-    regs: dict[int, RegRule] = field(default_factory=dict)
+    """The CFA rule and register rules as a CFA program runs."""
+
+    __slots__ = ("cfa_reg", "cfa_offset", "cfa_expr", "regs")
+
+    def __init__(self, cfa_reg: int = -1, cfa_offset: int = 0, cfa_expr: bytes | None = None,
+                 regs: dict[int, RegRule] | None = None) -> None:
+        self.cfa_reg = cfa_reg
+        self.cfa_offset = cfa_offset
+        self.cfa_expr = cfa_expr
+        self.regs: dict[int, RegRule] = {} if regs is None else regs
 
     def copy(self) -> "CfaState":
         return CfaState(self.cfa_reg, self.cfa_offset, self.cfa_expr, dict(self.regs))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
 from typing import Iterable
 
 from .errors import QFormatError
@@ -55,30 +54,41 @@ def _prog_ok(prog: str) -> bool:
 
 
 @functools.total_ordering
-@dataclass(frozen=True)
 class SetName:
-    """A task set: the part of a name before ``.TYPE#V``.
+    """A task set: the part of a name before ``.TYPE#V``. Immutable: a key.
 
     Sorts by program, CPU, then pid, the per-CPU sets (no pid) first.
     """
 
-    prog: str
-    cpu: int
-    pid: int | None = None
+    __slots__ = ("prog", "cpu", "pid")
+
+    def __init__(self, prog: str, cpu: int, pid: int | None = None) -> None:
+        if cpu < 0 or (pid is not None and pid < 0):
+            raise ValueError("cpu and pid must not be negative")
+        if not _prog_ok(prog):
+            raise ValueError(f"program name not sanitized: {prog!r}")
+        self.prog = prog
+        self.cpu = cpu
+        self.pid = pid
 
     def _key(self) -> tuple[str, int, int]:
         return (self.prog, self.cpu, -1 if self.pid is None else self.pid)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not SetName:
+            return NotImplemented
+        return self._key() == other._key()  # type: ignore[attr-defined]
 
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, SetName):
             return NotImplemented
         return self._key() < other._key()
 
-    def __post_init__(self) -> None:
-        if self.cpu < 0 or (self.pid is not None and self.pid < 0):
-            raise ValueError("cpu and pid must not be negative")
-        if not _prog_ok(self.prog):
-            raise ValueError(f"program name not sanitized: {self.prog!r}")
+    def __hash__(self) -> int:
+        return hash((self.prog, self.cpu, self.pid))
+
+    def __repr__(self) -> str:
+        return f"SetName(prog={self.prog!r}, cpu={self.cpu!r}, pid={self.pid!r})"
 
     @property
     def is_kernel(self) -> bool:
@@ -97,19 +107,39 @@ class SetName:
         return str(QName(self, type_, version))
 
 
-@dataclass(frozen=True, order=True)
+@functools.total_ordering
 class QName:
-    """A data or info file name: set, type and optional version."""
+    """A data or info file name: set, type and optional version. Immutable."""
 
-    set: SetName
-    type: str
-    version: int | None = None
+    __slots__ = ("set", "type", "version")
 
-    def __post_init__(self) -> None:
-        if self.type not in TYPES:
-            raise ValueError(f"unknown type {self.type!r}")
-        if self.version is not None and self.version < 0:
+    def __init__(self, set: SetName, type: str, version: int | None = None) -> None:
+        if type not in TYPES:
+            raise ValueError(f"unknown type {type!r}")
+        if version is not None and version < 0:
             raise ValueError("version must not be negative")
+        self.set = set
+        self.type = type
+        self.version = version
+
+    def _key(self) -> tuple[SetName, str, int]:
+        return (self.set, self.type, -1 if self.version is None else self.version)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not QName:
+            return NotImplemented
+        return self._key() == other._key()  # type: ignore[attr-defined]
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, QName):
+            return NotImplemented
+        return self._key() < other._key()
+
+    def __hash__(self) -> int:
+        return hash((self.set, self.type, self.version))
+
+    def __repr__(self) -> str:
+        return f"QName(set={self.set!r}, type={self.type!r}, version={self.version!r})"
 
     def __str__(self) -> str:
         v = "" if self.version is None else f"#{self.version}"

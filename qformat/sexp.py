@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import QFormatError
@@ -45,13 +44,26 @@ class Symbol(str):
         return f"Symbol({str.__repr__(self)})"
 
 
-@dataclass
 class Form:
-    """One top-level form ``(TAG ARG...)``; ``line`` is where it starts."""
+    """One top-level form ``(TAG ARG...)``; ``line`` is where it starts
+    (not compared: the same form read from another place is equal)."""
 
-    tag: str
-    args: list[Any]
-    line: int | None = field(default=None, compare=False)
+    __slots__ = ("tag", "args", "line")
+
+    def __init__(self, tag: str, args: list[Any], line: int | None = None) -> None:
+        self.tag = tag
+        self.args = args
+        self.line = line
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not Form:
+            return NotImplemented
+        return (self.tag, self.args) == (other.tag, other.args)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return f"Form(tag={self.tag!r}, args={self.args!r}, line={self.line!r})"
 
     @property
     def value(self) -> Any:

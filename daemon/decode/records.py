@@ -1,4 +1,4 @@
-"""Decoding perf records: bytes in, frozen dataclasses out.
+"""Decoding perf records: bytes in, named tuples out.
 
 The layout of a sample follows from ``sample_type`` (and read_format,
 branch_sample_type, the register masks), so it is computed once per event
@@ -13,7 +13,6 @@ import functools
 import operator
 import struct
 import types
-from dataclasses import dataclass, field
 from typing import Any, Callable, Container, NamedTuple, Sequence, Union
 
 from ..kernel import abi
@@ -248,24 +247,42 @@ def cstring(buf: bytes | memoryview, start: int, end: int) -> str:
     return (raw if nul < 0 else raw[:nul]).decode("utf-8", "surrogateescape")
 
 
-@dataclass(frozen=True)
 class SampleLayout:
-    """How samples (and sample_id trailers) of one event are laid out."""
+    """How samples (and sample_id trailers) of one event are laid out.
+    Immutable: equal (and hashed) by the attributes it is made of."""
 
-    sample_type: int
-    read_format: int = 0
-    branch_sample_type: int = 0
-    regs_user_mask: int = 0
-    regs_intr_mask: int = 0
-    sample_id_all: bool = True
-    _prefix: struct.Struct = field(init=False, repr=False, compare=False)
-    _gather: Callable[[tuple], tuple] = field(init=False, repr=False, compare=False)
-    _steps: tuple[Callable[..., int], ...] = field(init=False, repr=False, compare=False)
-    _id_fields: tuple[str, ...] = field(init=False, repr=False, compare=False)
-    _decoders: dict[int, Callable[..., Record]] = field(init=False, repr=False, compare=False)
-    idle_probe: IdleProbe = field(init=False, repr=False, compare=False)
+    __slots__ = ("sample_type", "read_format", "branch_sample_type", "regs_user_mask",
+                 "regs_intr_mask", "sample_id_all", "_prefix", "_gather", "_steps", "_id_fields",
+                 "_decoders", "idle_probe")
 
-    def __post_init__(self) -> None:
+    def __init__(self, sample_type: int, read_format: int = 0, branch_sample_type: int = 0,
+                 regs_user_mask: int = 0, regs_intr_mask: int = 0,
+                 sample_id_all: bool = True) -> None:
+        self.sample_type = sample_type
+        self.read_format = read_format
+        self.branch_sample_type = branch_sample_type
+        self.regs_user_mask = regs_user_mask
+        self.regs_intr_mask = regs_intr_mask
+        self.sample_id_all = sample_id_all
+        self._prepare()
+
+    def _key(self) -> tuple[int, int, int, int, int, bool]:
+        return (self.sample_type, self.read_format, self.branch_sample_type,
+                self.regs_user_mask, self.regs_intr_mask, self.sample_id_all)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not SampleLayout:
+            return NotImplemented
+        return self._key() == other._key()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return ("SampleLayout(sample_type={}, read_format={}, branch_sample_type={}, "
+                "regs_user_mask={}, regs_intr_mask={}, sample_id_all={})".format(*self._key()))
+
+    def _prepare(self) -> None:
         st = self.sample_type
         fmt, names = "<", []
         for bit, code, name in ((abi.SAMPLE_IDENTIFIER, "Q", "identifier"),
@@ -278,14 +295,14 @@ class SampleLayout:
             if st & bit:
                 fmt += code
                 names += name.split()
-        object.__setattr__(self, "_prefix", struct.Struct(fmt))
-        object.__setattr__(self, "idle_probe", IdleProbe.of(fmt, names))
+        self._prefix = struct.Struct(fmt)
+        self.idle_probe = IdleProbe.of(fmt, names)
         # One C-speed itemgetter picks every Sample field, in order, out of
         # (misc, *prefix values, *defaults).
         where = {n: 1 + i for i, n in enumerate(names) if n in _SLOT}
         tail = 1 + len(names)
         picks = [0] + [where.get(n, tail + k) for k, n in enumerate(Sample._fields) if k]
-        object.__setattr__(self, "_gather", operator.itemgetter(*picks))
+        self._gather = operator.itemgetter(*picks)
         steps = [fn for bit, fn in (
             (abi.SAMPLE_READ, SampleLayout._read_values),
             (abi.SAMPLE_CALLCHAIN, SampleLayout._callchain),
@@ -299,14 +316,14 @@ class SampleLayout:
             (abi.SAMPLE_REGS_INTR, SampleLayout._regs_intr),
             (abi.SAMPLE_PHYS_ADDR, SampleLayout._u64_field("phys_addr")),
             (abi.SAMPLE_CGROUP, SampleLayout._u64_field("cgroup"))) if st & bit]
-        object.__setattr__(self, "_steps", tuple(steps))
+        self._steps = tuple(steps)
         ids = []
         for bit, name in ((abi.SAMPLE_TID, "tid"), (abi.SAMPLE_TIME, "time"),
                           (abi.SAMPLE_ID, "id"), (abi.SAMPLE_STREAM_ID, "stream_id"),
                           (abi.SAMPLE_CPU, "cpu"), (abi.SAMPLE_IDENTIFIER, "identifier")):
             if st & bit:
                 ids.append(name)
-        object.__setattr__(self, "_id_fields", tuple(ids))
+        self._id_fields = tuple(ids)
         # The routing table names the decoders of records defined here, so it
         # is imported late; each is bound to this layout once.
         from .routes import ROUTES
@@ -315,7 +332,7 @@ class SampleLayout:
         fast = self._compile_sample(names)
         if fast is not None:  # the collector's layouts: one decoder made for them
             decoders[abi.RECORD_SAMPLE] = fast
-        object.__setattr__(self, "_decoders", decoders)
+        self._decoders = decoders
 
     def _compile_sample(self, names: list[str]) -> Callable[..., Sample] | None:
         """sample_body for a layout whose fields after the prefix are among

@@ -1,4 +1,4 @@
-"""The inverse of ``records``: build record bytes from dataclasses.
+"""The inverse of ``records``: build the bytes of records.
 
 Used by tests (round-trip every sample field) and to replay synthetic
 streams through the collector without the kernel, for what this machine

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-import platform
 
 from qtools.qformat import QDir
 
@@ -124,7 +123,7 @@ class DwarfFrames:
     def __init__(self, qdir: QDir, copier: ObjectCopier, vdso: bytes | None,
                  own_pids: set[int], supervisor: int, arch: str | None = None,
                  own_cmdline: list[str] | None = None) -> None:
-        self.unwinder = Unwinder(arch or platform.machine())
+        self.unwinder = Unwinder(arch or os.uname().machine)
         regs = self.unwinder.arch
         self._ip_pos = sample_positions(regs, self.unwinder.regs_mask)[regs.ip]
         self.tables = CfiTables(qdir, copier, vdso)

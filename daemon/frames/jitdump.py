@@ -37,8 +37,7 @@ import os
 import sys
 import time
 import weakref
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, TextIO
+from typing import TYPE_CHECKING, Callable, NamedTuple, TextIO
 
 from qtools.qformat import QDir
 from qtools.qformat.info import JitdumpRef
@@ -62,8 +61,9 @@ MAX_STUB_CACHE = 1 << 16
 MAX_ENDED_REFS = 4096
 
 
-@dataclass
-class _Pending:
+class _Pending(NamedTuple):
+    """A sample held until its process's JIT records up to its time are read."""
+
     proc: Process
     add: Callable[[int, int, tuple[int, ...] | None, list[tuple[int, int]]], None]
     time: int

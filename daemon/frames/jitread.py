@@ -12,7 +12,6 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -126,22 +125,22 @@ def _jitdump() -> ModuleType:
     return jitdump
 
 
-@dataclass
 class DumpReader:
     """One dump, read as it grows; keeps header and whole known records up to ``limit``."""
 
-    path: str
-    fd: int
-    limit: int
-    mode: int = 0o400
-    parser: JitdumpParser = field(default_factory=lambda: _jitdump().JitdumpParser())
-    kept: bytearray = field(default_factory=bytearray)
-    placements: Placements = field(default_factory=lambda: _jitdump().Placements())
-    index: PlacementIndex = field(default_factory=PlacementIndex)
-    offset: int = 0  # bytes of the file read so far
-    problem: str | None = None  # why reading stopped (said once)
-    stopped: bool = False
-    copied: tuple[int, str] | None = None  # (bytes kept, copy name) of the last copy
+    def __init__(self, path: str, fd: int, limit: int, mode: int = 0o400) -> None:
+        self.path = path
+        self.fd = fd
+        self.limit = limit
+        self.mode = mode
+        self.parser: JitdumpParser = _jitdump().JitdumpParser()
+        self.kept = bytearray()
+        self.placements: Placements = _jitdump().Placements()
+        self.index = PlacementIndex()
+        self.offset = 0  # bytes of the file read so far
+        self.problem: str | None = None  # why reading stopped (said once)
+        self.stopped = False
+        self.copied: tuple[int, str] | None = None  # (bytes kept, copy name) of the last copy
 
     def read_more(self) -> int:
         """Read what the file gained; returns the number of new placements."""

@@ -31,7 +31,7 @@ addresses begin for files that do not say) is in ``qtools.qformat.arch``.
 
 from __future__ import annotations
 
-import platform
+import os
 from typing import NamedTuple
 
 from ..unwind.regs import AARCH64, X86_64, ArchRegs
@@ -72,4 +72,4 @@ def machine(name: str) -> Machine:
 
 def host() -> Machine:
     """The facts of the machine this process runs on."""
-    return machine(platform.machine())
+    return machine(os.uname().machine)

@@ -15,8 +15,9 @@ owner, parent, counters) is asked here, when it is needed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Container, Protocol
+from collections import abc
+from types import MappingProxyType
+from typing import Container, NamedTuple, Protocol
 
 from . import procfs
 from .procfs import MapsLine
@@ -148,19 +149,18 @@ class LiveHost:
 LIVE: Host = LiveHost()
 
 
-@dataclass(frozen=True)
-class HostProcess:
+class HostProcess(NamedTuple):
     """What a ``StaticHost`` says about one process."""
 
     comm: str
     maps: tuple[MapsLine, ...] = ()
-    thread_names: dict[int, str] = field(default_factory=dict)  # tid -> name, besides the pid
+    thread_names: abc.Mapping[int, str] = MappingProxyType({})  # tid -> name, besides the pid
     cmdline: tuple[str, ...] | None = None
     exe: str | None = None
     ppid: int | None = None
     uid: int | None = None
     counters: dict[str, float] | None = None
-    memory: dict[int, bytes] = field(default_factory=dict)  # start address -> bytes
+    memory: abc.Mapping[int, bytes] = MappingProxyType({})  # start address -> bytes
     cgroup: str | None = None  # its cgroup path, as /proc/PID/cgroup would say
 
 

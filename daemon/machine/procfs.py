@@ -7,7 +7,6 @@ return None (or empty) for tasks that vanished meanwhile, which is normal.
 from __future__ import annotations
 
 import os
-import platform
 import re
 from typing import NamedTuple
 
@@ -214,7 +213,7 @@ def own_vdso() -> tuple[int, bytes] | None:
 def machine() -> dict[str, str]:
     u = os.uname()
     return {"hostname": u.nodename, "kernel_release": u.release,
-            "arch": platform.machine()}
+            "arch": os.uname().machine}
 
 
 def tracepoint_id(name: str) -> int | None:

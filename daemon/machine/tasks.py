@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, NamedTuple
 
 from ..decode.records import Comm, Mmap, Task
@@ -38,15 +37,21 @@ class ObjectKey(NamedTuple):
         return not self.path.startswith("/") or self.path.startswith("//")
 
 
-@dataclass(frozen=True, slots=True, eq=False)
 class Mapping:
-    """One executable mapping. Compared by identity: it is hashed for every
-    sampled frame, and two mappings of the same range are still two."""
+    """One executable mapping, never changed once made. Compared by
+    identity: it is hashed for every sampled frame, and two mappings of the
+    same range are still two."""
 
-    start: int
-    end: int
-    pgoff: int
-    obj: ObjectKey
+    __slots__ = ("start", "end", "pgoff", "obj")
+
+    def __init__(self, start: int, end: int, pgoff: int, obj: ObjectKey) -> None:
+        self.start = start
+        self.end = end
+        self.pgoff = pgoff
+        self.obj = obj
+
+    def __repr__(self) -> str:
+        return f"Mapping({self.start:#x}-{self.end:#x} {self.pgoff:#x} {self.obj!r})"
 
     def contains(self, address: int) -> bool:
         return self.start <= address < self.end
@@ -109,55 +114,65 @@ class AddressMap:
             self._starts.insert(j, m.start)
 
 
-@dataclass(slots=True, eq=False)
 class Thread:
     """One thread of a process, with its own name (a COMM of its tid). An
     ended thread keeps its name for the reports until the process goes."""
 
-    tid: int
-    name: str
-    ended: bool = False
+    __slots__ = ("tid", "name", "ended")
+
+    def __init__(self, tid: int, name: str, ended: bool = False) -> None:
+        self.tid = tid
+        self.name = name
+        self.ended = ended
+
+    def __repr__(self) -> str:
+        return f"Thread({self.tid}, {self.name!r}{', ended' if self.ended else ''})"
 
 
-@dataclass(eq=False)
 class Process:
     """One incarnation of a process: from fork (or exec) to exit (or exec).
 
     Its threads are remembered with their names until it is forgotten, at
     most MAX_THREADS of them: a process that makes threads all the time
-    would otherwise grow without end."""
+    would otherwise grow without end. Compared by identity."""
 
-    pid: int
-    comm: str
-    maps: AddressMap = field(default_factory=AddressMap)
-    #: tid -> Thread, the main thread (tid == pid) always included (a set of tids is
-    #: taken too, each named after the process)
-    threads: dict[int, Thread] = field(default_factory=dict)
-    since: int = 0  # perf time (CLOCK_MONOTONIC ns) from which records apply
-    ended: bool = False  # exited, or replaced by an exec
-    exec_seen: bool = False  # began with an exec we saw: cmdline/exe are this program's
-    #: perf time (ns) of the fork or exec this image began with, as a ring
-    #: record told it; 0 when it began before we looked
-    began: int = 0
-    serial: int = field(default_factory=lambda: next(_serial))
-    cmdline: list[str] | None = None
-    exe: str | None = None
-    maps_loaded_at: float = 0.0  # monotonic seconds of the last read of the host's maps
-    maps_version: int = 0  # bumped whenever the maps change
-    stub: bool = False  # made up for a sample before any record or the host told about it
-    ppid: int | None = None
-    unwind: object = None  # the user-stack unwinder's per-process state
-    jit: Any = None  # the JIT tracker's per-process state (found per sample: no lookup)
-    own: bool = False  # one of the collector's own processes (frames/dwarf.py): kept by pc
-    uid: int | None = None  # its owner as first seen (seed, fork, exec): kept after it ends
-    #: ended threads other than the main one, the first ended first: the first to forget
-    _ended_threads: dict[int, None] = field(default_factory=dict, repr=False)
+    def __init__(self, pid: int, comm: str, *, maps: AddressMap | None = None,
+                 threads: dict[int, Thread] | Iterable[int] = (), since: int = 0,
+                 ended: bool = False, exec_seen: bool = False, began: int = 0,
+                 cmdline: list[str] | None = None, exe: str | None = None,
+                 ppid: int | None = None, uid: int | None = None, stub: bool = False,
+                 maps_version: int = 0) -> None:
+        self.pid = pid
+        self.comm = comm
+        self.maps = AddressMap() if maps is None else maps
+        #: tid -> Thread, the main thread (tid == pid) always included (a set of
+        #: tids is taken too, each named after the process)
+        self.threads: dict[int, Thread] = threads if isinstance(threads, dict) else {
+            tid: Thread(tid, comm) for tid in threads}
+        if pid not in self.threads:
+            self.threads[pid] = Thread(pid, comm)
+        self.since = since  # perf time (CLOCK_MONOTONIC ns) from which records apply
+        self.ended = ended  # exited, or replaced by an exec
+        self.exec_seen = exec_seen  # began with an exec we saw: cmdline/exe are this program's
+        #: perf time (ns) of the fork or exec this image began with, as a ring
+        #: record told it; 0 when it began before we looked
+        self.began = began
+        self.serial = next(_serial)
+        self.cmdline = cmdline
+        self.exe = exe
+        self.maps_loaded_at = 0.0  # monotonic seconds of the last read of the host's maps
+        self.maps_version = maps_version  # bumped whenever the maps change
+        self.stub = stub  # made up for a sample before any record or the host told about it
+        self.ppid = ppid
+        self.unwind: object = None  # the user-stack unwinder's per-process state
+        self.jit: Any = None  # the JIT tracker's per-process state (found per sample: no lookup)
+        self.own = False  # one of the collector's own processes (frames/dwarf.py): kept by pc
+        self.uid = uid  # its owner as first seen (seed, fork, exec): kept after it ends
+        #: ended threads other than the main one, the first ended first: the first to forget
+        self._ended_threads: dict[int, None] = {}
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.threads, dict):
-            self.threads = {tid: Thread(tid, self.comm) for tid in self.threads}
-        if self.pid not in self.threads:
-            self.threads[self.pid] = Thread(self.pid, self.comm)
+    def __repr__(self) -> str:
+        return f"Process({self.pid}, {self.comm!r}{', ended' if self.ended else ''})"
 
     @property
     def live_threads(self) -> set[int]:

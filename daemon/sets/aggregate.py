@@ -29,7 +29,6 @@ time elapsed, so a stepped wall clock cannot make it end before it began.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from qtools.qformat import SetName, sanitize_prog
@@ -101,16 +100,19 @@ class CanonicalLayout:
         return set(self.ranges)
 
 
-@dataclass(eq=False)
 class SetData:
     """What a set is: its name, its samples, and whose samples they are."""
 
-    name: SetName
-    tally: SampleTally
-    process: Process | None = None  # task sets; None for aggregates and the kernel
-    layout: CanonicalLayout | None = None  # aggregate sets only
-    pids: list[int] = field(default_factory=list)
-    pids_dropped: int = 0
+    __slots__ = ("name", "tally", "process", "layout", "pids", "pids_dropped")
+
+    def __init__(self, name: SetName, tally: SampleTally, process: Process | None = None,
+                 layout: CanonicalLayout | None = None, pids: list[int] | None = None) -> None:
+        self.name = name
+        self.tally = tally
+        self.process = process  # task sets; None for aggregates and the kernel
+        self.layout = layout  # aggregate sets only
+        self.pids: list[int] = [] if pids is None else pids
+        self.pids_dropped = 0
 
     def add_pid(self, pid: int) -> None:
         if pid in self.pids:
@@ -121,36 +123,43 @@ class SetData:
             self.pids_dropped += 1
 
 
-@dataclass
 class SetWriter:
     """How a set is written: where it stands on the way to `.q`."""
 
-    version: int | None = None  # claimed at its first write
-    promoted: bool = False  # has (or will get at the next write) files of its own
-    dirty: bool = True  # changed since its last write
-    idle_dirty: bool = False  # changed since its last write by idle weight alone
-    idle_skips: int = 0  # checkpoints that left its idle weight unwritten
-    finished: bool = False  # ended; forget it once written
-    fold: bool = False  # to be folded into its program's set (could not be written)
+    __slots__ = ("version", "promoted", "dirty", "idle_dirty", "idle_skips", "finished", "fold")
+
+    def __init__(self, promoted: bool = False) -> None:
+        self.version: int | None = None  # claimed at its first write
+        self.promoted = promoted  # has (or will get at the next write) files of its own
+        self.dirty = True  # changed since its last write
+        self.idle_dirty = False  # changed since its last write by idle weight alone
+        self.idle_skips = 0  # checkpoints that left its idle weight unwritten
+        self.finished = False  # ended; forget it once written
+        self.fold = False  # to be folded into its program's set (could not be written)
 
 
-@dataclass
 class SetStats:
     """What is counted about a set besides its samples: its times, the
     records lost meanwhile, the task's (or CPU's) counters, idle weight."""
 
-    start: Stamp = field(default_factory=SYSTEM.stamp)
-    end_time: float | None = None  # Unix seconds: start.wall + monotonic time elapsed
-    clock_step: float | None = None  # wall clock minus derived time at the end, if a step
-    lost_at_start: int = 0
-    lost_at_end: int | None = None
-    counters_start: dict[str, float] | None = None  # task (or CPU) counters when the set began
-    counters_last: dict[str, float] | None = None  # ... at the last look
-    counters_at: float = 0.0  # monotonic time of that look
-    counters_folded: dict[str, float] = field(default_factory=dict)  # aggregates: folded tasks
-    idle_weight: int = 0  # kernel sets: weight of the idle task's (pid 0) samples
-    cgroup_weights: dict[int, int] = field(default_factory=dict)  # cgroup id -> sample weight
-    cgroup: str | None = None  # the path written (machine/cgroups.py says which)
+    __slots__ = ("start", "end_time", "clock_step", "lost_at_start", "lost_at_end",
+                 "counters_start", "counters_last", "counters_at", "counters_folded",
+                 "idle_weight", "cgroup_weights", "cgroup")
+
+    def __init__(self, start: Stamp, lost_at_start: int = 0) -> None:
+        self.start = start
+        self.end_time: float | None = None  # Unix seconds: start.wall + monotonic time elapsed
+        self.clock_step: float | None = None  # wall clock minus derived time at the end, if a step
+        self.lost_at_start = lost_at_start
+        self.lost_at_end: int | None = None
+        #: task (or CPU) counters when the set began, at the last look, and when that was
+        self.counters_start: dict[str, float] | None = None
+        self.counters_last: dict[str, float] | None = None
+        self.counters_at = 0.0  # monotonic time
+        self.counters_folded: dict[str, float] = {}  # aggregates: of folded tasks
+        self.idle_weight = 0  # kernel sets: weight of the idle task's (pid 0) samples
+        self.cgroup_weights: dict[int, int] = {}  # cgroup id -> sample weight
+        self.cgroup: str | None = None  # the path written (machine/cgroups.py says which)
 
     def task_stats(self) -> dict[str, float] | None:
         """Counters over the set's life (process-wide, not per CPU)."""
@@ -166,31 +175,35 @@ class SetStats:
         self.clock_step = clock.step(self.start)
 
 
-@dataclass
 class NotedAddresses:
     """The collector's cache: addresses whose mapping the set's tally holds,
     valid under one version of the process's maps."""
 
-    addresses: set[int] = field(default_factory=set)
-    maps_version: int = -1
-    #: id -> stack tuple of stacks whose addresses are all noted (held: their ids stay theirs)
-    stacks: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    __slots__ = ("addresses", "maps_version", "stacks")
+
+    def __init__(self) -> None:
+        self.addresses: set[int] = set()
+        self.maps_version = -1
+        #: id -> stack tuple of stacks whose addresses are all noted (held: their ids stay theirs)
+        self.stacks: dict[int, tuple[int, ...]] = {}
 
 
 NOTED_STACKS = 1024
 """Stacks a set's NotedAddresses holds, at most (cleared when full)."""
 
 
-@dataclass(eq=False)
 class CollectedSet:
     """A set of files in `.q` as one CPU's collector keeps it (one task, one
     program's short-lived tasks, or the kernel): what it is, how it is
     written, what is counted about it."""
 
-    data: SetData
-    writer: SetWriter = field(default_factory=SetWriter)
-    stats: SetStats = field(default_factory=SetStats)
-    noted: NotedAddresses = field(default_factory=NotedAddresses)
+    __slots__ = ("data", "writer", "stats", "noted")
+
+    def __init__(self, data: SetData, writer: SetWriter, stats: SetStats) -> None:
+        self.data = data
+        self.writer = writer
+        self.stats = stats
+        self.noted = NotedAddresses()
 
 
 class SetBook:

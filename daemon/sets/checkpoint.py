@@ -10,8 +10,9 @@ carries only the CPU's statistics, which says so (q:purpose "cpu-stats").
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import Callable
+from collections import abc
+from types import MappingProxyType
+from typing import Callable, NamedTuple
 
 from qtools.qformat import (CallCounts, CallStacks, Form, Histogram, Info, MapRange, ObjectRef,
                             QDir, Stored, TaskInfo, dump_info, edge_lines, hist_lines,
@@ -29,8 +30,7 @@ from .tally import NO_KERNEL, SampleTally
 from .objects import ObjectCopier
 
 
-@dataclass(frozen=True)
-class RunInfo:
+class RunInfo(NamedTuple):
     """What every `.info` of one run says alike."""
 
     syscollect_cmdline: list[str]
@@ -38,7 +38,7 @@ class RunInfo:
     unit_label: str  # "seconds", "cycles" or "events"
     conversion_factor: float
     unwinder: str | None  # "fp", "dwarf", or None when no stacks are kept
-    machine: dict[str, str] = field(default_factory=dict)
+    machine: abc.Mapping[str, str] = MappingProxyType({})  # hostname, kernel_release, arch
     kallsyms: str | None = None
     vdso: str | None = None
     compress: bool = False

@@ -14,7 +14,6 @@ import os
 import struct
 import sys
 import time
-from dataclasses import dataclass
 from typing import Callable, NamedTuple, TextIO
 
 from qtools.qformat import CopyJob, QDir, QFormatError, Stored, TooLarge
@@ -202,8 +201,7 @@ def _shared_notices() -> Notices:
     return _notices
 
 
-@dataclass
-class _Pending:
+class _Pending(NamedTuple):
     """A copy under way, and what to do with it once made."""
 
     job: CopyJob

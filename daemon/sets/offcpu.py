@@ -13,7 +13,6 @@ accrued, per (set key, kind, tid, stack), for the tally to add.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Callable, Hashable, Union
 
 TASK_RUNNING = 0x0
@@ -40,32 +39,34 @@ def off_kind(prev_state: int) -> str | None:
     return "S"
 
 
-@dataclass
 class Pending:
     """A thread that switched out on this CPU and has not run since."""
 
-    set_key: Hashable
-    kind: str  # S, D or W: what the time since ``since`` counts as
-    since: int  # ns: the switch-out, the wake-up, or the last checkpoint
-    frames: LazyFrames
-    total: int = 0  # ns counted so far: a wait's stack is kept once it reaches min_stack_ns
+    __slots__ = ("set_key", "kind", "since", "frames", "total")
+
+    def __init__(self, set_key: Hashable, kind: str, since: int, frames: LazyFrames) -> None:
+        self.set_key = set_key
+        self.kind = kind  # S, D or W: what the time since ``since`` counts as
+        self.since = since  # ns: the switch-out, the wake-up, or the last checkpoint
+        self.frames = frames
+        self.total = 0  # ns counted so far: a wait's stack is kept once it reaches min_stack_ns
 
 
-@dataclass
 class OffCpu:
     """The waits of threads that switched out on this collector's CPU."""
 
-    min_stack_ns: int = 0  # shorter waits are counted without their stack
-    max_pending: int = 1 << 16  # threads tracked at once (each holds its stack copy)
-    pending: dict[int, Pending] = field(default_factory=dict)
-    accrued: dict[Key, int] = field(default_factory=dict)
-    switches: int = 0
-    dropped: int = 0
-    # Ends seen before their start: each CPU's ring is read in turn, so a
-    # batch may hold another CPU's switch-in (or wake-up) of a thread whose
-    # switch-out on this CPU comes only in the next batch. tid -> time.
-    early_in: dict[int, int] = field(default_factory=dict)
-    early_wake: dict[int, int] = field(default_factory=dict)
+    def __init__(self, min_stack_ns: int = 0, max_pending: int = 1 << 16) -> None:
+        self.min_stack_ns = min_stack_ns  # shorter waits are counted without their stack
+        self.max_pending = max_pending  # threads tracked at once (each holds its stack copy)
+        self.pending: dict[int, Pending] = {}
+        self.accrued: dict[Key, int] = {}
+        self.switches = 0
+        self.dropped = 0
+        # Ends seen before their start: each CPU's ring is read in turn, so a
+        # batch may hold another CPU's switch-in (or wake-up) of a thread whose
+        # switch-out on this CPU comes only in the next batch. tid -> time.
+        self.early_in: dict[int, int] = {}
+        self.early_wake: dict[int, int] = {}
 
     def switch_out(self, tid: int, prev_state: int, time: int, set_key: Hashable,
                    frames: LazyFrames) -> None:

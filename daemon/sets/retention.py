@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from qtools.qformat import QDir, QFormatError, read_info
 from qtools.qformat.data import GZIP_MAGIC
@@ -66,19 +66,24 @@ def _own_bytes(st: os.stat_result) -> int:
     return st.st_blocks * 512
 
 
-@dataclass
 class SetFiles:
     """One versioned set as the index knows it."""
 
-    info: str
-    key: Key
-    born: float  # monotonic seconds: its age is the time since
-    end_time: float  # as recorded (Unix seconds)
-    state_closed: bool
-    data: list[str]
-    copies: list[str]
-    size: int = 0
-    compressed: bool = False  # its data files were found (or made) gzip
+    __slots__ = ("info", "key", "born", "end_time", "state_closed", "data", "copies", "size",
+                 "compressed")
+
+    def __init__(self, info: str, key: Key, born: float, end_time: float, state_closed: bool,
+                 data: list[str], copies: list[str], size: int = 0,
+                 compressed: bool = False) -> None:
+        self.info = info
+        self.key = key
+        self.born = born  # monotonic seconds: its age is the time since
+        self.end_time = end_time  # as recorded (Unix seconds)
+        self.state_closed = state_closed
+        self.data = data
+        self.copies = copies
+        self.size = size
+        self.compressed = compressed  # its data files were found (or made) gzip
 
     def age(self, mono: float) -> float:
         return mono - self.born
@@ -87,21 +92,26 @@ class SetFiles:
         return self.state_closed or mono - self.born > stale_after
 
 
-@dataclass
-class Copy:
+class Copy(NamedTuple):
+    """One object copy as the index knows it."""
+
     key: Key
     born: float
     st: os.stat_result
 
 
-@dataclass
 class Report:
-    compressed: int = 0
-    removed: list[str] = field(default_factory=list)
-    unsent_removed: list[str] = field(default_factory=list)  # --max-size forced them
-    collected: list[str] = field(default_factory=list)
-    size: int = 0
-    sets: int = 0
+    """What one round of upkeep did."""
+
+    __slots__ = ("compressed", "removed", "unsent_removed", "collected", "size", "sets")
+
+    def __init__(self) -> None:
+        self.compressed = 0
+        self.removed: list[str] = []
+        self.unsent_removed: list[str] = []  # --max-size forced them
+        self.collected: list[str] = []
+        self.size = 0
+        self.sets = 0
 
 
 class Index:

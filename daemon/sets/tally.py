@@ -8,7 +8,6 @@ the threads' names, and with ``--off-cpu`` their waits (docs/q-format.md 5.8).
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
 from qtools.qformat import rest_thread
@@ -35,48 +34,54 @@ MAX_THREADS = 4096
 a program makes threads by the million."""
 
 
-@dataclass
 class SampleTally:
     """The samples of one set, in event units: address histogram, stack
     weights, call arcs, and the mappings its addresses fall in."""
 
-    hist: defaultdict[int, int] = field(default_factory=lambda: defaultdict(int))
-    stacks: defaultdict[tuple[int, ...], int] = field(default_factory=lambda: defaultdict(int))
-    arcs: defaultdict[tuple[int, int], int] = field(default_factory=lambda: defaultdict(int))
-    samples: int = 0
-    mappings: set[Mapping] = field(default_factory=set)
-    max_stacks: int = MAX_STACKS
-    folded_weight: int = 0  # weight of the stacks beyond max_stacks: the remainder line
-    folded_samples: int = 0
-    folded_stacks: DistinctCount | None = None  # made when the first stack is folded
-    threads: dict[int, list[int]] = field(default_factory=dict)  # tid -> [samples, weight]
-    other_threads: list[int] = field(default_factory=lambda: [0, 0])  # beyond max_threads
-    max_threads: int = MAX_THREADS
-    # (kind, tid, stack) -> weight: `.threads` lines; "cpu" in event units,
-    # S/D/W in ns. Capped with the stacks: beyond, the stack is left out (-).
-    # While every sample came from one thread (``solo``), that thread's "cpu"
-    # lines are the set's stacks and are not kept twice (``thread_stacks``
-    # gives them); the first sample of another thread writes them out here.
-    by_thread: defaultdict[tuple[str, int, tuple[int, ...]], int] = field(
-        default_factory=lambda: defaultdict(int))
-    solo: int | None = None  # the thread of every sample so far, while ``split`` is False
-    split: bool = False  # "cpu" lines are kept in by_thread
-    thread_names: dict[int, str] = field(default_factory=dict)
-    waits: int = 0  # ns of S/D/W: a set with waits is written even without samples
-    switches: int = 0  # switches out of its threads on this CPU (--off-cpu)
-    switch_lost: int = 0  # records the rings lost while it was open (--off-cpu)
-    # Lowest address taken in kernel mode (cpumode, PERF_CONTEXT_KERNEL): at or
-    # above it every address held is the kernel's (q:kernel-from)
-    kernel_from: int = NO_KERNEL
-    # --min-stack-share: a stack is kept while it has carried at least this
-    # share of the set's weight since it was first seen (fold_rare); 0: all
-    min_share: float = 0.0
-    epoch: int = 0  # the set's weight at the last fold_rare
-    born: dict[tuple[int, ...], int] = field(default_factory=dict)  # stack -> epoch first seen
-    # ... and the `.hist` addresses as the folds first saw them, and the
-    # weight moved from rare addresses to their function's start
-    address_born: dict[int, int] = field(default_factory=dict)
-    moved_weight: int = 0
+    __slots__ = ("hist", "stacks", "arcs", "samples", "mappings", "max_stacks", "folded_weight",
+                 "folded_samples", "folded_stacks", "threads", "other_threads", "max_threads",
+                 "by_thread", "solo", "split", "thread_names", "waits", "switches",
+                 "switch_lost", "kernel_from", "min_share", "epoch", "born", "address_born",
+                 "moved_weight")
+
+    def __init__(self, max_stacks: int = MAX_STACKS, max_threads: int = MAX_THREADS,
+                 min_share: float = 0.0) -> None:
+        self.hist: defaultdict[int, int] = defaultdict(int)
+        self.stacks: defaultdict[tuple[int, ...], int] = defaultdict(int)
+        self.arcs: defaultdict[tuple[int, int], int] = defaultdict(int)
+        self.samples = 0
+        self.mappings: set[Mapping] = set()
+        self.max_stacks = max_stacks
+        self.folded_weight = 0  # weight of the stacks beyond max_stacks: the remainder line
+        self.folded_samples = 0
+        self.folded_stacks: DistinctCount | None = None  # made when the first stack is folded
+        self.threads: dict[int, list[int]] = {}  # tid -> [samples, weight]
+        self.other_threads = [0, 0]  # beyond max_threads
+        self.max_threads = max_threads
+        # (kind, tid, stack) -> weight: `.threads` lines; "cpu" in event units,
+        # S/D/W in ns. Capped with the stacks: beyond, the stack is left out (-).
+        # While every sample came from one thread (``solo``), that thread's "cpu"
+        # lines are the set's stacks and are not kept twice (``thread_stacks``
+        # gives them); the first sample of another thread writes them out here.
+        self.by_thread: defaultdict[tuple[str, int, tuple[int, ...]], int] = defaultdict(int)
+        self.solo: int | None = None  # the thread of every sample so far, while not ``split``
+        self.split = False  # "cpu" lines are kept in by_thread
+        self.thread_names: dict[int, str] = {}
+        self.waits = 0  # ns of S/D/W: a set with waits is written even without samples
+        self.switches = 0  # switches out of its threads on this CPU (--off-cpu)
+        self.switch_lost = 0  # records the rings lost while it was open (--off-cpu)
+        # Lowest address taken in kernel mode (cpumode, PERF_CONTEXT_KERNEL): at or
+        # above it every address held is the kernel's (q:kernel-from)
+        self.kernel_from = NO_KERNEL
+        # --min-stack-share: a stack is kept while it has carried at least this
+        # share of the set's weight since it was first seen (fold_rare); 0: all
+        self.min_share = min_share
+        self.epoch = 0  # the set's weight at the last fold_rare
+        self.born: dict[tuple[int, ...], int] = {}  # stack -> epoch first seen
+        # ... and the `.hist` addresses as the folds first saw them, and the
+        # weight moved from rare addresses to their function's start
+        self.address_born: dict[int, int] = {}
+        self.moved_weight = 0
 
     def add(self, ip: int, weight: int, stack: tuple[int, ...] | None,
             arcs: Iterable[tuple[int, int]] = (), tid: int | None = None) -> None:

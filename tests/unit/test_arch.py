@@ -5,7 +5,7 @@ reader's fallback is the same one value per architecture."""
 
 from __future__ import annotations
 
-import platform
+import os
 import re
 from pathlib import Path
 
@@ -60,7 +60,7 @@ def test_an_unknown_machine_is_refused_by_name():
 
 
 def test_the_host_is_known_here():
-    assert arch.host().name == platform.machine()
+    assert arch.host().name == os.uname().machine
 
 
 def test_the_barrier_of_a_weakly_ordered_machine_runs_on_this_kernel():
@@ -95,7 +95,8 @@ def test_the_fallback_of_older_files_keeps_every_user_address_a_user_one():
 def test_q_syscollect_refuses_an_unknown_machine_at_start(monkeypatch, capsys):
     # The one mock: this machine cannot be another one.
     from qtools.daemon import cli, plan
-    monkeypatch.setattr(arch.platform, "machine", lambda: "sparc64")
+    real = os.uname()
+    monkeypatch.setattr(os, "uname", lambda: os.uname_result((*real[:4], "sparc64")))
     argv = ["-t", "1"]
     with pytest.raises(plan.CollectError, match=r"this machine \(sparc64\) is not supported"):
         plan.plan(cli.config_from(cli.parser().parse_args(argv), argv), print)

@@ -3,13 +3,21 @@
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import json
 
 from qsynth import MS, QBuilder
 from scenarios import run, threads_setup as _setup, with_threads
 
 from qtools.qformat import dump_info, read_info
+
+
+def _replaced(threads, **changes):
+    """A copy of a q:threads form with ``changes``."""
+    new = copy.copy(threads)
+    for name, value in changes.items():
+        setattr(new, name, value)
+    return new
 
 
 def _by_thread(out: str) -> dict[str, float]:
@@ -203,7 +211,7 @@ def test_overview_json_off_cpu_seconds(tmp_path, calls_pie):
     cpu_only = q.task("bythread", 60, 0, stacks=[(5 * MS, [o.at("leaf2"), o.ret("main")])])
     with_threads(q, cpu_only, {60: "bythread"}, {("cpu", 60, ()): 5 * MS})
     info = read_info(q.path / cpu_only)  # .threads of the CPU samples only: no --off-cpu
-    info.threads = dataclasses.replace(info.threads, off_cpu=None, off_cpu_seconds=None,
+    info.threads = _replaced(info.threads, off_cpu=None, off_cpu_seconds=None,
                                        cpu_wait_seconds=None)
     (q.path / cpu_only).write_text(dump_info(info))
     for extra in ((), ("--per-cpu",), ("--group", "unit")):
@@ -299,7 +307,7 @@ def _leave_out_cpu_of(q: QBuilder, name: str, tid: int) -> None:
     assert rest_thread(stacks, 0, weights) == tid  # as the collector would choose
     with QDir.open(q.path) as qd:
         qd.atomic_write(info.threads.file, thread_lines(names, weights, cpu_rest=tid))
-        info.threads = dataclasses.replace(info.threads, cpu_rest=tid)
+        info.threads = _replaced(info.threads, cpu_rest=tid)
         qd.atomic_write(name, dump_info(info).encode())
 
 
@@ -330,7 +338,7 @@ def test_a_thread_read_back_from_the_stack_shows_the_same(tmp_path, calls_pie):
 def test_cpu_rest_lines_that_do_not_add_up_name_the_file(tmp_path, calls_pie):
     q, name = _setup(tmp_path, calls_pie)
     info = read_info(q.info_path(name))
-    info.threads = dataclasses.replace(info.threads, cpu_rest=41)  # 41's lines are there
+    info.threads = _replaced(info.threads, cpu_rest=41)  # 41's lines are there
     (q.path / name).write_text(dump_info(info))
     code, out, err = run(q.info_path(name), "--by", "thread")
     assert code != 0 and info.threads.file in err and "q:cpu-rest" in err
