@@ -25,7 +25,6 @@ row, and the rest is the ``kernel`` row.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Callable, Iterable, TextIO
 
@@ -103,8 +102,8 @@ def _split_idle(row: Row, kernel_sets: list[StoredSet]) -> list[Row]:
     if any(p is None for p in parts):
         return [row]
     idle = sum(p for p in parts if p is not None)
-    return [dataclasses.replace(row, amount=row.amount - idle),
-            dataclasses.replace(row, command=IDLE, pid="0", amount=idle)]
+    return [row._replace(amount=row.amount - idle),
+            row._replace(command=IDLE, pid="0", amount=idle)]
 
 
 def _process_row(group: list[StoredSet], default_unit: str | None = None,
@@ -155,7 +154,7 @@ def label_kernel(row: Row, group: list[StoredSet]) -> Row:
     pid's kernel samples there (-k)."""
     if not group[-1].is_kernel or any(kernel_only_run(t) for t in group):
         return row
-    return dataclasses.replace(row, command=IDLE, pid="0")
+    return row._replace(command=IDLE, pid="0")
 
 
 def process_stats(per_set: list[list[StoredSet]]) -> dict[str, float]:
@@ -272,8 +271,8 @@ def _show(directory: str, found: list[StoredSet], source: Source | None, selecti
         cpus += [c for key, group in groups.items() if key[0] == host and group[-1].is_kernel
                  if (c := cpu_row(group, idle)) is not None]
     if as_json:
-        json.dump({"directory": directory, "sets": [r.__dict__ for r in rows],
-                   "cpus": [c.__dict__ for c in cpus]}, out, indent=1)
+        json.dump({"directory": directory, "sets": [r._asdict() for r in rows],
+                   "cpus": [c._asdict() for c in cpus]}, out, indent=1)
         out.write("\n")
         return
     if not rows:

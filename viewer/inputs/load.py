@@ -15,7 +15,6 @@ import os
 import re
 import shlex
 import time
-from dataclasses import dataclass
 from typing import IO, Callable, Iterator, NamedTuple, TypeVar
 
 from qtools.qformat import DEFAULT_LIMITS, Info, Limits, MissingFile, QFormatError, SetName, \
@@ -77,8 +76,9 @@ def _store(source: Source) -> Store:
     return source if isinstance(source, Store) else DirStore(source)
 
 
-@dataclass
-class StoredSet:
+class StoredSet(NamedTuple):
+    """One task set as read: its `.info`, and where its data files are."""
+
     directory: str  # where it was read: a directory, or ARCHIVE:DIR (``Store.label``)
     name: str  # the `.info` file name, with its version
     info: Info

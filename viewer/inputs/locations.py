@@ -15,7 +15,6 @@ whole-machine view holds one set's locations at once, not all of them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 from qtools.qformat import Arc, LimitExceeded, MissingFile, QFormatError, Stack
@@ -29,33 +28,34 @@ if TYPE_CHECKING:
     from .threadlocs import ThreadView
 
 
-@dataclass
 class SetLocations:
-    """One set's samples: stacks of location ids, innermost first."""
+    """One set's samples: stacks of location ids, innermost first (filled
+    in by ``locate_set``, or threadlocs.py)."""
 
-    index: int  # the set's place among those loaded (``Location.set``)
-    stored: StoredSet
-    space: AddressSpace  # names the locations (``lookup``)
-    locations: list[Location] = field(default_factory=list)  # id -> location
-    # From the `.stack` (in order of first appearance), or without one from
-    # the `.hist` (stacks of one location); event counts.
-    stacks: dict[tuple[int, ...], int] = field(default_factory=dict)
-    from_stacks: bool = False  # ``stacks`` came from a `.stack`
-    stack_locations: int = 0  # locations [0, this) are those of ``stacks``
-    stack_file: str | None = None  # its path (where the distinct-stacks limit is told)
-    # Stacks not kept by the collector, placed on the leaves the `.hist`
-    # has beyond the stacks' (added after ``stacks``), and what is left
-    # unplaced (``build.UNKEPT``).
-    spread: dict[int, int] = field(default_factory=dict)
-    unkept: int = 0
-    # (call site, callee) -> calls, from the `.edge` (None: no call counts).
-    calls: dict[tuple[int, int], int] | None = None
-    no_stack_file: bool = False  # the `.info` names no `.stack` though it has samples
-    # From a `.threads` file (threadlocs.py): counts in these units when
-    # not the set's own, and the locations that stand for a thread
-    factor_override: float | None = None
-    thread_roots: dict[int, Frame] = field(default_factory=dict)
-    thread_names: dict[int, str] = field(default_factory=dict)  # tid -> its name
+    def __init__(self, index: int, stored: StoredSet, space: AddressSpace) -> None:
+        self.index = index  # the set's place among those loaded (``Location.set``)
+        self.stored = stored
+        self.space = space  # names the locations (``lookup``)
+        self.locations: list[Location] = []  # id -> location
+        # From the `.stack` (in order of first appearance), or without one from
+        # the `.hist` (stacks of one location); event counts.
+        self.stacks: dict[tuple[int, ...], int] = {}
+        self.from_stacks = False  # ``stacks`` came from a `.stack`
+        self.stack_locations = 0  # locations [0, this) are those of ``stacks``
+        self.stack_file: str | None = None  # its path (where the distinct-stacks limit is told)
+        # Stacks not kept by the collector, placed on the leaves the `.hist`
+        # has beyond the stacks' (added after ``stacks``), and what is left
+        # unplaced (``build.UNKEPT``).
+        self.spread: dict[int, int] = {}
+        self.unkept = 0
+        # (call site, callee) -> calls, from the `.edge` (None: no call counts).
+        self.calls: dict[tuple[int, int], int] | None = None
+        self.no_stack_file = False  # the `.info` names no `.stack` though it has samples
+        # From a `.threads` file (threadlocs.py): counts in these units when
+        # not the set's own, and the locations that stand for a thread
+        self.factor_override: float | None = None
+        self.thread_roots: dict[int, Frame] = {}
+        self.thread_names: dict[int, str] = {}  # tid -> its name
 
     @property
     def factor(self) -> float:

@@ -18,8 +18,7 @@ from __future__ import annotations
 import os
 import struct
 from bisect import bisect_right
-from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Callable, Iterable, Iterator
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, NamedTuple
 
 from qtools.qformat import open_regular
 from qtools.qformat.elfhdr import read_sections
@@ -35,21 +34,21 @@ class LineProblem(Exception):
     """The DWARF of a file cannot be read."""
 
 
-@dataclass
-class LineIndex:
+class LineIndex(NamedTuple):
     """What is known of one object's lines: the rows of the units parsed,
     the address ranges of all units (``.debug_aranges``) and which units
-    were parsed; ``complete`` when every unit was (no aranges)."""
+    were parsed; ``complete`` when every unit was (no aranges). Lines read
+    later make a new index (``ObjectLines``)."""
 
     table: SymbolTable
     ranges: list[tuple[int, int, int]]  # (start, end, unit offset), sorted by start
-    parsed: set[int] = field(default_factory=set)
-    complete: bool = False
+    parsed: set[int]
+    complete: bool
     # Inlined code: disjoint ranges, each named by its chain of inlined
     # functions, innermost first (``encode_chain``).
-    inlines: SymbolTable = field(default_factory=SymbolTable.empty)
+    inlines: SymbolTable
     # the functions (their ranges) whose inlined code ``inlines`` holds
-    inline_done: list[tuple[int, int]] = field(default_factory=list)
+    inline_done: list[tuple[int, int]]
 
     def unit_of(self, address: int) -> int | None:
         i = bisect_right(self.ranges, (address, 1 << 64, 0)) - 1
@@ -120,7 +119,7 @@ def read_index(path: str) -> LineIndex:
     except Exception:  # read as below, which says what is wrong
         ranges = None
     if ranges is not None:
-        return LineIndex(SymbolTable.empty(), ranges, set(), not ranges)
+        return LineIndex(SymbolTable.empty(), ranges, set(), not ranges, SymbolTable.empty(), [])
     return _with_dwarf(path, lambda dw: _ranges(dw))
 
 
@@ -296,7 +295,7 @@ def _ranges(dw: Any) -> LineIndex:
             if len(ranges) > MAX_UNITS * 16:
                 raise LineProblem("too many address ranges")
     ranges.sort()
-    return LineIndex(SymbolTable.empty(), ranges, set(), not ranges)
+    return LineIndex(SymbolTable.empty(), ranges, set(), not ranges, SymbolTable.empty(), [])
 
 
 def raw_rows(table: SymbolTable) -> list[RawSymbol]:

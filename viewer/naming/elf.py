@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
 
 from qtools.qformat import open_regular
@@ -38,15 +37,15 @@ class ElfProblem(Exception):
     """The file is not an ELF object q-view can read."""
 
 
-@dataclass
 class ElfObject:
-    """The parts of one ELF file that symbolization uses."""
+    """The parts of one ELF file that symbolization uses (``_read`` fills them in)."""
 
-    segments: list[Segment] = field(default_factory=list)
-    build_id: str | None = None
-    debuglink: tuple[str, int] | None = None
-    has_symtab: bool = False
-    symbols: SymbolTable = field(default_factory=SymbolTable.empty)
+    def __init__(self, segments: list[Segment]) -> None:
+        self.segments = segments
+        self.build_id: str | None = None
+        self.debuglink: tuple[str, int] | None = None
+        self.has_symtab = False
+        self.symbols = SymbolTable.empty()
 
     def vaddr_of(self, file_offset: int) -> int | None:
         """The link-time address of a file offset, through the PT_LOAD segments."""

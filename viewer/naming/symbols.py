@@ -19,7 +19,6 @@ import hashlib
 import os
 import zlib
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
 from qtools.qformat import Info, ObjectRef, QDir, check_plain_name, open_regular, parse_copy_name
@@ -62,8 +61,7 @@ class Symbolized(NamedTuple):
     by_fde: bool = False
 
 
-@dataclass
-class LoadedObject:
+class LoadedObject(NamedTuple):
     """Segments and symbols of one object copy (or of its debug file)."""
 
     segments: list[Segment]
@@ -78,8 +76,7 @@ class LoadedObject:
         return None
 
 
-@dataclass
-class Kallsyms:
+class Kallsyms(NamedTuple):
     table: SymbolTable
     modules: dict[int, str]  # symbol start -> module name, for module symbols
     restricted: bool  # all addresses zero (kptr_restrict): kernel frames stay unknown

@@ -13,7 +13,6 @@ named in its own address space. Counts are converted to output units
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 from typing import Callable
@@ -367,8 +366,7 @@ def build_samples(sets: list[StoredSet], symbols: Symbols, by: str, warn: Warn,
         builder.add(sl)
     samples = builder.result()
     if view is not None and view.in_time:  # docs/q-format.md 4.9: nanoseconds
-        samples = dataclasses.replace(samples, event=view.metric, unit="seconds",
-                                      count_unit=NANOSECOND,
-                                      granularities=[] if view.metric != "cpu"
-                                      else samples.granularities)
+        samples = samples.replace(event=view.metric, unit="seconds", count_unit=NANOSECOND,
+                                  granularities=[] if view.metric != "cpu"
+                                  else samples.granularities)
     return samples

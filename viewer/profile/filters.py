@@ -15,7 +15,6 @@ filtered report shows less, never a larger share than the time had.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import re
 from typing import Callable
 
@@ -69,8 +68,8 @@ def _filtered(samples: Samples, stacks: dict[tuple[int, ...], float], what: str)
         present = {f for stack in stacks for f in stack}
         calls = {pair: n for pair, n in calls.items()
                  if pair[0] in present and pair[1] in present}
-    return dataclasses.replace(samples, stacks=stacks, calls=calls, whole=samples.base,
-                               filters=samples.filters + (what,))
+    return samples.replace(stacks=stacks, calls=calls, whole=samples.base,
+                           filters=samples.filters + (what,))
 
 
 def _keep(samples: Samples, pattern: re.Pattern[str], through: bool, what: str) -> Samples:

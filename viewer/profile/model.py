@@ -15,8 +15,7 @@ Two stages, as in gprof2dot and pyinstrument:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 
@@ -90,12 +89,16 @@ class SetSummary(NamedTuple):
     container: str | None = None  # the container id (q:container)
 
 
-@dataclass
+# Plain classes below, not dataclasses: ``@dataclass`` compiles each class's
+# methods from source text when the module is imported, which every q-view
+# run would pay before reading anything. Nothing compares or hashes them.
+
 class QualityCount:
     """User stacks seen and how many of them reached a root frame (by weight)."""
 
-    stacks: float = 0.0
-    rooted: float = 0.0
+    def __init__(self) -> None:
+        self.stacks = 0.0
+        self.rooted = 0.0
 
     def add(self, weight: float, rooted: bool) -> None:
         self.stacks += weight
@@ -107,35 +110,35 @@ class QualityCount:
         return self.rooted / self.stacks if self.stacks else None
 
 
-@dataclass
 class InterpreterQuality:
     """One process's user stacks: how many went through Python frames to a root,
     and what JIT information (perf maps, jitdumps) its sets had."""
 
-    stacks: float = 0.0
-    python: float = 0.0  # stacks with at least one Python frame
-    python_rooted: float = 0.0  # ... that also reach a root frame
-    sources: list[str] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.stacks = 0.0
+        self.python = 0.0  # stacks with at least one Python frame
+        self.python_rooted = 0.0  # ... that also reach a root frame
+        self.sources: list[str] = []
 
     @property
     def share(self) -> float | None:
         return self.python_rooted / self.stacks if self.stacks else None
 
 
-@dataclass
 class StackQuality:
     """How complete the user stacks are, per object of the innermost user frame."""
 
-    overall: QualityCount = field(default_factory=QualityCount)
-    by_object: dict[str, QualityCount] = field(default_factory=dict)
-    #: per process (``comm pid N``), where it had Python frames or JIT information
-    by_process: dict[str, InterpreterQuality] = field(default_factory=dict)
-    #: weight whose stacks the collector did not keep (its sets' remainder
-    #: lines: stacks folded by --min-stack-share or past --max-stacks)
-    unkept: float = 0.0
-    #: weight the collector moved from rare addresses to their function's
-    #: first address (q:hist-moved, --min-stack-share)
-    moved: float = 0.0
+    def __init__(self) -> None:
+        self.overall = QualityCount()
+        self.by_object: dict[str, QualityCount] = {}
+        #: per process (``comm pid N``), where it had Python frames or JIT information
+        self.by_process: dict[str, InterpreterQuality] = {}
+        #: weight whose stacks the collector did not keep (its sets' remainder
+        #: lines: stacks folded by --min-stack-share or past --max-stacks)
+        self.unkept = 0.0
+        #: weight the collector moved from rare addresses to their function's
+        #: first address (q:hist-moved, --min-stack-share)
+        self.moved = 0.0
 
     def add(self, innermost_object: str, weight: float, rooted: bool) -> None:
         """One user stack: the object of its innermost user frame, and whether
@@ -147,28 +150,40 @@ class StackQuality:
         counts.add(weight, rooted)
 
 
-@dataclass
 class Samples:
     """Symbolized call stacks of the selected task sets, merged."""
 
-    event: str
-    unit: str
-    granularities: list[float]
-    count_unit: float  # output units per event count (of the first set), for raw counts
-    lost_samples: int
-    tasks: list[SetSummary]
-    frames: list[Frame]  # frame id -> Frame
-    stacks: dict[tuple[int, ...], float]  # frame ids, innermost first -> weight
-    has_stacks: bool  # False: only `.hist` data, every stack is its leaf alone
-    calls: dict[tuple[int, int], float] | None  # (caller id, callee id) -> calls; None: no `.edge`
-    quality: StackQuality = field(default_factory=StackQuality)
-    # The total of the whole selection before --focus/--ignore/--hide took
-    # stacks or frames away (None: nothing was filtered): percentages stay
-    # shares of it, so a filtered report never inflates a share.
-    whole: float | None = None
-    filters: tuple[str, ...] = ()  # the filters applied, as the user wrote them
-    by: str = "function"  # what a frame is (--by)
-    unnamed: frozenset[int] = frozenset()  # frame ids of single addresses with no function
+    def __init__(self, event: str, unit: str, granularities: list[float], count_unit: float,
+                 lost_samples: int, tasks: list[SetSummary], frames: list[Frame],
+                 stacks: dict[tuple[int, ...], float], has_stacks: bool,
+                 calls: dict[tuple[int, int], float] | None,
+                 quality: StackQuality | None = None, whole: float | None = None,
+                 filters: tuple[str, ...] = (), by: str = "function",
+                 unnamed: frozenset[int] = frozenset()) -> None:
+        self.event = event
+        self.unit = unit
+        self.granularities = granularities
+        # output units per event count (of the first set), for raw counts
+        self.count_unit = count_unit
+        self.lost_samples = lost_samples
+        self.tasks = tasks
+        self.frames = frames  # frame id -> Frame
+        self.stacks = stacks  # frame ids, innermost first -> weight
+        self.has_stacks = has_stacks  # False: only `.hist` data, every stack is its leaf alone
+        self.calls = calls  # (caller id, callee id) -> calls; None: no `.edge`
+        self.quality = StackQuality() if quality is None else quality
+        # The total of the whole selection before --focus/--ignore/--hide took
+        # stacks or frames away (None: nothing was filtered): percentages stay
+        # shares of it, so a filtered report never inflates a share.
+        self.whole = whole
+        self.filters = filters  # the filters applied, as the user wrote them
+        self.by = by  # what a frame is (--by)
+        self.unnamed = unnamed  # frame ids of single addresses with no function
+
+    def replace(self, **changes: Any) -> Samples:
+        """A copy with the fields in ``changes`` replaced, the others shared. The
+        attributes are the constructor's parameters: an unknown name is a TypeError."""
+        return Samples(**{**vars(self), **changes})
 
     @property
     def total(self) -> float:
@@ -180,22 +195,27 @@ class Samples:
         return self.total if self.whole is None else self.whole
 
 
-@dataclass
 class Function:
-    frame: Frame
-    self: float = 0.0
-    inclusive: float = 0.0
-    spontaneous: float = 0.0  # weight of stacks in which it is the outermost frame
-    calls: float | None = None  # estimated calls into it from other functions
-    recursive_calls: float | None = None  # calls from itself
-    cycle: int | None = None
+    # slots: a large profile has tens of thousands of functions and arcs
+    __slots__ = ("frame", "self", "inclusive", "spontaneous", "calls", "recursive_calls",
+                 "cycle")
+
+    def __init__(self, frame: Frame, self_: float = 0.0, inclusive: float = 0.0,
+                 spontaneous: float = 0.0, calls: float | None = None,
+                 recursive_calls: float | None = None) -> None:
+        self.frame = frame
+        self.self = self_  # exclusive time (``self_``: ``self`` is the instance here)
+        self.inclusive = inclusive
+        self.spontaneous = spontaneous  # weight of stacks in which it is the outermost frame
+        self.calls = calls  # estimated calls into it from other functions
+        self.recursive_calls = recursive_calls  # calls from itself
+        self.cycle: int | None = None
 
     @property
     def children(self) -> float:
         return self.inclusive - self.self
 
 
-@dataclass
 class Arc:
     """caller -> callee: the callee's time attributed to this caller.
 
@@ -204,18 +224,21 @@ class Arc:
     the part whose leaf is the callee, ``children`` the rest.
     """
 
-    caller: Frame
-    callee: Frame
-    self: float = 0.0
-    children: float = 0.0
-    calls: float | None = None
+    __slots__ = ("caller", "callee", "self", "children", "calls")
+
+    def __init__(self, caller: Frame, callee: Frame, self_: float = 0.0,
+                 children: float = 0.0, calls: float | None = None) -> None:
+        self.caller = caller
+        self.callee = callee
+        self.self = self_
+        self.children = children
+        self.calls = calls
 
     @property
     def total(self) -> float:
         return self.self + self.children
 
 
-@dataclass
 class Cycle:
     """Functions that call each other (a strongly connected component).
 
@@ -223,13 +246,15 @@ class Cycle:
     its members it contains.
     """
 
-    number: int
-    members: list[Frame]
-    self: float = 0.0
-    inclusive: float = 0.0
-    calls: float | None = None  # calls into the cycle from outside
-    internal_calls: float | None = None  # calls between members
-    callers: dict[Frame, Arc] = field(default_factory=dict)  # callee field: a member, nominal
+    def __init__(self, number: int, members: list[Frame], self_: float,
+                 inclusive: float) -> None:
+        self.number = number
+        self.members = members
+        self.self = self_
+        self.inclusive = inclusive
+        self.calls: float | None = None  # calls into the cycle from outside
+        self.internal_calls: float | None = None  # calls between members
+        self.callers: dict[Frame, Arc] = {}  # callee field: a member, nominal
 
     @property
     def name(self) -> str:
@@ -240,20 +265,21 @@ class Cycle:
         return self.inclusive - self.self
 
 
-@dataclass
 class CallGraph:
     """Functions, arcs and cycles of some Samples."""
 
-    samples: Samples
-    total: float
-    functions: dict[Frame, Function]
-    arcs: dict[tuple[Frame, Frame], Arc]
-    cycles: list[Cycle]
-    # --min-percent: rows below this share of the whole selection are summed
-    # in one row, judged by the column a table is sorted by.
-    min_percent: float = 0.0
-    _adj: tuple[dict[Frame, list[Arc]], dict[Frame, list[Arc]]] | None = field(
-        default=None, repr=False, compare=False)
+    def __init__(self, samples: Samples, total: float, functions: dict[Frame, Function],
+                 arcs: dict[tuple[Frame, Frame], Arc], cycles: list[Cycle],
+                 min_percent: float = 0.0) -> None:
+        self.samples = samples
+        self.total = total
+        self.functions = functions
+        self.arcs = arcs
+        self.cycles = cycles
+        # --min-percent: rows below this share of the whole selection are summed
+        # in one row, judged by the column a table is sorted by.
+        self.min_percent = min_percent
+        self._adj: tuple[dict[Frame, list[Arc]], dict[Frame, list[Arc]]] | None = None
 
     @property
     def has_stacks(self) -> bool:

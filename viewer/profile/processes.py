@@ -14,7 +14,6 @@ for clocks.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Iterable
 
@@ -72,8 +71,8 @@ def by_process(sets: Iterable[StoredSet], symbols: Symbols, by: str, warn: Warn,
                 key = tuple(local[f] for f in stack) + (root,)
                 stacks[key] = stacks.get(key, 0.0) + w * scale
     samples = [part for _ts, part in parts]
-    return dataclasses.replace(
-        samples[0], event=",".join(dict.fromkeys(p.event for p in samples)), unit=unit,
+    return samples[0].replace(
+        event=",".join(dict.fromkeys(p.event for p in samples)), unit=unit,
         granularities=sorted({g for p in samples for g in p.granularities}),
         count_unit=count_unit, lost_samples=sum(p.lost_samples for p in samples),
         tasks=[t for p in samples for t in p.tasks], frames=table.frames, stacks=stacks,

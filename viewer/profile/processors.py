@@ -11,8 +11,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from .model import CallGraph, Samples
 
 PROCESS_OBJECT = "[process]"  # processes.py: the root frame of whole-machine stacks
@@ -32,7 +30,7 @@ def _keep_frames(samples: Samples, kernel: bool) -> Samples:
     if samples.calls is not None:
         calls = {pair: n for pair, n in samples.calls.items()
                  if frames[pair[0]].kernel == kernel and frames[pair[1]].kernel == kernel}
-    return dataclasses.replace(samples, stacks=stacks, calls=calls)
+    return samples.replace(stacks=stacks, calls=calls)
 
 
 def hide_kernel(samples: Samples) -> Samples:
@@ -53,7 +51,7 @@ def strip_kernel(samples: Samples) -> Samples:
     if samples.calls is not None:
         calls = {pair: n for pair, n in samples.calls.items()
                  if not frames[pair[0]].kernel and not frames[pair[1]].kernel}
-    return dataclasses.replace(samples, stacks=stacks, calls=calls)
+    return samples.replace(stacks=stacks, calls=calls)
 
 
 def kernel_only(samples: Samples) -> Samples:
@@ -63,4 +61,5 @@ def kernel_only(samples: Samples) -> Samples:
 def threshold(profile: CallGraph, min_percent: float) -> CallGraph:
     if min_percent <= 0 or not profile.total:
         return profile
-    return dataclasses.replace(profile, min_percent=min_percent, _adj=None)
+    return CallGraph(profile.samples, profile.total, profile.functions, profile.arcs,
+                     profile.cycles, min_percent)

@@ -12,8 +12,6 @@ any Python frame (start-up, other threads in C) becomes one frame,
 
 from __future__ import annotations
 
-import dataclasses
-
 from .model import Frame, FrameTable, Samples
 
 PY_PREFIX = "py::"
@@ -47,5 +45,5 @@ def python_only(samples: Samples) -> Samples:
         stacks[kept] = stacks.get(kept, 0.0) + w
     # No frame here is a single unnamed address: the ids of ``unnamed`` were
     # those of the mixed view's frames.
-    return dataclasses.replace(samples, frames=table.frames, stacks=stacks, calls=None,
-                               unnamed=frozenset())
+    return samples.replace(frames=table.frames, stacks=stacks, calls=None,
+                           unnamed=frozenset())

@@ -2,29 +2,26 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TextIO
+from typing import NamedTuple, TextIO
 
 from ..numfmt import percent, si
 from .fit import cut, share
 
 
-@dataclass
-class Row:
+class Row(NamedTuple):
     command: str
     pid: str
     cpu: str
     amount: float
     unit: str
     file: str
-    slices: int = 1
-    stats: dict[str, float] = field(default_factory=dict)  # q:task-stats, summed
-    runs: list[str | None] = field(default_factory=list)  # run ids of the slices (None: unknown)
+    slices: int
+    stats: dict[str, float]  # q:task-stats, summed
+    runs: list[str | None]  # run ids of the slices (None: unknown)
     host: str | None = None  # q:hostname of the machine that collected it
 
 
-@dataclass
-class CpuRow:
+class CpuRow(NamedTuple):
     cpu: int
     busy: float | None  # share of the time the CPU was not idle
     mhz: float | None
