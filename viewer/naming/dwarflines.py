@@ -21,13 +21,14 @@ from bisect import bisect_right
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, NamedTuple
 
 from qtools.qformat import open_regular
-from qtools.qformat.elfhdr import read_sections
+from qtools.qformat.elfhdr import read_file_header, read_sections
 
 from .diescan import SCOPES, subprograms
 from .symtab import RawSymbol, SymbolTable
 
 MAX_ROWS = 4_000_000  # line rows kept for one object (libpython has ~1M)
 MAX_UNITS = 200_000  # compilation units listed for one object
+MAX_ARANGES = 1 << 28  # bytes of .debug_aranges read at most (libxul's is some MB)
 
 
 class LineProblem(Exception):
@@ -132,26 +133,28 @@ def _plain_aranges(f: BinaryIO) -> list[tuple[int, int, int]] | None:
     ``.zdebug`` compressed): pyelftools would decompress every DWARF section
     first (a large debug file's 50 ms) and parse each entry with construct.
     None: read it through pyelftools."""
-    from elftools.elf.elffile import ELFFile  # here: a view without DWARF does without it
-    elf = ELFFile(f)
-    if elf.has_phantom_bytes() or elf.get_section_by_name(".debug_info") is None \
-            or elf.get_section_by_name(".zdebug_info") is not None:
+    from .lazydwarf import MACHINES, section_stream
+    header = read_file_header(f)
+    sections = {s.name: s for s in read_sections(f, os.fstat(f.fileno()).st_size)}
+    section = sections.get(".debug_aranges")
+    if header.machine not in MACHINES or ".debug_info" not in sections \
+            or ".zdebug_info" in sections or section is None:
         return None
-    section = elf.get_section_by_name(".debug_aranges")
-    if section is None:
+    stream = section_stream(f, header, section)
+    if stream is None or stream.size > MAX_ARANGES:
         return None
-    data = section.data()
-    order = "<" if elf.little_endian else ">"
-    header = struct.Struct(order + _ARANGES_HEADER.format)
+    data = stream.read()
+    order = header.endian
+    header_fmt = struct.Struct(order + _ARANGES_HEADER.format)
     pairs = {4: struct.Struct(order + "II"), 8: struct.Struct(order + "QQ")}
     ranges: list[tuple[int, int, int]] = []
     offset = 0
     while offset < len(data):
-        length, _version, unit, address_size, segment_size = header.unpack_from(data, offset)
+        length, _version, unit, address_size, segment_size = header_fmt.unpack_from(data, offset)
         pair = pairs.get(address_size)
         if length >= 0xFFFFFFF0 or segment_size or pair is None:
             return None
-        pos = -(-(offset + header.size) // pair.size) * pair.size  # tuples are aligned
+        pos = -(-(offset + header_fmt.size) // pair.size) * pair.size  # tuples are aligned
         while True:
             begin, size = pair.unpack_from(data, pos)
             pos += pair.size
@@ -250,16 +253,11 @@ def _with_dwarf(path: str, work: Callable[[Any], Any]) -> Any:
 
 
 def dwarf_of(f: BinaryIO) -> Any:
-    from elftools.elf.elffile import ELFFile
-
-    from .lazydwarf import dwarf_info
+    from .lazydwarf import NoDwarf, dwarf_info
     try:
-        elf = ELFFile(f)
-        if not elf.has_dwarf_info():
-            raise LineProblem("no DWARF")
-        return dwarf_info(elf, f)
-    except LineProblem:
-        raise
+        return dwarf_info(f)
+    except NoDwarf:
+        raise LineProblem("no DWARF") from None
     except Exception as e:  # pyelftools raises ELFError, DWARFError, struct errors, ...
         raise LineProblem(f"unreadable DWARF ({type(e).__name__}: {e})"[:200]) from None
 

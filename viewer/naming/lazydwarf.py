@@ -7,6 +7,11 @@ ms to inflate, while naming the functions inlined at a few return
 addresses reads one compilation unit. Here each section is a stream that
 reads (and inflates, for ``SHF_COMPRESSED`` zlib sections) the file only as
 far as pyelftools reads it. What pyelftools then parses is the same bytes.
+
+The sections are found by qformat.elfhdr, not by pyelftools' ``ELFFile``,
+whose import (every ELF structure it knows) was a sixth of a first view.
+A file of another kind (GNU ``.zdebug`` sections, a machine not named
+here) goes through ``ELFFile`` as before.
 """
 
 from __future__ import annotations
@@ -14,17 +19,29 @@ from __future__ import annotations
 import io
 import os
 import struct
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from elftools.dwarf.dwarfinfo import DebugSectionDescriptor, DwarfConfig, DWARFInfo
-from elftools.elf.elffile import ELFFile
 from zlib_ng import zlib_ng
+
+from qtools.qformat.elfhdr import ElfHeader, SectionHeader, read_file_header, read_sections
+
+if TYPE_CHECKING:
+    from elftools.dwarf.dwarfinfo import DebugSectionDescriptor, DWARFInfo
 
 SECTIONS = ("info", "aranges", "abbrev", "frame", "str", "loc", "ranges", "line", "pubtypes",
             "pubnames", "addr", "str_offsets", "line_str", "loclists", "rnglists", "sup",
             "types")
 ELFCOMPRESS_ZLIB = 1
+SHF_COMPRESSED = 0x800
+SHT_NOBITS = 8
 CHUNK = 1 << 16  # compressed bytes inflated at a time
+#: e_machine -> pyelftools' name of it (``ELFFile.get_machine_arch``, DwarfConfig)
+MACHINES = {62: "x64", 183: "AArch64", 3: "x86", 40: "ARM", 243: "RISC-V", 21: "64-bit PowerPC",
+            20: "PowerPC", 8: "MIPS", 22: "IBM S/390", 2: "SPARC", 43: "SPARC v9"}
+
+
+class NoDwarf(Exception):
+    """The file has no DWARF (nor ``.eh_frame``): pyelftools' ``has_dwarf_info``."""
 
 
 class _Lazy(io.RawIOBase):
@@ -33,6 +50,7 @@ class _Lazy(io.RawIOBase):
     def __init__(self, fd: int, offset: int, stored: int, size: int, zlib: bool) -> None:
         super().__init__()
         self._fd, self._offset, self._stored, self._size = fd, offset, stored, size
+        self.size = size  # bytes, inflated
         self._inflate = zlib_ng.decompressobj() if zlib else None
         self._taken = 0  # stored bytes read so far
         self._buf = bytearray()
@@ -78,39 +96,28 @@ class _Lazy(io.RawIOBase):
         return len(data)
 
 
-def dwarf_info(elf: ELFFile, f: BinaryIO) -> DWARFInfo:
+def dwarf_info(f: BinaryIO) -> DWARFInfo:
     """The DWARF of the ELF file ``f`` (which must stay open while it is
-    used), as ``elf.get_dwarf_info(relocate_dwarf_sections=False)`` gives
-    it; that is what files of other kinds (GNU ``.zdebug`` sections, other
-    compression, byte-doubling targets) get."""
-    if elf.has_section(".zdebug_info") or elf.has_phantom_bytes():
-        return elf.get_dwarf_info(relocate_dwarf_sections=False)
-    chdr = struct.Struct(("<" if elf.little_endian else ">") + "I")
-    chdr_size = elf.structs.Elf_Chdr.sizeof()
+    used), as ``ELFFile(f).get_dwarf_info(relocate_dwarf_sections=False)``
+    gives it; NoDwarf where it has none."""
+    from elftools.dwarf.dwarfinfo import DebugSectionDescriptor, DwarfConfig, DWARFInfo
+    header = read_file_header(f)
+    sections = {s.name: s for s in read_sections(f, os.fstat(f.fileno()).st_size)}
+    if header.machine not in MACHINES or ".zdebug_info" in sections:
+        return _through_elffile(f)
+    if ".debug_info" not in sections and ".eh_frame" not in sections:
+        raise NoDwarf()
     found: dict[str, DebugSectionDescriptor | None] = {}
     for name in [f".debug_{s}" for s in SECTIONS] + [".gnu_debugaltlink", ".eh_frame"]:
-        section = elf.get_section_by_name(name)
-        if section is None:
-            found[name] = None
-            continue
-        offset, stored = section["sh_offset"], section["sh_size"]
-        if section["sh_type"] == "SHT_NOBITS":
-            stream: BinaryIO = io.BytesIO(bytes(section.data_size))
-        elif section.compressed:
-            (kind,) = chdr.unpack(os.pread(f.fileno(), chdr.size, offset))
-            if kind != ELFCOMPRESS_ZLIB:
-                return elf.get_dwarf_info(relocate_dwarf_sections=False)  # it says what is wrong
-            stream = _Lazy(f.fileno(), offset + chdr_size, stored - chdr_size, section.data_size,
-                           True)  # type: ignore[assignment]
-        else:
-            stream = _Lazy(f.fileno(), offset, stored, section.data_size,
-                           False)  # type: ignore[assignment]
-        found[name] = DebugSectionDescriptor(stream=stream, name=name, global_offset=offset,
-                                             size=section.data_size, address=section["sh_addr"])
+        sec = sections.get(name)
+        stream = None if sec is None else section_stream(f, header, sec)
+        found[name] = None if stream is None or sec is None else DebugSectionDescriptor(
+            stream=stream, name=name, global_offset=sec.offset, size=stream.size,
+            address=sec.addr)
     return DWARFInfo(
-        config=DwarfConfig(little_endian=elf.little_endian,
-                           default_address_size=elf.elfclass // 8,
-                           machine_arch=elf.get_machine_arch()),
+        config=DwarfConfig(little_endian=header.endian == "<",
+                           default_address_size=8 if header.is64 else 4,
+                           machine_arch=MACHINES[header.machine]),
         debug_info_sec=found[".debug_info"], debug_aranges_sec=found[".debug_aranges"],
         debug_abbrev_sec=found[".debug_abbrev"], debug_frame_sec=found[".debug_frame"],
         eh_frame_sec=found[".eh_frame"], debug_str_sec=found[".debug_str"],
@@ -123,3 +130,31 @@ def dwarf_info(elf: ELFFile, f: BinaryIO) -> DWARFInfo:
         debug_rnglists_sec=found[".debug_rnglists"], debug_sup_sec=found[".debug_sup"],
         gnu_debugaltlink_sec=found[".gnu_debugaltlink"],
         debug_types_sec=found[".debug_types"])
+
+
+def section_stream(f: BinaryIO, header: ElfHeader, sec: SectionHeader) -> _Lazy | None:
+    """The bytes of ``sec`` as a stream, inflated where compressed; None for
+    one without bytes in the file (SHT_NOBITS: a debug file's copy of
+    ``.eh_frame``) or compressed other than by zlib."""
+    if sec.type == SHT_NOBITS:
+        return None
+    if not sec.flags & SHF_COMPRESSED:
+        return _Lazy(f.fileno(), sec.offset, sec.size, sec.size, False)
+    # Elf64_Chdr: type, reserved, size, addralign; Elf32_Chdr: type, size, addralign
+    chdr = struct.Struct(header.endian + ("IIQQ" if header.is64 else "III"))
+    raw = os.pread(f.fileno(), chdr.size, sec.offset)
+    if len(raw) < chdr.size or sec.size < chdr.size:
+        return None
+    fields = chdr.unpack(raw)
+    if fields[0] != ELFCOMPRESS_ZLIB:
+        return None
+    size = fields[2] if header.is64 else fields[1]
+    return _Lazy(f.fileno(), sec.offset + chdr.size, sec.size - chdr.size, size, True)
+
+
+def _through_elffile(f: BinaryIO) -> DWARFInfo:
+    from elftools.elf.elffile import ELFFile
+    elf = ELFFile(f)
+    if not elf.has_dwarf_info():
+        raise NoDwarf()
+    return elf.get_dwarf_info(relocate_dwarf_sections=False)
