@@ -54,8 +54,30 @@ def _prog_ok(prog: str) -> bool:
 
 
 @functools.total_ordering
-class SetName:
-    """A task set: the part of a name before ``.TYPE#V``. Immutable: a key.
+class _Keyed:
+    """Equal, ordered and hashed by ``_key()``: a name is a key, never changed."""
+
+    __slots__ = ()
+
+    def _key(self) -> tuple[object, ...]:
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._key() == other._key()  # type: ignore[attr-defined]
+
+    def __lt__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._key() < other._key()  # type: ignore[attr-defined,no-any-return]
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+class SetName(_Keyed):
+    """A task set: the part of a name before ``.TYPE#V``.
 
     Sorts by program, CPU, then pid, the per-CPU sets (no pid) first.
     """
@@ -73,19 +95,6 @@ class SetName:
 
     def _key(self) -> tuple[str, int, int]:
         return (self.prog, self.cpu, -1 if self.pid is None else self.pid)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not SetName:
-            return NotImplemented
-        return self._key() == other._key()  # type: ignore[attr-defined]
-
-    def __lt__(self, other: object) -> bool:
-        if not isinstance(other, SetName):
-            return NotImplemented
-        return self._key() < other._key()
-
-    def __hash__(self) -> int:
-        return hash((self.prog, self.cpu, self.pid))
 
     def __repr__(self) -> str:
         return f"SetName(prog={self.prog!r}, cpu={self.cpu!r}, pid={self.pid!r})"
@@ -107,9 +116,8 @@ class SetName:
         return str(QName(self, type_, version))
 
 
-@functools.total_ordering
-class QName:
-    """A data or info file name: set, type and optional version. Immutable."""
+class QName(_Keyed):
+    """A data or info file name: set, type and optional version."""
 
     __slots__ = ("set", "type", "version")
 
@@ -124,19 +132,6 @@ class QName:
 
     def _key(self) -> tuple[SetName, str, int]:
         return (self.set, self.type, -1 if self.version is None else self.version)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not QName:
-            return NotImplemented
-        return self._key() == other._key()  # type: ignore[attr-defined]
-
-    def __lt__(self, other: object) -> bool:
-        if not isinstance(other, QName):
-            return NotImplemented
-        return self._key() < other._key()
-
-    def __hash__(self) -> int:
-        return hash((self.set, self.type, self.version))
 
     def __repr__(self) -> str:
         return f"QName(set={self.set!r}, type={self.type!r}, version={self.version!r})"

@@ -112,8 +112,8 @@ def dwarf_info(f: BinaryIO) -> DWARFInfo:
         sec = sections.get(name)
         stream = None if sec is None else section_stream(f, header, sec)
         found[name] = None if stream is None or sec is None else DebugSectionDescriptor(
-            stream=stream, name=name, global_offset=sec.offset, size=stream.size,
-            address=sec.addr)
+            stream=stream,  # type: ignore[arg-type]  # a raw stream, read as a file
+            name=name, global_offset=sec.offset, size=stream.size, address=sec.addr)
     return DWARFInfo(
         config=DwarfConfig(little_endian=header.endian == "<",
                            default_address_size=8 if header.is64 else 4,
