@@ -66,7 +66,8 @@ from pathlib import Path
 from typing import Any
 
 from qtools.daemon.machine import procfs
-from qtools.daemon.decode.records import Comm, Mmap, RecordError, Sample, SampleLayout, Task
+from qtools.daemon.decode.layout import SampleLayout
+from qtools.daemon.decode.records import Comm, Mmap, RecordError, Sample, Task
 from qtools.qformat import QDir
 
 HERE = Path(__file__).resolve().parent

@@ -25,7 +25,8 @@ from typing import Iterator
 
 from qtools.daemon.collector import CpuCollector, Options
 from qtools.daemon.decode import synth
-from qtools.daemon.decode.records import Comm, Mmap, Sample, SampleId, SampleLayout, Task
+from qtools.daemon.decode.layout import SampleLayout
+from qtools.daemon.decode.records import Comm, Mmap, Sample, SampleId, Task
 from qtools.daemon.kernel import abi
 from qtools.daemon.kernel.source import ReplaySource
 from qtools.daemon.machine.host import StaticHost

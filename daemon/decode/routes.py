@@ -16,8 +16,9 @@ import struct
 from typing import Any, Callable, NamedTuple
 
 from ..kernel import abi
-from .records import (Cgroup, Comm, Lost, Mmap, Record, RecordError, Sample, SampleLayout, Switch,
-                      Task, Throttle, cstring)
+from .layout import SampleLayout
+from .records import (Cgroup, Comm, Lost, Mmap, Record, RecordError, Sample, Switch, Task,
+                      Throttle, cstring)
 
 Decoder = Callable[[SampleLayout, "bytes | memoryview", int, int, int], Record]
 """(layout, record bytes, type, misc, size) -> record; the header is read."""

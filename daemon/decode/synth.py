@@ -10,8 +10,8 @@ from __future__ import annotations
 import struct
 
 from ..kernel import abi
-from .records import (Cgroup, Comm, Lost, Mmap, Sample, SampleId, SampleLayout, Switch, Task,
-                      Throttle)
+from .layout import SampleLayout
+from .records import Cgroup, Comm, Lost, Mmap, Sample, SampleId, Switch, Task, Throttle
 
 NO_ID = SampleId()
 

@@ -17,7 +17,9 @@ import struct
 from typing import Callable, NamedTuple
 
 from ..kernel import abi
-from .records import IdleProbe, Record, RecordError, Sample, SampleLayout
+from .idle import IdleProbe
+from .layout import SampleLayout
+from .records import Record, RecordError, Sample
 
 _HEADER = struct.Struct("<IHH")
 _U64 = struct.Struct("<Q")

@@ -18,7 +18,7 @@ import os
 import select
 from typing import NamedTuple, Protocol, Sequence
 
-from ..decode.records import SampleLayout
+from ..decode.layout import SampleLayout
 from ..decode.tracepoints import BY_NAME, EventRoute, Layouts
 from . import abi, syscalls
 from .abi import EventSpec

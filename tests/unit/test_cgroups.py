@@ -14,8 +14,8 @@ import pytest
 
 from qtools.daemon.collector import CpuCollector, Options
 from qtools.daemon.decode import synth
-from qtools.daemon.decode.records import (Cgroup, Comm, Mmap, RecordError, Sample, SampleId,
-                                          SampleLayout)
+from qtools.daemon.decode.layout import SampleLayout
+from qtools.daemon.decode.records import Cgroup, Comm, Mmap, RecordError, Sample, SampleId
 from qtools.daemon.kernel import abi
 from qtools.daemon.kernel.source import ReplaySource, SourceSpec
 from qtools.daemon.machine import procfs, synthesize

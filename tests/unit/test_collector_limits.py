@@ -19,7 +19,8 @@ from qtools.daemon.clock import Clock
 from qtools.daemon.collector import CpuCollector, Options
 from qtools.daemon.machine.host import StaticHost
 from qtools.daemon.sets.objects import ObjectCopier
-from qtools.daemon.decode.records import Comm, Mmap, Sample, SampleId, SampleLayout
+from qtools.daemon.decode.layout import SampleLayout
+from qtools.daemon.decode.records import Comm, Mmap, Sample, SampleId
 from qtools.daemon.sets.sketch import DistinctCount
 from qtools.daemon.kernel.source import ReplaySource
 from qtools.qformat import QDir, Stack, read_hist, read_info, read_stacks, stack_lines

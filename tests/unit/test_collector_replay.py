@@ -20,8 +20,8 @@ from qtools.daemon.messages import parse_line
 from qtools.daemon.machine.host import StaticHost
 from qtools.daemon.sets.kallsyms import KallsymsCopy
 from qtools.daemon.sets.objects import ObjectCopier, build_id
-from qtools.daemon.decode.records import (Branch, Comm, Lost, Mmap, Sample, SampleId, SampleLayout,
-                                   Switch, Task)
+from qtools.daemon.decode.layout import SampleLayout
+from qtools.daemon.decode.records import Branch, Comm, Lost, Mmap, Sample, SampleId, Switch, Task
 from qtools.daemon.kernel.source import ReplaySource
 from qtools.qformat import QDir, read_edges, read_hist, read_info, read_stacks
 

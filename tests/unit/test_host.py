@@ -20,7 +20,8 @@ from qtools.daemon.collector import CpuCollector, Options
 from qtools.daemon.machine.host import LIVE, HostProcess, StaticHost
 from qtools.daemon.sets.objects import ObjectCopier
 from qtools.daemon.machine.procfs import MapsLine
-from qtools.daemon.decode.records import Comm, Mmap, Sample, SampleId, SampleLayout, Task
+from qtools.daemon.decode.layout import SampleLayout
+from qtools.daemon.decode.records import Comm, Mmap, Sample, SampleId, Task
 from qtools.daemon.kernel.source import ReplaySource
 from qtools.daemon.machine.tasks import TaskTable
 from qtools.qformat import QDir, read_info

@@ -13,7 +13,8 @@ import pytest
 
 from qtools.daemon.collector import CpuCollector, Options
 from qtools.daemon.decode import synth
-from qtools.daemon.decode.records import Comm, Sample, SampleId, SampleLayout
+from qtools.daemon.decode.layout import SampleLayout
+from qtools.daemon.decode.records import Comm, Sample, SampleId
 from qtools.daemon.decode.tracepoints import BY_NAME, EventRoute, Layouts
 from qtools.daemon.kernel import abi
 from qtools.daemon.kernel.source import ReplaySource

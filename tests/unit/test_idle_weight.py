@@ -13,7 +13,8 @@ from qtools.daemon.sets.checkpoint import RunInfo
 from qtools.daemon.collector import CpuCollector, Options
 from qtools.daemon.machine.host import StaticHost
 from qtools.daemon.sets.objects import ObjectCopier
-from qtools.daemon.decode.records import Sample, SampleLayout
+from qtools.daemon.decode.layout import SampleLayout
+from qtools.daemon.decode.records import Sample
 from qtools.daemon.kernel.source import ReplaySource
 from qtools.qformat import QDir, read_hist, read_info
 

@@ -22,7 +22,8 @@ from qtools.daemon.decode import synth
 from qtools.daemon.sets.checkpoint import RunInfo
 from qtools.daemon.collector import CpuCollector, Options
 from qtools.daemon.sets.objects import ObjectCopier
-from qtools.daemon.decode.records import Comm, Mmap, Sample, SampleId, SampleLayout
+from qtools.daemon.decode.layout import SampleLayout
+from qtools.daemon.decode.records import Comm, Mmap, Sample, SampleId
 from qtools.daemon.kernel.source import ReplaySource
 from qtools.qformat import QDir, read_hist, read_info, read_stacks
 

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from qtools.daemon.kernel import abi
 
 from qtools.daemon.decode import synth
+from qtools.daemon.decode.layout import SampleLayout
 from qtools.daemon.decode.records import (Branch, Comm, Lost, Mmap, Other, RecordError, Sample,
-                                   SampleId, SampleLayout, Switch, Task, Throttle,
-                                   split_callchain)
+                                          SampleId, Switch, Task, Throttle, split_callchain)
 from qtools.daemon.decode.routes import ROUTES
 
 ALL_DECODED = (abi.SAMPLE_IDENTIFIER | abi.SAMPLE_IP | abi.SAMPLE_TID | abi.SAMPLE_TIME

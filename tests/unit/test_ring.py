@@ -9,7 +9,8 @@ import struct
 from qtools.daemon.kernel import abi, arch
 
 from qtools.daemon.decode import synth
-from qtools.daemon.decode.records import Lost, Sample, SampleId, SampleLayout
+from qtools.daemon.decode.layout import SampleLayout
+from qtools.daemon.decode.records import Lost, Sample, SampleId
 from qtools.daemon.kernel.ring import RingReader
 
 PAGES = 2
