@@ -28,8 +28,9 @@ from .inputs import hints, runs
 from .profile import diff, filters, processes
 from .profile.build import BY_CHOICES
 from .profile.model import CallGraph, InconsistentGraph, printable
-from .inputs.load import Selection, Source, StoredSet, close_inputs, default_directory, \
-    is_directory, open_inputs
+from .inputs.load import Source, StoredSet, close_inputs, default_directory, is_directory, \
+    open_inputs
+from .inputs.select import Selection
 from .inputs.programs import select_inputs
 from .inputs.timewin import parse_time
 from .profile.report import call_graph

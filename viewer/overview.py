@@ -32,7 +32,8 @@ from qtools.qformat import Limits
 
 from .errors import ViewError
 from .inputs import hints, runs
-from .inputs.load import Selection, SetRemoved, Source, StoredSet, label, pick_run, sets_in
+from .inputs.load import SetRemoved, Source, StoredSet, label, sets_in
+from .inputs.select import Selection, pick_run
 from .profile.model import printable
 from .render import overview as table
 from .render.overview import CpuRow, Row

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from qsynth import QBuilder
 from tests.conftest import q_view
-from qtools.viewer.inputs.load import Selection
+from qtools.viewer.inputs.select import Selection
 from qtools.qformat import parse_set
 from qtools.viewer.naming import dwarflines
 from qtools.viewer.naming.kallsyms import read_plain

@@ -178,7 +178,7 @@ def test_run_latest_reads_no_older_version(tmp_path):
 def test_picking_a_run_parses_each_info_once(tmp_path, monkeypatch, spec):
     """--run reads older versions where a set's latest belongs to another
     run; the versions already read for the selection are not read again."""
-    from qtools.viewer.inputs import load
+    from qtools.viewer.inputs import load, select
     q, _old, _new = _two_runs(tmp_path)
     parsed: list[str] = []
     real = load.read_set
@@ -187,10 +187,10 @@ def test_picking_a_run_parses_each_info_once(tmp_path, monkeypatch, spec):
         parsed.append(name)
         return real(directory, name, *args, **kw)
     monkeypatch.setattr(load, "read_set", counting)
-    selection = load.Selection()
+    selection = select.Selection()
     chosen = load.sets_in(str(q.path))
     try:
-        load.pick_run(chosen, spec, [str(q.path)], selection, False)
+        select.pick_run(chosen, spec, [str(q.path)], selection, False)
     except Exception as e:  # the unknown run: an error naming it, after the look
         assert spec == "0123456789ab" and "0123456789ab" in str(e)
     assert len(parsed) == len(set(parsed)), parsed

@@ -15,7 +15,8 @@ from qtools.qformat import QFormatError, info_versions, parse_name
 from qtools.qformat.limits import DEFAULT_LIMITS, Limits
 
 from ..errors import ViewError
-from .load import Selection, Source, StoredSet, select
+from .load import Source, StoredSet
+from .select import Selection, select
 
 MAX_LISTED = 40  # programs named in the error message
 
@@ -49,7 +50,7 @@ def programs_in(directory: str) -> list[str]:
 
 def select_inputs(inputs: list[Source], selection: Selection, all_versions: bool,
                   run: str | None = None, limits: Limits = DEFAULT_LIMITS) -> list[StoredSet]:
-    """``load.select`` where some inputs may be program names (which, like
+    """``select.select`` where some inputs may be program names (which, like
     directories, ``run`` narrows to one run of q-syscollect)."""
     programs = [(item, program_of(item) if isinstance(item, str) else None)
                 for item in inputs]

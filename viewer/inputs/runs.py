@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple
 
 from ..errors import UsageError, ViewError
 
-if TYPE_CHECKING:  # load imports this module
+if TYPE_CHECKING:  # select imports this module
     from qtools.qformat import SetName
 
     from .load import StoredSet

@@ -19,7 +19,7 @@ from typing import Callable, NamedTuple, TextIO
 
 from ..errors import UsageError, ViewError
 from ..inputs import runs
-from ..inputs.load import Selection
+from ..inputs.select import Selection
 from ..inputs.programs import select_inputs
 from ..inputs.timewin import parse_time
 from ..numfmt import percent
