@@ -1,4 +1,5 @@
-"""Kernel symbols from a kallsyms copy as the kernel writes it, without a table.
+"""Kernel symbols from a kallsyms copy: as the kernel writes it, without a
+table (``read_plain``), or any copy line by line (``read_lines``).
 
 A kallsyms copy is 5-20 MB of text, 100,000+ lines; parsing each line in
 Python and building a ``SymbolTable`` costs a third of a second, while a
@@ -7,7 +8,7 @@ layout (``%016x T name`` with an optional tab and ``[module]``, plain
 ASCII) is checked by one regular expression; its lines, sorted as bytes,
 are then in address order (the addresses have a fixed width), so each
 lookup is a bisection over them. The answers are those of the table
-``symbols.Symbols`` builds from any other copy, line by line: the text
+``read_lines`` builds from any other copy, line by line: the text
 symbols (t, T, w, W) at nonzero addresses, the best name of each start
 (``symtab._better``), each reaching to the next start, the last to its own
 address only; a symbol's module is that of the last text line of its name
@@ -18,11 +19,11 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from typing import BinaryIO, NamedTuple
 
-from .symtab import RawSymbol, _better
+from .symtab import MAX_LINE, RawSymbol, SymbolTable, _better, bounded_lines
 
 MAX_TEXT = 256 << 20  # bytes: a larger copy is read line by line, as any other
-MAX_LINE = 1 << 16  # as symbols._lines: a longer line is malformed there
 _LAYOUT = re.compile(rb"(?:[0-9a-f]{16} [A-Za-z] [!-~]++(?:\t\[[!-Z\\^-~]++\])?+\n)*+"
                      rb"(?:[0-9a-f]{16} [A-Za-z] [!-~]++(?:\t\[[!-Z\\^-~]++\])?+)?+")
 _NONZERO = re.compile(rb"^0*[1-9a-f]", re.M)
@@ -104,3 +105,45 @@ def read_plain(data: bytes, checked: bool = False) -> KallsymsText | None:
         tab = data.find(b"\t", end)
     lines.sort()
     return KallsymsText(lines, modules)
+
+
+class KallsymsLines(NamedTuple):
+    """A kallsyms copy as ``read_lines`` reads it."""
+
+    table: SymbolTable  # the text symbols
+    modules: dict[int, str]  # start -> module, of symbols that have one
+    restricted: bool  # every address zero (kptr_restrict): no lookups
+    malformed: int  # lines left out
+
+
+def read_lines(f: BinaryIO) -> KallsymsLines:
+    """Any kallsyms copy, line by line: the text symbols (t, T, w, W) at
+    nonzero addresses, each reaching to the next start; a symbol's module
+    that of the last text line of its name that has one. The answers of
+    ``KallsymsText`` are checked against these."""
+    raw: list[RawSymbol] = []
+    modules: dict[str, str] = {}
+    restricted, bad = True, 0
+    for line in bounded_lines(f):
+        fields = line.split()
+        if len(fields) < 3 or len(fields[1]) != 1:
+            bad += 1
+            continue
+        try:
+            address = int(fields[0], 16)
+        except ValueError:
+            bad += 1
+            continue
+        if address:
+            restricted = False
+        if fields[1] not in (b"t", b"T", b"w", b"W"):
+            continue
+        name = fields[2].decode("utf-8", "replace")
+        raw.append(RawSymbol(address, 0, 0 if fields[1] in b"TW" else 1, name))
+        if len(fields) > 3:
+            modules[name] = fields[3].decode("utf-8", "replace").strip("[]")
+    if restricted:
+        return KallsymsLines(SymbolTable.empty(), {}, True, bad)
+    table = SymbolTable.build(raw)
+    by_start = {s: modules[n] for s, n in zip(table.starts, table.names) if n in modules}
+    return KallsymsLines(table, by_start, False, bad)

@@ -28,9 +28,10 @@ from qtools.qformat.stores import Store
 from .debuginfod import Debuginfod
 from .elf import ElfObject, ElfProblem, Segment, read_elf
 from .fde import read_fde_ranges, read_root_ranges
-from .kallsyms import MAX_TEXT, KallsymsText, read_plain
+from .kallsyms import MAX_TEXT, KallsymsText, read_lines, read_plain
 from .lines import (LineIndex, LineProblem, ObjectLines, has_lines, path_opener, path_tag,
                     read_index)
+from .perfmap import read_perf_map
 from .symcache import SymbolCache
 from .symtab import RawSymbol, SymbolTable
 
@@ -412,39 +413,15 @@ class Symbols:
         return ks
 
     def _load_kallsyms(self, path: str, source: str) -> Kallsyms | None:
-        raw: list[RawSymbol] = []
-        modules: dict[str, str] = {}
-        restricted, bad = True, 0
         try:
             with os.fdopen(open_regular(source), "rb") as f:
-                for line in _lines(f):
-                    fields = line.split()
-                    if len(fields) < 3 or len(fields[1]) != 1:
-                        bad += 1
-                        continue
-                    try:
-                        address = int(fields[0], 16)
-                    except ValueError:
-                        bad += 1
-                        continue
-                    if address:
-                        restricted = False
-                    if fields[1] not in (b"t", b"T", b"w", b"W"):
-                        continue
-                    name = fields[2].decode("utf-8", "replace")
-                    raw.append(RawSymbol(address, 0, 0 if fields[1] in b"TW" else 1, name))
-                    if len(fields) > 3:
-                        modules[name] = fields[3].decode("utf-8", "replace").strip("[]")
+                got = read_lines(f)
         except OSError as e:
             self.warn(f"{path}: cannot read: {e.strerror}; kernel symbols are unknown")
             return None
-        if bad:
-            self.warn(f"{path}: {bad} malformed line(s) ignored")
-        if restricted:
-            return Kallsyms(SymbolTable.empty(), {}, True)
-        table = SymbolTable.build(raw)
-        by_start = {s: modules[n] for s, n in zip(table.starts, table.names) if n in modules}
-        return Kallsyms(table, by_start, False)
+        if got.malformed:
+            self.warn(f"{path}: {got.malformed} malformed line(s) ignored")
+        return Kallsyms(got.table, got.modules, got.restricted)
 
     def perf_map(self, directory: str, copy: str) -> SymbolTable | None:
         key = _content_key(directory, copy)
@@ -457,25 +434,15 @@ class Symbols:
         return self._perf_maps[key]
 
     def _load_perf_map(self, path: str, source: str) -> SymbolTable | None:
-        raw: list[RawSymbol] = []
-        bad = 0
         try:
             with os.fdopen(open_regular(source), "rb") as f:
-                for line in _lines(f):
-                    parts = line.rstrip(b"\r\n").split(None, 2)
-                    try:
-                        start, size = int(parts[0], 16), int(parts[1], 16)
-                        name = parts[2].decode("utf-8", "replace").replace("\0", "")
-                    except (ValueError, IndexError):
-                        bad += 1
-                        continue
-                    raw.append(RawSymbol(start, max(size, 1), 0, name))
+                table, bad = read_perf_map(f)
         except OSError as e:
             self.warn(f"{path}: cannot read: {e.strerror}")
             return None
         if bad:
             self.warn(f"{path}: {bad} malformed line(s) ignored")
-        return SymbolTable.build(raw)
+        return table
 
     def jitdump(self, directory: str, copy: str) -> JitNames | None:
         key = _content_key(directory, copy)
@@ -493,19 +460,6 @@ class Symbols:
     def space(self, directory: str, info: Info) -> AddressSpace:
         from .space import AddressSpace  # it imports this module
         return AddressSpace(self, directory, info)
-
-
-MAX_LINE = 1 << 16
-
-
-def _lines(f: Any) -> Iterator[bytes]:
-    """Lines of a text copy, each at most MAX_LINE bytes (longer ones come in
-    pieces and count as malformed), so a hostile copy cannot exhaust memory."""
-    while True:
-        line = f.readline(MAX_LINE)
-        if not line:
-            return
-        yield line
 
 
 def _merge(a: SymbolTable, b: SymbolTable) -> SymbolTable:

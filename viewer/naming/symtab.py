@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_right
-from typing import Iterable, NamedTuple
+from typing import BinaryIO, Iterable, Iterator, NamedTuple
 
 
 class RawSymbol(NamedTuple):
@@ -91,3 +91,17 @@ def _better(new: RawSymbol, old: RawSymbol) -> bool:
         underscores = len(s.name) - len(s.name.lstrip("_"))
         return (s.rank, 0 if s.size else 1, underscores, len(s.name), s.name)
     return key(new) < key(old)
+
+
+MAX_LINE = 1 << 16  # bytes: a longer line of a text copy is malformed
+
+
+def bounded_lines(f: BinaryIO) -> Iterator[bytes]:
+    """Lines of a text copy (kallsyms, a perf map), each at most MAX_LINE
+    bytes (longer ones come in pieces and count as malformed), so a hostile
+    copy cannot exhaust memory."""
+    while True:
+        line = f.readline(MAX_LINE)
+        if not line:
+            return
+        yield line
