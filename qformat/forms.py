@@ -21,9 +21,8 @@ class _Form:
     """What the forms' classes share: equality and a repr by the fields
     their ``__init__`` takes, each kept under its parameter's name; the
     reader and writer of `.info` files (info.py) go by the same list
-    (``fields_of``). Plain
-    classes: building dataclasses at import was a tenth of a collector's
-    start-up."""
+    (``fields_of``). Plain classes: building dataclasses at import was a
+    tenth of a collector's start-up."""
 
     __slots__ = ()
     __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
