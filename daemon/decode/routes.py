@@ -2,7 +2,7 @@
 
 Each ``Route`` names a record type number (enum perf_event_type in the
 kernel's include/uapi/linux/perf_event.h), the function that turns its
-bytes into a record dataclass, and the event the model takes it as: a
+bytes into a record (a named tuple), and the event the model takes it as: a
 handler ``on_<event>`` that the collector or the task table implements. ``SampleLayout.decode`` finds decoders here, the
 collector and ``TaskTable.apply`` find handlers through ``handlers``.
 Adding a record type is one route, one decoder and one handler; a
@@ -107,7 +107,7 @@ class Route(NamedTuple):
 
     number: int  # abi.RECORD_*: the type in the record's header
     decode: Decoder
-    record: type  # the dataclass ``decode`` returns
+    record: type  # the named tuple ``decode`` returns
     event: str | None  # the model takes it as ``on_<event>``; None: decoded only
 
 
