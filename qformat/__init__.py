@@ -17,8 +17,8 @@ from .threads import (ThreadName, ThreadWeight, read_threads, rest_thread, threa
                       with_cpu_rest)
 from .copies import CopyJob, Stored, TooLarge
 from .sexp import Form, Symbol
-from .store import CopyProblem, MissingFile, QDir, UnsafeDirectory, crc32_of_fd, \
-    open_in_directory, open_regular, resolve_info
+from .files import MissingFile, crc32_of_fd, open_in_directory, open_regular
+from .store import CopyProblem, QDir, UnsafeDirectory, resolve_info
 
 __all__ = [
     "Arc", "CallCounts", "CallStacks", "CopyJob", "CopyProblem", "FORMAT_VERSION", "Form",

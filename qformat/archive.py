@@ -28,7 +28,8 @@ from .errors import QFormatError
 from .info import Info, Unwanted, Wanted, info_from_bytes
 from .limits import DEFAULT_LIMITS, Limits, exceeded, show
 from .names import check_plain_name, info_versions, parse_copy_name
-from .store import CopyProblem, MissingFile, open_regular
+from .files import MissingFile, open_regular
+from .store import CopyProblem
 from .stores import Identity, Store
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from zlib_ng import zlib_ng
 
 from .errors import QFormatError
 from .limits import DEFAULT_LIMITS, Limits, exceeded, show
-from .store import open_regular
+from .files import open_regular
 
 MAX_LINE = 1 << 20
 """Longest accepted line: a stack of a few thousand frames fits easily."""

@@ -21,7 +21,7 @@ from .forms import (FORMAT_VERSION, CallCounts, CallStacks, Histogram, Info, Jit
 from .names import check_plain_name
 from .sexp import Form, dump_forms, parse_forms
 from .limits import DEFAULT_LIMITS, Limits, exceeded
-from .store import open_regular, read_at_most
+from .files import open_regular, read_at_most
 
 __all__ = ["FORMAT_VERSION", "CallCounts", "CallStacks", "Histogram", "Info", "JitdumpRef",
            "MapRange", "ObjectRef", "TaskInfo", "Threads"]  # the forms, read and written here

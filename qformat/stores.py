@@ -4,7 +4,7 @@ A ``Store`` is what the viewer's loading asks for files: the names it
 holds, a member's time, a member opened for reading (regular files only,
 no link followed), an `.info` parsed within the limits, an object copy
 checked against its crc. ``DirStore`` does it with the rules of
-``store.open_in_directory``; ``archive.TarStore`` does the same inside a
+``files.open_in_directory``; ``archive.TarStore`` does the same inside a
 tar read in place. The rest of the viewer does not know which it has.
 """
 
@@ -18,7 +18,8 @@ from typing import IO
 from .errors import QFormatError
 from .info import Info, Wanted, read_info
 from .limits import DEFAULT_LIMITS, Limits
-from .store import CopyProblem, QDir, open_in_directory
+from .files import open_in_directory
+from .store import CopyProblem, QDir
 
 #: identifies the directory an `.info` was read from (None: cannot change)
 Identity = tuple[int, int] | None
@@ -47,7 +48,7 @@ class Store(ABC):
 
     @abstractmethod
     def open_member(self, name: str, expect: Identity = None) -> IO[bytes]:
-        """The regular file ``name`` for reading; ``store.MissingFile`` where
+        """The regular file ``name`` for reading; ``files.MissingFile`` where
         it is not there. ``expect``: the identity ``read_info`` returned, so
         that an `.info` and its data come from one directory."""
 
@@ -73,7 +74,7 @@ class Store(ABC):
 
 class DirStore(Store):
     """A `.q` directory. Every open goes through the directory's fd with
-    O_NOFOLLOW (``store.open_in_directory``): nothing here follows a link."""
+    O_NOFOLLOW (``files.open_in_directory``): nothing here follows a link."""
 
     def __init__(self, directory: str) -> None:
         self.label = directory

@@ -11,7 +11,7 @@ import re
 from typing import NamedTuple
 
 from qtools.qformat.cgroup import proc_cgroup_path
-from qtools.qformat.store import open_regular, read_at_most
+from qtools.qformat.files import open_regular, read_at_most
 
 from ..kernel import syscalls
 

@@ -21,7 +21,7 @@ from array import array
 from typing import TYPE_CHECKING, Callable
 
 from qtools.qformat import QDir
-from qtools.qformat.store import read_at_most
+from qtools.qformat.files import read_at_most
 
 from ..machine.tasks import Mapping, Process
 
