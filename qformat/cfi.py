@@ -25,6 +25,8 @@ VAL_EXPRESSION = 6  # value computed by arg (bytes; CFA pushed first)
 
 RegRule = tuple[int, "int | bytes"]
 
+DW_CFA_UNDEFINED = 0x07  # DWARF 5, 6.4.2.3: "the register has no recoverable value"
+
 _MAX_STATE_DEPTH = 64
 _MAX_REG = 1 << 12
 
@@ -155,7 +157,7 @@ def _execute(insns: bytes, cie: Cie, state: CfaState, initial: dict[int, RegRule
             _restore(state, initial, r)
         elif op in (0x07, 0x08):                    # undefined, same_value
             r, pos = _reg(insns, pos, end)
-            state.regs[r] = (UNDEFINED if op == 0x07 else SAME_VALUE, 0)
+            state.regs[r] = (UNDEFINED if op == DW_CFA_UNDEFINED else SAME_VALUE, 0)
         elif op == 0x09:                            # register
             r, pos = _reg(insns, pos, end)
             r2, pos = _reg(insns, pos, end)

@@ -123,6 +123,8 @@ def offset_of(loads: tuple[Segment, ...] | list[Segment], vaddr: int) -> int | N
 
 
 SHN_XINDEX = 0xFFFF  # e_shstrndx of an object with many sections: see section 0's sh_link
+SHT_SYMTAB, SHT_RELA, SHT_NOTE, SHT_NOBITS, SHT_REL, SHT_DYNSYM = 2, 4, 7, 8, 9, 11
+SHF_EXECINSTR, SHF_COMPRESSED = 0x4, 0x800
 MAX_SECTIONS = 1 << 16  # real objects have tens; a hostile header may claim millions
 MAX_NAMES = 1 << 24  # bytes of section names read at most
 

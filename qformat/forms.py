@@ -253,20 +253,29 @@ class Fields(NamedTuple):
 
     names: tuple[str, ...]  # in order, ``extra`` last where there is one
     required: frozenset[str]  # without a default
-    hints: dict[str, Any]  # their types
 
 
 _FIELDS: dict[type, Fields] = {}
+_HINTS: dict[type, dict[str, Any]] = {}
 
 
 def fields_of(cls: type) -> Fields:
-    """Read off ``__init__`` once per class (get_type_hints evaluates the
-    annotation strings anew at every call, which was half of reading an .info)."""
+    """Read off ``__init__`` once per class."""
     got = _FIELDS.get(cls)
     if got is None:
         init = cls.__init__  # type: ignore[misc]
         code = init.__code__
         names = code.co_varnames[1:code.co_argcount]
         required = names[:len(names) - len(init.__defaults__ or ())]
-        got = _FIELDS[cls] = Fields(names, frozenset(required), get_type_hints(init))
+        got = _FIELDS[cls] = Fields(names, frozenset(required))
+    return got
+
+
+def hints_of(cls: type) -> dict[str, Any]:
+    """The fields' types, which only reading checks values against, once per
+    class: get_type_hints evaluates the annotation strings anew at every
+    call (half of reading an .info), and writing needs the names alone."""
+    got = _HINTS.get(cls)
+    if got is None:
+        got = _HINTS[cls] = get_type_hints(cls.__init__)  # type: ignore[misc]
     return got

@@ -17,7 +17,7 @@ from typing import Any, Callable, TypeVar, Union, get_args, get_origin
 
 from .errors import QFormatError
 from .forms import (FORMAT_VERSION, CallCounts, CallStacks, Histogram, Info, JitdumpRef,
-                    MapRange, ObjectRef, TaskInfo, Threads, fields_of)
+                    MapRange, ObjectRef, TaskInfo, Threads, fields_of, hints_of)
 from .names import check_plain_name
 from .sexp import Form, dump_forms, parse_forms
 from .limits import DEFAULT_LIMITS, Limits, exceeded
@@ -90,7 +90,7 @@ def _from_alist(cls: type[_T], alist: Any, tag: str, line: int | None,
         raise QFormatError(f"({tag} ...) needs an alist, found {_describe(alist)}", line=line)
     rest = dict(alist)
     params = fields_of(cls)
-    hints = params.hints
+    hints = hints_of(cls)
     kwargs: dict[str, Any] = {}
     for name in params.names:
         if name == "extra":

@@ -10,11 +10,10 @@ bytes (or an mmap); malformed input raises ElfError.
 
 from __future__ import annotations
 
-from qtools.qformat.elfhdr import ElfHeader, ElfHeaderError, SectionHeader, read_header, sections_of
+from qtools.qformat.elfhdr import SHT_NOBITS, ElfHeader, ElfHeaderError, SectionHeader, \
+    read_header, sections_of
 
 from .errors import ElfError
-
-SHT_NOBITS = 8
 
 
 def parse_elf(data: bytes | memoryview | object) -> ElfHeader:

@@ -21,7 +21,7 @@ from bisect import bisect_right
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, NamedTuple
 
 from qtools.qformat import open_regular
-from qtools.qformat.elfhdr import read_file_header, read_sections
+from qtools.qformat.elfhdr import read_sections
 
 from .diescan import SCOPES, subprograms
 from .symtab import RawSymbol, SymbolTable
@@ -133,12 +133,13 @@ def _plain_aranges(f: BinaryIO) -> list[tuple[int, int, int]] | None:
     ``.zdebug`` compressed): pyelftools would decompress every DWARF section
     first (a large debug file's 50 ms) and parse each entry with construct.
     None: read it through pyelftools."""
-    from .lazydwarf import MACHINES, section_stream
-    header = read_file_header(f)
-    sections = {s.name: s for s in read_sections(f, os.fstat(f.fileno()).st_size)}
+    from .lazydwarf import plain_sections, section_stream
+    plain = plain_sections(f)
+    if plain is None:
+        return None
+    header, sections = plain
     section = sections.get(".debug_aranges")
-    if header.machine not in MACHINES or ".debug_info" not in sections \
-            or ".zdebug_info" in sections or section is None:
+    if ".debug_info" not in sections or section is None:
         return None
     stream = section_stream(f, header, section)
     if stream is None or stream.size > MAX_ARANGES:

@@ -18,18 +18,17 @@ import struct
 from typing import BinaryIO, Iterator
 
 from qtools.qformat import open_regular
-from qtools.qformat.elfhdr import (SectionHeader, Segment, read_file_header, read_sections,
-                                   vaddr_of)
+from qtools.qformat.elfhdr import (SHF_EXECINSTR, SHT_DYNSYM, SHT_NOBITS, SHT_NOTE, SHT_REL,
+                                   SHT_RELA, SHT_SYMTAB, SectionHeader, Segment, read_file_header,
+                                   read_sections, vaddr_of)
 
 from .symtab import RawSymbol, SymbolTable
 
 SHN_UNDEF = 0
 SHN_LORESERVE = 0xFF00
-SHF_EXECINSTR = 0x4
 STT_NOTYPE, STT_FUNC, STT_GNU_IFUNC = 0, 2, 10
 STB_LOCAL, STB_GLOBAL, STB_WEAK = 0, 1, 2
 EM_386, EM_ARM, EM_X86_64, EM_AARCH64 = 3, 40, 62, 183
-SHT_SYMTAB, SHT_RELA, SHT_NOTE, SHT_NOBITS, SHT_REL, SHT_DYNSYM = 2, 4, 7, 8, 9, 11
 MAX_SECTION = 1 << 30  # no real symbol table is a gigabyte; a hostile header may say so
 
 

@@ -27,19 +27,17 @@ import os
 from typing import Any, BinaryIO, Iterator, NamedTuple
 
 from qtools.qformat import open_regular
-from qtools.qformat.cfi import UNDEFINED, cie_state, decode_fde
+from qtools.qformat.cfi import DW_CFA_UNDEFINED, UNDEFINED, cie_state, decode_fde
 from qtools.qformat.ehframe import EH_FRAME, PARSE_ERRORS, CieCache, Fde, iter_fdes, parse_fde
-from qtools.qformat.elfhdr import ElfHeader, read_file_header, read_sections
+from qtools.qformat.elfhdr import SHT_NOBITS, ElfHeader, read_file_header, read_sections
 
 from .symtab import RawSymbol, SymbolTable
 
-SHT_NOBITS = 8
 MAX_EH_FRAME = 1 << 28  # bytes of .eh_frame read at most (libxul's is about 10 MB)
 MAX_FDES = 1 << 20  # libxul, the largest object around, has about 200,000
 NAME = "fde"  # every range has the same name: callers name it by its start
 RA_UNDEFINED = "ra-undefined"  # a root range: the CFI says there is no caller
 ENTRY = "entry"  # a root range: the function that holds the ELF entry point
-DW_CFA_UNDEFINED = 0x07  # DWARF 5, 6.4.2.3: "the register has no recoverable value"
 
 
 def read_fde_ranges(path: str | os.PathLike[str]) -> SymbolTable:

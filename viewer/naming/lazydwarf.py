@@ -23,17 +23,16 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from zlib_ng import zlib_ng
 
-from qtools.qformat.elfhdr import ElfHeader, SectionHeader, read_file_header, read_sections
+from qtools.qformat.elfhdr import SHF_COMPRESSED, SHT_NOBITS, ElfHeader, SectionHeader, \
+    read_file_header, read_sections
 
 if TYPE_CHECKING:
-    from elftools.dwarf.dwarfinfo import DebugSectionDescriptor, DWARFInfo
+    from elftools.dwarf.dwarfinfo import DWARFInfo
 
 SECTIONS = ("info", "aranges", "abbrev", "frame", "str", "loc", "ranges", "line", "pubtypes",
             "pubnames", "addr", "str_offsets", "line_str", "loclists", "rnglists", "sup",
             "types")
 ELFCOMPRESS_ZLIB = 1
-SHF_COMPRESSED = 0x800
-SHT_NOBITS = 8
 CHUNK = 1 << 16  # compressed bytes inflated at a time
 #: e_machine -> pyelftools' name of it (``ELFFile.get_machine_arch``, DwarfConfig)
 MACHINES = {62: "x64", 183: "AArch64", 3: "x86", 40: "ARM", 243: "RISC-V", 21: "64-bit PowerPC",
@@ -49,7 +48,7 @@ class _Lazy(io.RawIOBase):
 
     def __init__(self, fd: int, offset: int, stored: int, size: int, zlib: bool) -> None:
         super().__init__()
-        self._fd, self._offset, self._stored, self._size = fd, offset, stored, size
+        self._fd, self._offset, self._stored = fd, offset, stored
         self.size = size  # bytes, inflated
         self._inflate = zlib_ng.decompressobj() if zlib else None
         self._taken = 0  # stored bytes read so far
@@ -57,7 +56,7 @@ class _Lazy(io.RawIOBase):
         self._pos = 0
 
     def _fill(self, end: int) -> None:
-        end = min(end, self._size)
+        end = min(end, self.size)
         while len(self._buf) < end and self._taken < self._stored:
             want = min(max(CHUNK, (end - len(self._buf)) // 4), self._stored - self._taken)
             data = os.pread(self._fd, want, self._offset + self._taken)
@@ -65,8 +64,8 @@ class _Lazy(io.RawIOBase):
                 break
             self._taken += len(data)
             self._buf += self._inflate.decompress(data) if self._inflate else data
-        if len(self._buf) > self._size:  # more than the header said: as much as it said
-            del self._buf[self._size:]
+        if len(self._buf) > self.size:  # more than the header said: as much as it said
+            del self._buf[self.size:]
 
     def readable(self) -> bool:
         return True
@@ -75,7 +74,7 @@ class _Lazy(io.RawIOBase):
         return True
 
     def seek(self, pos: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self._pos, 2: self._size}[whence]
+        base = {0: 0, 1: self._pos, 2: self.size}[whence]
         self._pos = max(base + pos, 0)
         return self._pos
 
@@ -83,7 +82,7 @@ class _Lazy(io.RawIOBase):
         return self._pos
 
     def read(self, size: int | None = -1) -> bytes:
-        end = self._size if size is None or size < 0 else self._pos + size
+        end = self.size if size is None or size < 0 else self._pos + size
         if end > len(self._buf):
             self._fill(end)
         data = bytes(self._buf[self._pos:end])
@@ -96,26 +95,40 @@ class _Lazy(io.RawIOBase):
         return len(data)
 
 
+def plain_sections(f: BinaryIO) -> tuple[ElfHeader, dict[str, SectionHeader]] | None:
+    """The ELF header and the sections by name of ``f``, where its DWARF is
+    read here; None where pyelftools' ``ELFFile`` must read it (GNU
+    ``.zdebug`` sections, a machine not in MACHINES)."""
+    header = read_file_header(f)
+    sections = {s.name: s for s in read_sections(f, os.fstat(f.fileno()).st_size)}
+    if header.machine not in MACHINES or ".zdebug_info" in sections:
+        return None
+    return header, sections
+
+
 def dwarf_info(f: BinaryIO) -> DWARFInfo:
     """The DWARF of the ELF file ``f`` (which must stay open while it is
     used), as ``ELFFile(f).get_dwarf_info(relocate_dwarf_sections=False)``
     gives it; NoDwarf where it has none."""
-    from elftools.dwarf.dwarfinfo import DebugSectionDescriptor, DwarfConfig, DWARFInfo
-    header = read_file_header(f)
-    sections = {s.name: s for s in read_sections(f, os.fstat(f.fileno()).st_size)}
-    if header.machine not in MACHINES or ".zdebug_info" in sections:
+    plain = plain_sections(f)
+    if plain is None:
         return _through_elffile(f)
+    header, sections = plain
     if ".debug_info" not in sections and ".eh_frame" not in sections:
         raise NoDwarf()
-    found: dict[str, DebugSectionDescriptor | None] = {}
+    from elftools.dwarf import dwarfinfo
+    found: dict[str, dwarfinfo.DebugSectionDescriptor | None] = {}
     for name in [f".debug_{s}" for s in SECTIONS] + [".gnu_debugaltlink", ".eh_frame"]:
         sec = sections.get(name)
         stream = None if sec is None else section_stream(f, header, sec)
-        found[name] = None if stream is None or sec is None else DebugSectionDescriptor(
+        if sec is None or stream is None:
+            found[name] = None
+            continue
+        found[name] = dwarfinfo.DebugSectionDescriptor(
             stream=stream,  # type: ignore[arg-type]  # a raw stream, read as a file
             name=name, global_offset=sec.offset, size=stream.size, address=sec.addr)
-    return DWARFInfo(
-        config=DwarfConfig(little_endian=header.endian == "<",
+    return dwarfinfo.DWARFInfo(
+        config=dwarfinfo.DwarfConfig(little_endian=header.endian == "<",
                            default_address_size=8 if header.is64 else 4,
                            machine_arch=MACHINES[header.machine]),
         debug_info_sec=found[".debug_info"], debug_aranges_sec=found[".debug_aranges"],
