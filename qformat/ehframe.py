@@ -57,19 +57,12 @@ def uleb(data: Buffer, pos: int, end: int) -> tuple[int, int]:
 
 
 def sleb(data: Buffer, pos: int, end: int) -> tuple[int, int]:
-    """Signed LEB128 at pos; (value, next pos)."""
-    result = shift = 0
-    while True:
-        if pos >= end or shift > 63:
-            raise CfiError("bad SLEB128")
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        shift += 7
-        if b < 0x80:
-            if b & 0x40:
-                result -= 1 << shift
-            return result, pos
+    """Signed LEB128 at pos; (value, next pos): the unsigned bits, their
+    last byte's bit 6 the sign."""
+    value, nxt = uleb(data, pos, end)
+    if data[nxt - 1] & 0x40:
+        value -= 1 << 7 * (nxt - pos)
+    return value, nxt
 
 
 def read_encoded(data: Buffer, pos: int, end: int, enc: int, delta: int,

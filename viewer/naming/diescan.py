@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from qtools.qformat.ehframe import uleb  # LEB128, as DWARF encodes it everywhere
+
 SCOPES = frozenset(("DW_TAG_namespace", "DW_TAG_class_type", "DW_TAG_structure_type",
                     "DW_TAG_union_type", "DW_TAG_module"))
 MAX_ENTRIES = 4_000_000  # entries stepped over in one unit
@@ -91,7 +93,7 @@ def _scan(dw: Any, cu: Any, ranges_of: Callable[[int], list[tuple[int, int]]]) -
     skipping = 0
     while pos < size:
         at = pos
-        code, pos = _uleb(data, pos)
+        code, pos = uleb(data, pos, size)
         if code == 0:  # the end of a list of children
             depth -= 1
             if depth <= 0:
@@ -204,7 +206,7 @@ def _step(data: bytes, pos: int, form: str, width: int, order: str) -> int:
     if width >= 0:
         return pos + width
     if form in _ULEB:
-        return _uleb(data, pos)[1]
+        return uleb(data, pos, len(data))[1]
     if form == "DW_FORM_string":
         end = data.index(b"\0", pos)  # ValueError where there is none
         return end + 1
@@ -212,7 +214,7 @@ def _step(data: bytes, pos: int, form: str, width: int, order: str) -> int:
         n = _BLOCK[form]
         length = int.from_bytes(data[pos:pos + n], order)  # type: ignore[arg-type]
         return pos + n + length
-    length, pos = _uleb(data, pos)
+    length, pos = uleb(data, pos, len(data))
     return pos + length
 
 
@@ -221,18 +223,4 @@ def _value(data: bytes, pos: int, form: str, width: int, order: str) -> tuple[in
         if pos + width > len(data):
             raise ScanStop("truncated value")
         return int.from_bytes(data[pos:pos + width], order), pos + width  # type: ignore[arg-type]
-    return _uleb(data, pos)  # udata, ref_udata
-
-
-def _uleb(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[pos]  # IndexError past the end
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise ScanStop("LEB128 too long")
-
+    return uleb(data, pos, len(data))  # udata, ref_udata
