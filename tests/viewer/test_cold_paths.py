@@ -107,13 +107,13 @@ def test_lazy_dwarf_reads_what_pyelftools_reads(tmp_path, flags):
             eager = ELFFile(f1).get_dwarf_info(relocate_dwarf_sections=False)
             lazy = dwarf_info(f2)  # its sections found without ELFFile
             units = sorted(cu.cu_offset for cu in eager.iter_CUs())[:4]
-            rows = [dwarflines.guarded(dwarflines.parse_rows(set(units)), dw)
+            rows = [dwarflines.guarded(dwarflines.parse_rows(set(units)).elftools, dw)
                     for dw in (eager, lazy)]
             assert list(rows[0][0].starts) == list(rows[1][0].starts)
             assert rows[0][0].names == rows[1][0].names and rows[0][1] == rows[1][1]
             for unit in units:
                 for address in list(rows[0][0].starts)[::7]:
-                    a, b = (dwarflines.guarded(dwarflines.parse_inlines(unit, address, {}), dw)
+                    a, b = (dwarflines.guarded(dwarflines.parse_inlines(unit, address, {}).elftools, dw)
                             for dw in (eager, lazy))
                     assert a[0] == b[0] and a[1].names == b[1].names
 

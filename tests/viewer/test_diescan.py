@@ -10,18 +10,16 @@ it does not read it leaves to pyelftools, and damaged bytes end it.
 
 from __future__ import annotations
 
-import io
 import random
 import subprocess
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qtools.viewer.naming import dwarflines
-from qtools.viewer.naming.diescan import subprograms
+from qtools.viewer.naming.diescan import UnitBytes, elftools_unit, subprograms
 
 SRC = Path(__file__).resolve().parent.parent / "data" / "src"
 COLD = """
@@ -60,7 +58,7 @@ def _both(path: Path, units: int = 10_000) -> list[tuple[list, list | None]]:
             top = cu.get_top_DIE()
             base = dwarflines._low_pc(top)
             slow = [(lo, hi, die.offset) for lo, hi, die in dwarflines._functions(dw, cu, top, base)]
-            fast = subprograms(dw, cu, lambda off, cu=cu, base=base: dwarflines._die_ranges(
+            fast = subprograms(elftools_unit(dw, cu), lambda off, cu=cu, base=base: dwarflines._die_ranges(
                 dw, cu, dw.get_DIE_from_refaddr(off, cu), base))
             out.append((sorted(slow), None if fast is None else sorted(fast)))
     return out
@@ -116,38 +114,9 @@ ABBREVS = {
 HEADER = 11  # DWARF 4, 32-bit: unit_length 4, version 2, abbrev offset 4, address size 1
 
 
-class _Decl:
-    def __init__(self, tag: str, children: bool, specs: list[tuple[str, str]]) -> None:
-        self.tag, self.children, self.specs = tag, children, specs
-
-    def __getitem__(self, key: str) -> str:
-        return self.tag
-
-    def has_children(self) -> bool:
-        return self.children
-
-    def iter_attr_specs(self):
-        return iter(self.specs)
-
-
-class _Unit:
-    """What the scan asks of pyelftools' CompileUnit, over ``body``."""
-
-    def __init__(self, body: bytes, abbrevs=ABBREVS) -> None:
-        self.cu_offset, self.cu_die_offset, self.size = 0, HEADER, HEADER + len(body)
-        self.table = SimpleNamespace(get_abbrev=lambda code: _Decl(*abbrevs[code]))
-        self.dw = SimpleNamespace(config=SimpleNamespace(little_endian=True),
-                                  debug_info_sec=SimpleNamespace(
-                                      stream=io.BytesIO(bytes(HEADER) + body)))
-
-    def __getitem__(self, key: str) -> int:
-        return {"version": 4, "address_size": 8}[key]
-
-    def dwarf_format(self) -> int:
-        return 32
-
-    def get_abbrev_table(self):
-        return self.table
+def _unit(body: bytes, abbrevs=ABBREVS) -> UnitBytes:
+    """A DWARF 4 unit at offset 0 whose entries are ``body``."""
+    return UnitBytes(body, HEADER, 0, 4, 8, 4, "little", lambda code: abbrevs[code])
 
 
 def _u32(v: int) -> bytes:
@@ -192,14 +161,14 @@ def _unit_bytes() -> tuple[bytes, list[tuple[int, int, int]], int]:
 
 def test_a_unit_made_by_hand_gives_its_functions():
     body, spans, ranged = _unit_bytes()
-    unit = _Unit(body)
+    unit = _unit(body)
     asked = []
 
     def ranges_of(offset: int) -> list[tuple[int, int]]:
         asked.append(offset)
         return [(0x4000, 0x4010), (0x5000, 0x5008)]
 
-    assert subprograms(unit.dw, unit, ranges_of) == spans
+    assert subprograms(unit, ranges_of) == spans
     assert asked == [ranged]
 
 
@@ -217,8 +186,8 @@ def test_what_the_scan_cannot_read_ends_it(damage):
         body[-1:-1] = b"\x08x\x00"
     else:
         body[-1:-1] = b"\x2a"
-    unit = _Unit(bytes(body))
-    assert subprograms(unit.dw, unit, lambda off: []) is None
+    unit = _unit(bytes(body))
+    assert subprograms(unit, lambda off: []) is None
 
 
 @settings(max_examples=300, deadline=None)
@@ -229,6 +198,6 @@ def test_any_bytes_end_in_an_answer_or_none(noise, at):
     body, _spans, _ = _unit_bytes()
     at = min(at, len(body))
     damaged = body[:at] + noise + body[at + len(noise):]
-    unit = _Unit(damaged)
-    got = subprograms(unit.dw, unit, lambda off: [])
+    unit = _unit(damaged)
+    got = subprograms(unit, lambda off: [])
     assert got is None or all(isinstance(s, tuple) and len(s) == 3 for s in got)

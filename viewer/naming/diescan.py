@@ -10,18 +10,23 @@ are stepped over as the abbreviations lay them out, a subprogram's
 children skipped by its ``DW_AT_sibling`` (or stepped over too), and only
 ``DW_AT_low_pc``, ``DW_AT_high_pc`` and ``DW_AT_ranges`` of subprograms are
 read. Whatever this does not read itself (a form it does not know, an
-indirect form, an address given by index, a range list) is left to
-pyelftools: an entry of the kind gets its ranges from pyelftools, and a
-unit the scan cannot step through is scanned by pyelftools as before.
+indirect form, an address given by index, a range list) is left to the
+caller's reader (dwarfread.py, or pyelftools): an entry of the kind gets
+its ranges from there, and a unit the scan cannot step through is read
+there entry by entry. The unit comes as bytes and an abbreviation lookup
+(``UnitBytes``), from either reader.
 Nothing is trusted: a reference that does not lead forward, a truncated
 unit or too many entries end the scan (None).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple
 
 from qtools.qformat.ehframe import uleb  # LEB128, as DWARF encodes it everywhere
+
+if TYPE_CHECKING:
+    from .dwarfread import Unit
 
 SCOPES = frozenset(("DW_TAG_namespace", "DW_TAG_class_type", "DW_TAG_structure_type",
                     "DW_TAG_union_type", "DW_TAG_module"))
@@ -54,36 +59,67 @@ SKIP, LOW, HIGH_ADDR, HIGH_OFFSET, SIBLING, RANGES, OTHER = range(7)
 
 
 class ScanStop(Exception):
-    """The unit holds what the scan does not read: pyelftools reads it."""
+    """The unit holds what the scan does not read: the caller's reader reads it."""
 
 
 Span = tuple[int, int, int]  # low, high, the subprogram's .debug_info offset
 
 
-def subprograms(dw: Any, cu: Any,
+class UnitBytes(NamedTuple):
+    """A unit as the scan reads it: its entries' bytes and how to read them."""
+
+    data: bytes  # from the unit's first entry to its end
+    begin: int  # the .debug_info offset of data[0]
+    offset: int  # the unit's own offset (references count from it)
+    version: int
+    addr_size: int
+    offset_size: int
+    order: Any  # "little" or "big"
+    abbrev: Callable[[int], tuple[str, bool, Iterable[tuple[str, str]]]]  # KeyError: none
+
+
+def elftools_unit(dw: Any, cu: Any) -> UnitBytes | None:
+    """A unit pyelftools has read the header of (None: truncated)."""
+    begin, end = cu.cu_die_offset, cu.cu_offset + cu.size
+    stream = dw.debug_info_sec.stream
+    stream.seek(begin)
+    data = stream.read(end - begin)
+    table = cu.get_abbrev_table()
+
+    def abbrev(code: int) -> tuple[str, bool, Iterable[tuple[str, str]]]:
+        decl = table.get_abbrev(code)
+        return decl["tag"], decl.has_children(), decl.iter_attr_specs()
+    if len(data) != end - begin:
+        return None
+    return UnitBytes(data, begin, cu.cu_offset, cu["version"], cu["address_size"],
+                     8 if cu.dwarf_format() == 64 else 4,
+                     "little" if dw.config.little_endian else "big", abbrev)
+
+
+def own_unit(unit: Unit) -> UnitBytes:
+    """A unit dwarfread has read the header of."""
+    def abbrev(code: int) -> tuple[str, bool, Iterable[tuple[str, str]]]:
+        tag, children, specs = unit.abbrev(code)
+        return tag, children, [(name, form) for name, form, _const in specs]
+    return UnitBytes(unit.data, unit.die_offset, unit.offset, unit.version, unit.addr_size,
+                     unit.offset_size, unit.df.order, abbrev)
+
+
+def subprograms(unit: UnitBytes | None,
                 ranges_of: Callable[[int], list[tuple[int, int]]]) -> list[Span] | None:
     """(low, high, entry offset) of each range of each subprogram with code
     below the unit's top entry (through SCOPES), in unit order; None where
     the unit cannot be stepped through here. ``ranges_of(offset)`` gives
     the ranges of an entry this scan does not read itself."""
     try:
-        return _scan(dw, cu, ranges_of)
+        return _scan(unit, ranges_of) if unit is not None else None
     except (ScanStop, IndexError, KeyError, ValueError):
         return None
 
 
-def _scan(dw: Any, cu: Any, ranges_of: Callable[[int], list[tuple[int, int]]]) -> list[Span]:
-    version = cu["version"]
-    addr_size = cu["address_size"]
-    offset_size = 8 if cu.dwarf_format() == 64 else 4
-    order = "little" if dw.config.little_endian else "big"
-    begin, end = cu.cu_die_offset, cu.cu_offset + cu.size
-    stream = dw.debug_info_sec.stream
-    stream.seek(begin)
-    data = stream.read(end - begin)
-    if len(data) != end - begin:
-        raise ScanStop("truncated unit")
-    layouts = _Layouts(cu.get_abbrev_table(), version, addr_size, offset_size)
+def _scan(unit: UnitBytes, ranges_of: Callable[[int], list[tuple[int, int]]]) -> list[Span]:
+    data, begin, order = unit.data, unit.begin, unit.order
+    layouts = _Layouts(unit.abbrev, unit.version, unit.addr_size, unit.offset_size)
     out: list[Span] = []
     pos, depth, entries = 0, 0, 0
     size = len(data)
@@ -106,14 +142,14 @@ def _scan(dw: Any, cu: Any, ranges_of: Callable[[int], list[tuple[int, int]]]) -
             raise ScanStop("too many entries")
         tag, children, steps = layouts.get(code)
         low = high = sibling = None
-        high_is_offset = needs_pyelftools = False
+        high_is_offset = needs_reader = False
         for kind, form, width in steps:
             if kind == SKIP or skipping or depth == 0 or tag != "DW_TAG_subprogram" \
                     and kind != SIBLING:
                 pos = _step(data, pos, form, width, order)
                 continue
-            if kind in (OTHER, RANGES):  # read by pyelftools, for this entry
-                needs_pyelftools = True
+            if kind in (OTHER, RANGES):  # read by ranges_of, for this entry
+                needs_reader = True
                 pos = _step(data, pos, form, width, order)
             elif kind == SIBLING:
                 sibling, pos = _value(data, pos, form, width, order)
@@ -126,7 +162,7 @@ def _scan(dw: Any, cu: Any, ranges_of: Callable[[int], list[tuple[int, int]]]) -
             raise ScanStop("truncated entry")
         offset = begin + at
         if not skipping and depth >= 1 and tag == "DW_TAG_subprogram":
-            if needs_pyelftools:
+            if needs_reader:
                 out.extend((lo, hi, offset) for lo, hi in ranges_of(offset) if hi > lo)
             elif low is not None and high is not None:
                 hi = low + high if high_is_offset else high
@@ -144,7 +180,7 @@ def _scan(dw: Any, cu: Any, ranges_of: Callable[[int], list[tuple[int, int]]]) -
             if depth > MAX_DEPTH:
                 raise ScanStop("nested too deeply")
             continue
-        target = None if sibling is None else cu.cu_offset + sibling - begin
+        target = None if sibling is None else unit.offset + sibling - begin
         if target is not None and pos <= target <= size:
             pos = target  # its children jumped over
             continue
@@ -159,17 +195,18 @@ class _Layouts:
     """Each abbreviation as (tag, has children, steps): (what, form, width)
     per attribute, width the fixed size in bytes or -1."""
 
-    def __init__(self, table: Any, version: int, addr_size: int, offset_size: int) -> None:
-        self.table = table
+    def __init__(self, abbrev: Callable[[int], tuple[str, bool, Iterable[tuple[str, str]]]],
+                 version: int, addr_size: int, offset_size: int) -> None:
+        self.abbrev = abbrev
         self.version, self.addr_size, self.offset_size = version, addr_size, offset_size
         self.known: dict[int, tuple[str, bool, list[tuple[int, str, int]]]] = {}
 
     def get(self, code: int) -> tuple[str, bool, list[tuple[int, str, int]]]:
         got = self.known.get(code)
         if got is None:
-            decl = self.table.get_abbrev(code)
-            steps = [self._step(name, form) for name, form in decl.iter_attr_specs()]
-            got = self.known[code] = (decl["tag"], decl.has_children(), steps)
+            tag, children, specs = self.abbrev(code)
+            steps = [self._step(name, form) for name, form in specs]
+            got = self.known[code] = (tag, children, steps)
         return got
 
     def _step(self, name: str, form: str) -> tuple[int, str, int]:

@@ -23,7 +23,9 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, NamedTuple
 from qtools.qformat import open_regular
 from qtools.qformat.elfhdr import read_sections
 
-from .diescan import SCOPES, subprograms
+from .diescan import SCOPES, elftools_unit, own_unit, subprograms
+from .dwarfread import DwarfFile, Entry, Unit, Unsupported
+from .lineprog import file_namer, line_program
 from .symtab import RawSymbol, SymbolTable
 
 MAX_ROWS = 4_000_000  # line rows kept for one object (libpython has ~1M)
@@ -170,9 +172,17 @@ def _plain_aranges(f: BinaryIO) -> list[tuple[int, int, int]] | None:
     return ranges
 
 
-def parse_rows(units: set[int] | None) -> Callable[[Any], tuple[SymbolTable, set[int]]]:
+class Work(NamedTuple):
+    """What to read, both ways: from the bytes (dwarfread.py) and, where
+    that raises Unsupported, through pyelftools."""
+
+    own: Callable[[DwarfFile], Any]
+    elftools: Callable[[Any], Any]
+
+
+def parse_rows(units: set[int] | None) -> Work:
     """The line rows of ``units`` (None: of every unit) and the units read."""
-    def work(dw: Any) -> tuple[SymbolTable, set[int]]:
+    def elftools(dw: Any) -> tuple[SymbolTable, set[int]]:
         rows: list[RawSymbol] = []
         todo = _units(dw) if units is None else [dw.get_CU_at(u) for u in sorted(units)]
         for cu in todo:
@@ -180,44 +190,100 @@ def parse_rows(units: set[int] | None) -> Callable[[Any], tuple[SymbolTable, set
             if len(rows) > MAX_ROWS:
                 raise LineProblem(f"more than {MAX_ROWS} line rows")
         return SymbolTable.build(rows), {cu.cu_offset for cu in todo}
-    return work
+
+    def own(df: DwarfFile) -> tuple[SymbolTable, set[int]]:
+        rows: list[RawSymbol] = []
+        todo = df.unit_offsets() if units is None else sorted(units)
+        for offset in todo:
+            program = line_program(df.unit(offset))
+            if program is not None:
+                _rows_of(program[1], program[0], rows)
+            if len(rows) > MAX_ROWS:
+                raise LineProblem(f"more than {MAX_ROWS} line rows")
+        return SymbolTable.build(rows), set(todo)
+    return Work(own, elftools)
 
 
 Functions = dict[int, list[tuple[int, int, int]]]  # unit -> (start, end, entry offset) sorted
 
 
-def parse_inlines(unit: int, vaddr: int, functions: Functions
-                  ) -> Callable[[Any], tuple[list[tuple[int, int]], SymbolTable]]:
+def parse_inlines(unit: int, vaddr: int, functions: Functions) -> Work:
     """The inlined code of the function of ``unit`` that holds ``vaddr``:
     its ranges, and its inlined ranges named by their chains. Only that
     function's entries are read whole (the unit's other entries are
     stepped over, diescan.py), so a view pays for the functions it shows."""
-    def work(dw: Any) -> tuple[list[tuple[int, int]], SymbolTable]:
+    def elftools(dw: Any) -> tuple[list[tuple[int, int]], SymbolTable]:
         cu = dw.get_CU_at(unit)
         top = cu.get_top_DIE()
         base = _low_pc(top)
         program = dw.line_program_for_CU(cu)
-        file_name = _file_names(cu, program) if program is not None else (lambda i: "?")
+        file_name = _file_names(cu, program) if program is not None else _no_file
         known = functions.get(unit)
         if known is None:
-            found = subprograms(dw, cu, lambda offset: _die_ranges(
+            found = subprograms(elftools_unit(dw, cu), lambda offset: _die_ranges(
                 dw, cu, dw.get_DIE_from_refaddr(offset, cu), base))
             if found is None:  # what the scan does not read: pyelftools, entry by entry
                 found = [(lo, hi, die.offset) for lo, hi, die in _functions(dw, cu, top, base)]
             known = functions[unit] = sorted(found, key=lambda f: f[0])
-        i = bisect_right(known, vaddr, key=lambda f: f[0]) - 1
-        offset = next((known[j][2] for j in range(i, max(i - 8, -1), -1)
-                       if known[j][0] <= vaddr < known[j][1]), None)
+        offset = _holding(known, vaddr)
         if offset is None:
             return [(vaddr, vaddr + 1)], SymbolTable.empty()
         die = dw.get_DIE_from_refaddr(offset, cu)
         spans = [r for r in _die_ranges(dw, cu, die, base) if r[1] > r[0]]
-        out: list[RawSymbol] = []
-        _unit_inlines(dw, cu, file_name, out, _subtree(die))
-        return spans, SymbolTable.build(out)
-    return work
+        pieces: list[Piece] = []
+        for d in _subtree(die):
+            if d.tag == "DW_TAG_inlined_subroutine":
+                attrs = d.attributes
+                call_file = file_name(attrs["DW_AT_call_file"].value) \
+                    if "DW_AT_call_file" in attrs else ""
+                call_line = attrs["DW_AT_call_line"].value if "DW_AT_call_line" in attrs else 0
+                _add_piece(pieces, _die_ranges(dw, cu, d, base), _origin_name(d), call_file,
+                           call_line)
+        return spans, _sweep(pieces)
+
+    def own(df: DwarfFile) -> tuple[list[tuple[int, int]], SymbolTable]:
+        u = df.unit(unit)
+        base = u.low_pc
+        program = line_program(u)
+        file_name = program[0] if program is not None else _no_file
+        known = functions.get(unit)
+        if known is None:
+            found = subprograms(own_unit(u), lambda offset: u.ranges(u.entry(offset), base))
+            if found is None:
+                raise Unsupported("a unit the scan cannot step through")
+            known = functions[unit] = sorted(found, key=lambda f: f[0])
+        offset = _holding(known, vaddr)
+        if offset is None:
+            return [(vaddr, vaddr + 1)], SymbolTable.empty()
+        spans = [r for r in u.ranges(u.entry(offset), base) if r[1] > r[0]]
+        pieces: list[Piece] = []
+        for entry in u.entries_below(offset):
+            if entry.tag == "DW_TAG_inlined_subroutine":
+                attrs = entry.attrs
+                call_file = file_name(_constant(attrs["DW_AT_call_file"])) \
+                    if "DW_AT_call_file" in attrs else ""
+                call_line = _constant(attrs["DW_AT_call_line"]) if "DW_AT_call_line" in attrs \
+                    else 0
+                _add_piece(pieces, u.ranges(entry, base), own_origin_name(u, entry), call_file,
+                           call_line)
+        return spans, _sweep(pieces)
+    return Work(own, elftools)
 
 
+def _holding(known: list[tuple[int, int, int]], vaddr: int) -> int | None:
+    i = bisect_right(known, vaddr, key=lambda f: f[0]) - 1
+    return next((known[j][2] for j in range(i, max(i - 8, -1), -1)
+                 if known[j][0] <= vaddr < known[j][1]), None)
+
+
+def _no_file(index: int) -> str:
+    return "?"
+
+
+def _constant(attr: tuple[str, Any]) -> int:
+    if not isinstance(attr[1], int) or isinstance(attr[1], bool):
+        raise Unsupported(f"a constant of form {attr[0]}")
+    return attr[1]
 
 
 def _functions(dw: Any, cu: Any, parent: Any, base: int) -> Iterator[tuple[int, int, Any]]:
@@ -263,6 +329,25 @@ def dwarf_of(f: BinaryIO) -> Any:
         raise LineProblem(f"unreadable DWARF ({type(e).__name__}: {e})"[:200]) from None
 
 
+def own_dwarf(f: BinaryIO) -> DwarfFile | None:
+    """The file's DWARF for dwarfread, or None where pyelftools must read it."""
+    try:
+        return DwarfFile(f)
+    except (Unsupported, ValueError, IndexError):
+        return None
+
+
+def run(work: Work, own: DwarfFile | None, elftools: Callable[[], Any]) -> Any:
+    """``work`` read from the bytes where dwarfread can (``own``), else
+    through pyelftools (``elftools()``: the file's DWARFInfo)."""
+    if own is not None:
+        try:
+            return work.own(own)
+        except (Unsupported, IndexError, KeyError, ValueError):
+            pass  # read again by pyelftools, which says what is wrong, if anything is
+    return guarded(work.elftools, elftools())
+
+
 def guarded(work: Callable[[Any], Any], dw: Any) -> Any:
     try:
         return work(dw)
@@ -301,23 +386,25 @@ def raw_rows(table: SymbolTable) -> list[RawSymbol]:
     return [RawSymbol(s, e - s, 0, n) for s, e, n in zip(table.starts, table.ends, table.names)]
 
 
-def _unit_rows(dw: Any, cu: Any, rows: list[RawSymbol]) -> Callable[[int], str]:
-    """The rows of one unit's line program (each address range of one
-    line) into ``rows``; returns how the program names its files."""
+def _unit_rows(dw: Any, cu: Any, rows: list[RawSymbol]) -> None:
+    """The rows of one unit's line program into ``rows``, through pyelftools."""
     program = dw.line_program_for_CU(cu)
-    if program is None:
-        return lambda index: "?"
-    file_name = _file_names(cu, program)
+    if program is not None:
+        _rows_of(((e.state.address, e.state.file, e.state.line, e.state.end_sequence)
+                  for e in program.get_entries() if e.state is not None),
+                 _file_names(cu, program), rows)
+
+
+def _rows_of(states: Iterable[tuple[int, int, int, bool]], file_name: Callable[[int], str],
+             rows: list[RawSymbol]) -> None:
+    """A line program's rows (address, file, line, end of sequence) into
+    ``rows``: each address range of one line, named ``PATH:LINE``."""
     prev = None  # (address, file, line) of the row open
-    for entry in program.get_entries():
-        state = entry.state
-        if state is None:
-            continue
-        if prev is not None and state.address > prev[0] and prev[2] > 0:
-            rows.append(RawSymbol(prev[0], state.address - prev[0], 0,
+    for address, file, line, end_sequence in states:
+        if prev is not None and address > prev[0] and prev[2] > 0:
+            rows.append(RawSymbol(prev[0], address - prev[0], 0,
                                   f"{file_name(prev[1])}:{prev[2]}"))
-        prev = None if state.end_sequence else (state.address, state.file, state.line)
-    return file_name
+        prev = None if end_sequence else (address, file, line)
 
 
 def _file_names(cu: Any, program: Any) -> Callable[[int], str]:
@@ -326,65 +413,36 @@ def _file_names(cu: Any, program: Any) -> Callable[[int], str]:
     comp_dir = _text(top.attributes["DW_AT_comp_dir"].value) \
         if "DW_AT_comp_dir" in top.attributes else ""
     header = program.header
-    version = header["version"]
-    dirs = [_text(d) for d in header["include_directory"]]
-    files = header["file_entry"]
-    names: dict[int, str] = {}
-
-    def file_name(index: int) -> str:
-        name = names.get(index)
-        if name is None:
-            i = index if version >= 5 else index - 1
-            if not 0 <= i < len(files):
-                name = "?"
-            else:
-                entry = files[i]
-                base = _text(entry.name)
-                d = entry.dir_index
-                if version >= 5:
-                    directory = dirs[d] if 0 <= d < len(dirs) else ""
-                else:
-                    directory = dirs[d - 1] if 1 <= d <= len(dirs) else comp_dir
-                if directory and not os.path.isabs(directory) and comp_dir:
-                    directory = os.path.join(comp_dir, directory)
-                name = os.path.normpath(os.path.join(directory, base))
-            names[index] = name
-        return name
-
-    return file_name
+    return file_namer(header["version"], comp_dir,
+                      [_text(d) for d in header["include_directory"]],
+                      [(_text(e.name), e.dir_index) for e in header["file_entry"]])
 
 
 MAX_ORIGIN_HOPS = 8  # abstract_origin/specification links followed for a name
+Piece = tuple[int, int, str, str, int]  # start, end, name, call file, call line
 
 
-def _unit_inlines(dw: Any, cu: Any, file_name: Callable[[int], str],
-                  out: list[RawSymbol], dies: Iterable[Any]) -> None:
-    """The unit's inlined subroutines as disjoint ranges named by their
+def _add_piece(pieces: list[Piece], ranges: list[tuple[int, int]], name: str, call_file: str,
+               call_line: int) -> None:
+    """An inlined subroutine's ranges into ``pieces``."""
+    for start, end in ranges:
+        if end > start:
+            pieces.append((start, end, name, call_file, call_line))
+    if len(pieces) > MAX_ROWS:
+        raise LineProblem(f"more than {MAX_ROWS} inlined ranges")
+
+
+def _sweep(pieces: list[Piece]) -> SymbolTable:
+    """A function's inlined subroutines as disjoint ranges named by their
     chain, innermost first: each range's function with the line it is at
     (its callee's call site; the innermost's own line comes from the line
     table, so it is 0 here)."""
-    pieces: list[tuple[int, int, str, str, int]] = []  # start, end, name, call file, line
-    base = _low_pc(cu.get_top_DIE())
-    for die in dies:
-        if die.tag != "DW_TAG_inlined_subroutine":
-            continue
-        name = _origin_name(die)
-        attrs = die.attributes
-        call_file = file_name(attrs["DW_AT_call_file"].value) \
-            if "DW_AT_call_file" in attrs else ""
-        call_line = attrs["DW_AT_call_line"].value if "DW_AT_call_line" in attrs else 0
-        for start, end in _die_ranges(dw, cu, die, base):
-            if end > start:
-                pieces.append((start, end, name, call_file, call_line))
-        if len(pieces) > MAX_ROWS:
-            raise LineProblem(f"more than {MAX_ROWS} inlined ranges")
-    if not pieces:
-        return
+    out: list[RawSymbol] = []
     # Sweep the boundaries: each elementary range gets the pieces over it,
     # the smallest (innermost) first.
     bounds = sorted({p[0] for p in pieces} | {p[1] for p in pieces})
     pieces.sort()
-    active: list[tuple[int, int, str, str, int]] = []
+    active: list[Piece] = []
     k = 0
     for lo, hi in zip(bounds, bounds[1:]):
         while k < len(pieces) and pieces[k][0] <= lo:
@@ -400,15 +458,36 @@ def _unit_inlines(dw: Any, cu: Any, file_name: Callable[[int], str],
         # the containing function is at the outermost piece's call site
         chain.append(("", inner[-1][3], inner[-1][4]))
         out.append(RawSymbol(lo, hi - lo, 0, encode_chain(chain)))
+    return SymbolTable.build(out)
+
+
+_NAMES = ("DW_AT_linkage_name", "DW_AT_MIPS_linkage_name", "DW_AT_name")
+_LINKS = ("DW_AT_abstract_origin", "DW_AT_specification")
+
+
+def own_origin_name(unit: Unit, entry: Entry) -> str:
+    """``_origin_name`` of an entry read by dwarfread."""
+    for _ in range(MAX_ORIGIN_HOPS):
+        attrs = entry.attrs
+        for key in _NAMES:
+            if key in attrs:
+                return unit.text(attrs[key])
+        for link in _LINKS:
+            if link in attrs:
+                unit, entry = unit.reference(attrs[link])
+                break
+        else:
+            break
+    return "?"
 
 
 def _origin_name(die: Any) -> str:
     for _ in range(MAX_ORIGIN_HOPS):
         attrs = die.attributes
-        for key in ("DW_AT_linkage_name", "DW_AT_MIPS_linkage_name", "DW_AT_name"):
+        for key in _NAMES:
             if key in attrs:
                 return _text(attrs[key].value)
-        for link in ("DW_AT_abstract_origin", "DW_AT_specification"):
+        for link in _LINKS:
             if link in attrs:
                 die = die.get_DIE_from_attribute(link)
                 break

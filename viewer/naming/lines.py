@@ -12,13 +12,14 @@ import hashlib
 import os
 from bisect import bisect_right
 from contextlib import ExitStack, contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 from qtools.qformat import open_regular
 
-from .dwarflines import (Functions, InlineFrame, LineIndex, LineProblem, dwarf_of, guarded,
-                         raw_rows, decode_chain, has_lines, parse_inlines, parse_rows, read_index,
-                         split_line)
+from .dwarflines import (Functions, InlineFrame, LineIndex, LineProblem, Work, decode_chain,
+                         dwarf_of, has_lines, own_dwarf, parse_inlines, parse_rows, raw_rows,
+                         read_index, run, split_line)
+from .dwarfread import DwarfFile
 from .symtab import SymbolTable
 
 __all__ = ["InlineFrame", "LineIndex", "LineProblem", "ObjectLines", "has_lines", "read_index",
@@ -43,9 +44,11 @@ class ObjectLines:
         # read since the cache entry: rows per unit, inlined code per function
         self.units: dict[int, SymbolTable] = {}
         self.functions: list[tuple[int, int, SymbolTable]] = []  # (start, end, chains)
-        # The file stays open, its DWARF parsed once, until ``flush``:
-        # pyelftools keeps the units and entries it has read.
+        # The file stays open, its DWARF parsed once, until ``flush``: both
+        # readers keep the units (and pyelftools the entries) they have read.
         self._open = ExitStack()
+        self._file: BinaryIO | None = None
+        self._own: DwarfFile | None = None  # None: dwarfread cannot read this file
         self._dw: Any = None
         self._functions: Functions = {}
 
@@ -78,16 +81,16 @@ class ObjectLines:
             self.units[key] = table
         return self.units[key]
 
-    def _read(self, work: Callable[[Any], Any]) -> Any:
+    def _read(self, work: Work) -> Any:
         try:
-            if self._dw is None:
+            if self._file is None:
                 path = self._open.enter_context(self.opener())
                 if path is None:
                     self.failed = True
                     return None
-                f = self._open.enter_context(os.fdopen(open_regular(path), "rb"))
-                self._dw = dwarf_of(f)
-            return guarded(work, self._dw)
+                self._file = self._open.enter_context(os.fdopen(open_regular(path), "rb"))
+                self._own = own_dwarf(self._file)
+            return run(work, self._own, self._elftools)
         except OSError as e:
             self.warn(f"{self.label}: cannot read: {e.strerror or e}; its source lines "
                       "are unknown")
@@ -97,6 +100,12 @@ class ObjectLines:
             self.warn(f"{self.label}: {e}; its source lines are unknown")
             self.failed = True
             return None
+
+    def _elftools(self) -> Any:
+        if self._dw is None:
+            assert self._file is not None
+            self._dw = dwarf_of(self._file)
+        return self._dw
 
     def inlined(self, vaddr: int, with_line: bool = True) -> list[InlineFrame]:
         """The functions inlined at a link-time address, innermost first,
@@ -139,7 +148,7 @@ class ObjectLines:
     def flush(self) -> None:
         """Store what was read, merged into the cached entry; close the file."""
         self._open.close()
-        self._dw = None
+        self._file = self._own = self._dw = None
         self._functions.clear()
         if not self.units and not self.functions:
             return
