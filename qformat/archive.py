@@ -20,9 +20,9 @@ from __future__ import annotations
 import errno
 import io
 import os
-from typing import IO, TYPE_CHECKING, NamedTuple
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
-from zlib_ng import gzip_ng, zlib_ng
+from zlib_ng import zlib_ng
 
 from .errors import QFormatError
 from .info import Info, Unwanted, Wanted, info_from_bytes
@@ -141,14 +141,14 @@ def _plain(fd: int, path: str, limits: Limits) -> tuple[int, int]:
     total = 0
     try:
         with os.fdopen(os.dup(fd), "rb") as raw, \
-                gzip_ng.GzipFile(fileobj=raw, mode="rb") as gz:
+                _gzip().GzipFile(fileobj=raw, mode="rb") as gz:
             while chunk := gz.read(CHUNK):
                 total += len(chunk)
                 if total > limits.archive_size:
                     raise exceeded(f"more than {show('archive-size', limits.archive_size)} "
                                    "decompressed", path, "archive-size", limits.archive_size)
                 _write_all(out, chunk)
-    except (EOFError, gzip_ng.BadGzipFile, zlib_ng.error) as e:  # type: ignore[misc]
+    except (EOFError, _gzip().BadGzipFile, zlib_ng.error) as e:  # type: ignore[misc]
         os.close(out)
         raise ArchiveError(f"corrupt gzip data: {e or 'ends early'}", path) from None
     except BaseException:
@@ -306,3 +306,10 @@ class TarStore(Store):
 
     def close(self) -> None:
         self.archive.close()
+
+
+def _gzip() -> Any:
+    """zlib-ng's gzip reader, imported for a compressed archive only (with
+    shutil and its compressors, 2 ms of every view's start-up)."""
+    from zlib_ng import gzip_ng
+    return gzip_ng

@@ -7,7 +7,6 @@ entries each): a hint must never cost more than the failed command.
 
 from __future__ import annotations
 
-import difflib
 import os
 import shlex
 from typing import Iterable
@@ -88,6 +87,7 @@ def nearest(word: str, names: Iterable[str]) -> str:
     known = sorted({n for n in names if n})
     if not known or word in known:  # the name exists: something else excluded it
         return ""
+    import difflib  # for a name not found only: 2 ms of start-up
     close = difflib.get_close_matches(word, known, n=NAMES_LISTED, cutoff=0.5)
     if close:
         return f"; nearest: {', '.join(close)}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import datetime, timedelta
 
 from ..errors import UsageError
 
@@ -29,6 +28,7 @@ def parse_time(text: str, now: float | None = None) -> float:
     lowered = t.lower()
     if lowered == "now":
         return now
+    from datetime import datetime, timedelta  # for --since/--until only: 1 ms of start-up
     midnight = datetime.fromtimestamp(now).replace(hour=0, minute=0, second=0, microsecond=0)
     if lowered == "today":
         return midnight.timestamp()

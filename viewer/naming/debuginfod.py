@@ -15,8 +15,6 @@ view.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 from typing import Callable
 
@@ -63,13 +61,17 @@ class Debuginfod:
                  "fetches go to a temporary directory")
             directory = None
         self._own = directory is None
-        self.directory = directory or tempfile.mkdtemp(prefix="q-view-debuginfod-")
+        if directory is None:
+            import tempfile  # (with random, shutil, bz2, lzma: for fetching views only)
+            directory = tempfile.mkdtemp(prefix="q-view-debuginfod-")
+        self.directory = directory
         self.failed: set[str] = set()
         self.asked: dict[str, str | None] = {}
         self._last_404 = False  # the last fetch was answered "not here"
 
     def close(self) -> None:
         if self._own:
+            import shutil
             shutil.rmtree(self.directory, ignore_errors=True)
 
     def debuginfo(self, build_id: str, check: Callable[[str], bool]) -> str | None:
@@ -141,6 +143,7 @@ class Debuginfod:
         server has not got it (404) or fails (one warning per server)."""
         import urllib.error  # with urllib.request (ssl, http, email): 20 ms of every
         import urllib.request  # view's start-up, for the few that fetch
+        import tempfile
         self._last_404 = False
         fd, tmp = tempfile.mkstemp(prefix=".fetch-", dir=folder)
         try:
