@@ -197,7 +197,7 @@ def cpu_max_freq_hz() -> float | None:
     if freq and freq.max:
         return float(freq.max) * 1e6
     text = _read("/proc/cpuinfo") or ""
-    m = re.search(r"^cpu MHz\s*:\s*([\d.]+)", text, re.M)
+    m = _MHZ.search(text)
     return float(m[1]) * 1e6 if m else None
 
 
@@ -272,6 +272,9 @@ def read_memory(pid: int, address: int, size: int) -> bytes | None:
 # ---------------------------------------------------------------- global data
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# /proc/cpuinfo's fields, compiled at import (before the collectors fork)
+_MHZ = re.compile(r"^cpu MHz\s*:\s*([\d.]+)", re.M)
+_PROCESSOR = re.compile(r"^processor\s*:\s*(\d+)", re.M)
 
 
 def task_counters(pid: int) -> dict[str, float] | None:
@@ -342,9 +345,9 @@ def cpu_mhz(cpu: int) -> float | None:
 
 def parse_cpuinfo_mhz(cpuinfo: str, cpu: int) -> float | None:
     for block in cpuinfo.split("\n\n"):
-        number = re.search(r"^processor\s*:\s*(\d+)", block, re.M)
+        number = _PROCESSOR.search(block)
         if number and int(number[1]) == cpu:
-            m = re.search(r"^cpu MHz\s*:\s*([\d.]+)", block, re.M)
+            m = _MHZ.search(block)
             return float(m[1]) if m and float(m[1]) else None
     return None
 

@@ -22,7 +22,7 @@ from qsynth import QBuilder
 from tests.conftest import q_view
 from qtools.viewer.inputs.select import Selection
 from qtools.qformat import parse_set
-from qtools.viewer.naming import dwarflines
+from qtools.viewer.naming import aranges, dwarflines
 from qtools.viewer.naming.kallsyms import read_plain
 from qtools.viewer.naming.lazydwarf import dwarf_info
 from qtools.viewer.naming.symbols import Symbols
@@ -123,9 +123,9 @@ def test_aranges_read_alone_match_pyelftools(tmp_path, flags):
     paths = [_built(tmp_path, "hotline", *flags)]
     paths += _debug_files()
     for path in paths:
-        fast = dwarflines.read_index(str(path))
+        fast = aranges.read_index(str(path))
         with open(path, "rb") as f:  # pyelftools alone, as ELFFile reads it
-            slow = dwarflines._ranges(ELFFile(f).get_dwarf_info(relocate_dwarf_sections=False))
+            slow = aranges._ranges(ELFFile(f).get_dwarf_info(relocate_dwarf_sections=False))
         assert (fast.ranges, fast.complete) == (slow.ranges, slow.complete)
 
 

@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qtools.qformat.elfhdr import read_sections
-from qtools.viewer.naming import dwarflines
+from qtools.viewer.naming import aranges, dwarflines
 from qtools.viewer.naming.dwarfread import DwarfFile, Unsupported
 
 SRC = Path(__file__).resolve().parent.parent / "data" / "src"
@@ -112,8 +112,8 @@ def test_a_first_view_of_plain_dwarf_does_not_import_pyelftools(tmp_path):
     path = _build(tmp_path, "hotline.c", "-gz")
     code = f"""
 import sys
-from qtools.viewer.naming import dwarflines
-index = dwarflines.read_index({str(path)!r})
+from qtools.viewer.naming import aranges, dwarflines
+index = aranges.read_index({str(path)!r})
 unit = index.ranges[0][2]
 with open({str(path)!r}, "rb") as f:
     own = dwarflines.own_dwarf(f)
@@ -146,7 +146,7 @@ def test_damaged_dwarf_gives_an_answer_or_a_line_problem(tmp_path_factory, data)
     with open(damaged, "r+b") as f:
         f.seek(sec.offset + at)
         f.write(noise[:max(sec.size - at, 0)])
-    index = dwarflines.read_index(str(path))
+    index = aranges.read_index(str(path))
     with open(damaged, "rb") as f:
         own = dwarflines.own_dwarf(f)
         dw: list = []

@@ -1,27 +1,24 @@
-"""DWARF read with pyelftools: line programs and inlined subroutines.
+"""An object's DWARF as a view uses it: line rows and inlined subroutines.
 
 Reading a whole line program of a large library (libpython: hundreds of
-compilation units) costs seconds in pyelftools, so only the units that
-hold addresses a view asks about are read: ``.debug_aranges`` says which
-unit holds an address, and each unit is parsed when an address first falls
+compilation units) costs seconds, so only the units that hold addresses
+a view asks about are read: ``.debug_aranges`` says which unit holds an
+address (aranges.py), and each unit is read when an address first falls
 in it. What was read is kept as a ``SymbolTable`` of rows (start, end,
 ``PATH:LINE``) in the symbol cache, with the address ranges of the units
 and which were parsed, so a warm view opens no DWARF at all. Without
-``.debug_aranges`` every unit is parsed once.
+``.debug_aranges`` every unit is read once.
 
-Nothing in the file is trusted: pyelftools errors of any kind make the
-object's lines unknown (one warning), and the rows kept are capped.
+Each ``Work`` is read from the bytes (dwarfread.py, lineprog.py) and,
+where that raises ``Unsupported``, through pyelftools (``run``). Nothing
+in the file is trusted: errors of any kind make the object's lines
+unknown (one warning), and the rows kept are capped.
 """
 
 from __future__ import annotations
 
-import os
-import struct
 from bisect import bisect_right
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, NamedTuple
-
-from qtools.qformat import open_regular
-from qtools.qformat.elfhdr import read_sections
 
 from .diescan import SCOPES, elftools_unit, own_unit, subprograms
 from .dwarfread import DwarfFile, Entry, Unit, Unsupported
@@ -30,7 +27,6 @@ from .symtab import RawSymbol, SymbolTable
 
 MAX_ROWS = 4_000_000  # line rows kept for one object (libpython has ~1M)
 MAX_UNITS = 200_000  # compilation units listed for one object
-MAX_ARANGES = 1 << 28  # bytes of .debug_aranges read at most (libxul's is some MB)
 
 
 class LineProblem(Exception):
@@ -102,74 +98,6 @@ def split_line(name: str) -> tuple[str, int]:
     """``PATH:LINE`` of a row into its parts."""
     path, _, line = name.rpartition(":")
     return path, int(line) if line.isdigit() else 0
-
-
-def has_lines(path: str) -> bool:
-    """Whether the ELF file at ``path`` has a DWARF line table."""
-    try:
-        with os.fdopen(open_regular(path), "rb") as f:
-            found = read_sections(f, os.fstat(f.fileno()).st_size)
-    except Exception:  # not ELF, unreadable: no lines from it
-        return False
-    return any(s.name in (".debug_line", ".zdebug_line") for s in found)
-
-
-def read_index(path: str) -> LineIndex:
-    """The unit ranges of the file at ``path``; no rows yet."""
-    try:
-        with os.fdopen(open_regular(path), "rb") as f:
-            ranges = _plain_aranges(f)
-    except Exception:  # read as below, which says what is wrong
-        ranges = None
-    if ranges is not None:
-        return LineIndex(SymbolTable.empty(), ranges, set(), not ranges, SymbolTable.empty(), [])
-    return _with_dwarf(path, lambda dw: _ranges(dw))
-
-
-_ARANGES_HEADER = struct.Struct("IHIBB")  # 32-bit DWARF: length, version, unit, sizes
-
-
-def _plain_aranges(f: BinaryIO) -> list[tuple[int, int, int]] | None:
-    """What ``_ranges`` reads through pyelftools, from the ``.debug_aranges``
-    section alone, where it is plain (32-bit DWARF, no segments, not GNU
-    ``.zdebug`` compressed): pyelftools would decompress every DWARF section
-    first (a large debug file's 50 ms) and parse each entry with construct.
-    None: read it through pyelftools."""
-    from .lazydwarf import plain_sections, section_stream
-    plain = plain_sections(f)
-    if plain is None:
-        return None
-    header, sections = plain
-    section = sections.get(".debug_aranges")
-    if ".debug_info" not in sections or section is None:
-        return None
-    stream = section_stream(f, header, section)
-    if stream is None or stream.size > MAX_ARANGES:
-        return None
-    data = stream.read()
-    order = header.endian
-    header_fmt = struct.Struct(order + _ARANGES_HEADER.format)
-    pairs = {4: struct.Struct(order + "II"), 8: struct.Struct(order + "QQ")}
-    ranges: list[tuple[int, int, int]] = []
-    offset = 0
-    while offset < len(data):
-        length, _version, unit, address_size, segment_size = header_fmt.unpack_from(data, offset)
-        pair = pairs.get(address_size)
-        if length >= 0xFFFFFFF0 or segment_size or pair is None:
-            return None
-        pos = -(-(offset + header_fmt.size) // pair.size) * pair.size  # tuples are aligned
-        while True:
-            begin, size = pair.unpack_from(data, pos)
-            pos += pair.size
-            if begin == 0 and size == 0:
-                break
-            if size > 0:
-                ranges.append((begin, begin + size, unit))
-            if len(ranges) > MAX_UNITS * 16:
-                raise LineProblem("too many address ranges")
-        offset += length + 4
-    ranges.sort()
-    return ranges
 
 
 class Work(NamedTuple):
@@ -311,14 +239,6 @@ def _subtree(die: Any) -> Iterator[Any]:
             stack.extend(d.iter_children())
 
 
-def _with_dwarf(path: str, work: Callable[[Any], Any]) -> Any:
-    try:
-        with os.fdopen(open_regular(path), "rb") as f:
-            return guarded(work, dwarf_of(f))
-    except OSError as e:
-        raise LineProblem(f"cannot read: {e.strerror or e}") from None
-
-
 def dwarf_of(f: BinaryIO) -> Any:
     from .lazydwarf import NoDwarf, dwarf_info
     try:
@@ -366,20 +286,6 @@ def _units(dw: Any) -> list[Any]:
         if len(units) > MAX_UNITS:
             raise LineProblem(f"more than {MAX_UNITS} compilation units")
     return units
-
-
-def _ranges(dw: Any) -> LineIndex:
-    aranges = dw.get_aranges() if dw.has_debug_info else None
-    ranges: list[tuple[int, int, int]] = []
-    if aranges is not None:
-        for entry in aranges.entries:
-            if entry.length > 0:
-                ranges.append((entry.begin_addr, entry.begin_addr + entry.length,
-                               entry.info_offset))
-            if len(ranges) > MAX_UNITS * 16:
-                raise LineProblem("too many address ranges")
-    ranges.sort()
-    return LineIndex(SymbolTable.empty(), ranges, set(), not ranges, SymbolTable.empty(), [])
 
 
 def raw_rows(table: SymbolTable) -> list[RawSymbol]:

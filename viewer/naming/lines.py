@@ -16,9 +16,10 @@ from typing import Any, BinaryIO, Callable, Iterator
 
 from qtools.qformat import open_regular
 
+from .aranges import has_lines, read_index
 from .dwarflines import (Functions, InlineFrame, LineIndex, LineProblem, Work, decode_chain,
-                         dwarf_of, has_lines, own_dwarf, parse_inlines, parse_rows, raw_rows,
-                         read_index, run, split_line)
+                         dwarf_of, own_dwarf, parse_inlines, parse_rows, raw_rows, run,
+                         split_line)
 from .dwarfread import DwarfFile
 from .symtab import SymbolTable
 
