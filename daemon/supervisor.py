@@ -39,6 +39,7 @@ from .pusher import PushChild
 from .plan import CollectError, plan
 from .sets.kallsyms import KallsymsCache, KallsymsCopy
 from .sets.objects import ObjectCopier
+from .sets.sharedcopies import SharedCopies
 
 RESTARTS_PER_MINUTE = 5
 STOP_TIMEOUT = 120.0
@@ -243,6 +244,7 @@ class Supervisor:
         except QFormatError as e:
             raise CollectError(str(e)) from None
         qdir.remove_stale_temps()
+        qdir.shared = SharedCopies.create()  # one copy per object for all collectors
         self.retention.begin(qdir)
         source = plan(cfg, self._note, self.host)
         # kallsyms: copied once sampling runs (_kallsyms_copy)

@@ -54,6 +54,12 @@ class Stored(NamedTuple):
     truncated: bool = False
 
 
+def identity_of(st: os.stat_result) -> tuple[int, ...]:
+    """A file's state (device, inode, size, mtime, ctime): another
+    identity, maybe another content; the same, the same content."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def may_link(fd: int, st: os.stat_result) -> bool:
     """May the file open as ``fd`` be kept as a hard link to it?
 
@@ -173,6 +179,7 @@ class CopyJob:
         self.line_end: tuple[int, int] | None = None  # (offset, crc) after the last b"\n"
         self.closed = False
         self.identity: tuple[int, ...] | None = None  # the source's state, set by QDir
+        self.linked = False  # tmp is a hard link to the source (start_copy)
 
     def _read(self, buf: bytearray, size: int) -> int:
         view = memoryview(buf)[:size]
@@ -251,8 +258,23 @@ class CopyJob:
         self.qdir.publish(tmp, name)
         stored = Stored(name, truncated)
         if self.identity is not None:
+            if self.linked:
+                self.identity = self._linked_identity(name)
             self.qdir.remember(self.identity, stored)
         return stored
+
+    def _linked_identity(self, name: str) -> tuple[int, ...]:
+        """The source's state now that ``name`` links to it: linking and
+        unlinking changed its ctime (not its content), and the next one
+        to ask sees the ctime of now."""
+        assert self.identity is not None
+        try:
+            st = os.stat(name, dir_fd=self.qdir.fd, follow_symlinks=False)
+        except OSError:
+            return self.identity
+        if (st.st_dev, st.st_ino) != self.identity[:2]:
+            return self.identity  # the name was another copy's already
+        return identity_of(st)
 
     def close(self) -> None:
         """Give the copy up (or release a finished one): descriptors closed,
@@ -304,7 +326,9 @@ def start_copy(qdir: QDir, src_fd: int, basename: str, limit: int, *, truncate: 
         if link and not truncate and may_link(src_fd, st):  # a link would grow
             linked = _hard_link(qdir, src_fd)
             if linked is not None:
-                return CopyJob(qdir, src_fd, basename, limit, truncate=truncate, tmp=linked)
+                job = CopyJob(qdir, src_fd, basename, limit, truncate=truncate, tmp=linked)
+                job.linked = True
+                return job
     tmp, fd = qdir.temp_file(mode)
     try:
         return CopyJob(qdir, src_fd, basename, limit, truncate=truncate, tmp=tmp, write_fd=fd)

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Callable, Iterable, NamedTuple
+from typing import Callable, Iterable, NamedTuple, Protocol
 
-from .copies import CopyJob, Stored, start_copy
+from .copies import CopyJob, Stored, identity_of, start_copy
 from .errors import QFormatError
 from .files import crc32_of_fd, open_regular
 from .names import SetName, check_plain_name, info_versions, parse_copy_name, \
@@ -50,6 +50,14 @@ class CopyProblem(NamedTuple):
         return f"{self.name}: {self.reason}"
 
 
+class CopyIndex(Protocol):
+    """Copies by their source's identity, shared by several writers."""
+
+    def get(self, identity: tuple[int, ...]) -> Stored | None: ...
+
+    def add(self, identity: tuple[int, ...], stored: Stored) -> None: ...
+
+
 class QDir:
     """An open `.q` directory."""
 
@@ -57,6 +65,8 @@ class QDir:
         self.path = path
         self.fd = fd
         self._copies: dict[tuple[int, ...], Stored] = {}
+        #: the copies other writers of the run made (q-syscollect's collectors)
+        self.shared: CopyIndex | None = None
 
     # ------------------------------------------------------------ opening
 
@@ -277,20 +287,24 @@ class QDir:
         this content is known already, else a job to ``advance``.
 
         The copy is ``.BASENAME.crc32.XXXXXXXX``, made once per content."""
-        st = os.fstat(src_fd)
-        identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        known = self._copies.get(identity) if st.st_size else None
+        identity = identity_of(os.fstat(src_fd))
+        known = self._copies.get(identity) if identity[2] else None
+        if known is None and self.shared is not None and identity[2]:
+            known = self.shared.get(identity)
         if known and self.exists(known.name):
             return known
         job = start_copy(self, src_fd, basename, limit, truncate=truncate, link=link,
                          symlink_to=symlink_to, private=private)
-        if st.st_size:
+        if identity[2]:
             job.identity = identity
         return job
 
     def remember(self, identity: tuple[int, ...], stored: Stored) -> None:
-        """A copy made for this file state: asked again, it is returned at once."""
+        """A copy made for this file state: asked again, it is returned at
+        once (by the other writers of the run too, through ``shared``)."""
         self._copies[identity] = stored
+        if self.shared is not None:
+            self.shared.add(identity, stored)
 
     def store_object(self, src_fd: int, basename: str, *, symlink_to: str | None = None,
                      limit: int = MAX_OBJECT_BYTES, link: bool = True,
