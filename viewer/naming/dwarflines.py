@@ -253,7 +253,9 @@ def own_dwarf(f: BinaryIO) -> DwarfFile | None:
     """The file's DWARF for dwarfread, or None where pyelftools must read it."""
     try:
         return DwarfFile(f)
-    except (Unsupported, ValueError, IndexError):
+    except OSError:
+        raise
+    except Exception:  # not plain ELF, or damaged: pyelftools reads it, or says why not
         return None
 
 
@@ -263,7 +265,9 @@ def run(work: Work, own: DwarfFile | None, elftools: Callable[[], Any]) -> Any:
     if own is not None:
         try:
             return work.own(own)
-        except (Unsupported, IndexError, KeyError, ValueError):
+        except LineProblem:
+            raise  # a bound met: pyelftools would meet it too
+        except Exception:  # Unsupported, or damage of any kind (IndexError, struct.error...)
             pass  # read again by pyelftools, which says what is wrong, if anything is
     return guarded(work.elftools, elftools())
 

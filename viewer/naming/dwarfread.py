@@ -155,7 +155,8 @@ class DwarfFile:
                 if len(starts) >= MAX_UNITS:
                     raise Unsupported("too many units")
                 starts.append(at)
-                length, width = initial_length(self.read(".debug_info", at, 12), self.order)
+                head = self.read(".debug_info", at, min(12, end - at))
+                length, width = initial_length(head, self.order)
                 at += width + length
             self._starts = starts
         return self._starts
