@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from collections import deque
-from typing import Callable, NamedTuple, Protocol, Sequence, TextIO
+from typing import Callable, NamedTuple, Sequence, TextIO
 
 from qtools.qformat import QDir
 
@@ -23,6 +23,7 @@ from .decode import idle
 from .decode.routes import handlers
 from .decode.tracepoints import Layouts, SchedSwitch, SchedWaking
 from .waits import Waits
+from .frames import FramePointerFrames, UserFrames
 from .frames.jitdump import JitTracker
 from .kernel import abi
 from .kernel.source import EventSource
@@ -45,23 +46,6 @@ STATS_SECONDS = 1.0
 # pid was released (perf_event_pid gives -1, a u32 in the record): a process
 # of its own, named for what it does.
 EXITING_PID, EXITING = 0xFFFFFFFF, "exiting"
-
-
-class UserFrames(Protocol):
-    """The seam for user-stack unwinding: frame pointers or DWARF CFI."""
-
-    name: str
-
-    def frames(self, proc: Process, sample: Sample, fp_user: Sequence[int]) -> Sequence[int]: ...
-
-
-class FramePointerFrames:
-    """User frames as the kernel's frame-pointer walk found them."""
-
-    name = "fp"
-
-    def frames(self, proc: Process, sample: Sample, fp_user: Sequence[int]) -> Sequence[int]:
-        return fp_user
 
 
 class Options(NamedTuple):

@@ -3,9 +3,10 @@
 It owns the signals (SIGINT/SIGTERM stop, SIGHUP checkpoints), the time
 limit, the command being profiled, and the copies every set shares
 (kallsyms, the vdso). It forks one collector per CPU, restarts one that
-dies, and on the way out asks each for its final checkpoint, adds up what
-they report, and ends the way the profiled command ended -- unless data was
-lost, which the last line says and the exit status (EXIT_LOST) tells.
+dies (collectors.py), and on the way out asks each for its final
+checkpoint, adds up what they report, and ends the way the profiled
+command ended -- unless data was lost, which the last line says and the
+exit status (EXIT_LOST) tells.
 """
 
 from __future__ import annotations
@@ -22,17 +23,14 @@ from typing import TextIO
 from qtools.qformat import QDir, QFormatError
 
 from . import command
-from .child import collector_main
+from .collectors import Collectors, kill_quietly
 from .command import Ending
 from .config import Config
 from .kernel.abi import EventSpec
-from .machine import synthesize
 from .machine.host import LIVE, Host
-from .machine.synthesize import Snapshot
 from .sets import retention
 from .sets.checkpoint import RunInfo
-from .messages import (EXIT_LOST, Tally, loss_line, parse_line, split_lines, start_line,
-                       summary_line, tell)
+from .messages import EXIT_LOST, loss_line, start_line, summary_line, tell
 from .kernel.source import SourceSpec
 from .notify import Notifier
 from .pusher import PushChild
@@ -41,7 +39,6 @@ from .sets.kallsyms import KallsymsCache, KallsymsCopy
 from .sets.objects import ObjectCopier
 from .sets.sharedcopies import SharedCopies
 
-RESTARTS_PER_MINUTE = 5
 STOP_TIMEOUT = 120.0
 TICK_SECONDS = 15.0  # the supervisor's longest sleep (Supervisor._tick)
 COMMAND_GRACE = 10.0  # a command still running when the run ends: SIGTERM, then SIGKILL
@@ -62,21 +59,6 @@ def run_info(cfg: Config, spec: EventSpec, source: SourceSpec, kallsyms: str | N
                    off_cpu=bool(source.sched_switch), off_cpu_min_ns=cfg.off_cpu_min_ns)
 
 
-class Child:
-    """A running collector, as its parent sees it."""
-
-    __slots__ = ("pid", "cpu", "status_fd", "last_seen", "pending", "tally", "ended")
-
-    def __init__(self, pid: int, cpu: int, status_fd: int, last_seen: float) -> None:
-        self.pid = pid
-        self.cpu = cpu
-        self.status_fd = status_fd  # the status lines of messages.py: "ok", a "beat" a second, "end"
-        self.last_seen = last_seen
-        self.pending = b""  # the start of a line not yet complete
-        self.tally = Tally()  # its totals as last reported
-        self.ended = False  # it reported "end": its final checkpoint is done
-
-
 class Supervisor:
     def __init__(self, cfg: Config, out: TextIO | None = None,
                  notifier: Notifier | None = None, host: Host = LIVE) -> None:
@@ -84,8 +66,6 @@ class Supervisor:
         self.host = host
         self.out = out or sys.stderr
         self.notifier = notifier or Notifier()
-        self.children: dict[int, Child] = {}
-        self.restarts: dict[int, list[float]] = {}
         self.upkeep_error: str | None = None
         self.directory_gone = False
         self.stopping = False
@@ -94,13 +74,11 @@ class Supervisor:
         self.cmd_status: int | None = None
         self.started = time.time()
         self.began = time.monotonic()
-        self.retired = Tally()  # the totals of collectors that have ended
-        self.losses: list[str] = []  # what this run lost, for its last line
         # the children inherit it, and renew it
         self.kallsyms = KallsymsCopy(cache=KallsymsCache.default())
+        self.collectors = Collectors(cfg, self.out, host, self.kallsyms, self._note)
         self.retention = retention.Index()  # what upkeep knows of .q between rounds
         self.pusher: PushChild | None = None  # --push: q-push, beside the collectors
-        self._opening: list[int] = []  # status pipes of collectors forked, not yet "ok"
 
     # ------------------------------------------------------------ setup
 
@@ -145,87 +123,6 @@ class Supervisor:
         if error:
             raise CollectError(f"cannot run {self.cfg.command[0]}: {error}")
 
-    def _fork_collector(self, source: SourceSpec, run: RunInfo, qdir: QDir,
-                        status_w: int, snapshot: Snapshot | None = None) -> int:
-        pid = os.fork()
-        if pid:
-            return pid
-        code = 1
-        try:
-            for child in self.children.values():
-                os.close(child.status_fd)
-            for fd in self._opening:
-                os.close(fd)
-            code = collector_main(self.cfg, source, run, qdir, status_w, self.out,
-                                  set(self.children), self.kallsyms, self.host, snapshot)
-        except BaseException as e:  # a child must never return into the parent's code
-            try:
-                tell(self.out, f"collector for cpu {source.cpu} failed: {e!r}")
-            except BaseException:
-                pass
-        finally:
-            os._exit(code)
-
-    def _start(self, source: SourceSpec, run: RunInfo, qdir: QDir, cpu: int) -> None:
-        try:
-            pid, r = self._spawn(source, run, qdir, cpu)
-        finally:
-            self._opening = []
-        self._started(pid, r, cpu)
-
-    def _start_all(self, source: SourceSpec, run: RunInfo, qdir: QDir) -> None:
-        """A collector per CPU, all forked before waiting for the first to
-        open its events: they start side by side. System-wide, the host's
-        processes are read once here for all of them (a collector restarted
-        later reads them itself)."""
-        snapshot = None
-        if source.target_pid == -1:
-            snapshot = synthesize.snapshot(self.host, time.monotonic_ns(),
-                                           with_cgroups=source.cgroups)
-        spawned = []
-        try:
-            for cpu in self.cfg.cpus:
-                spawned.append((*self._spawn(source, run, qdir, cpu, snapshot), cpu))
-        finally:
-            self._opening = []
-        error: CollectError | None = None
-        for pid, r, cpu in spawned:
-            try:
-                self._started(pid, r, cpu)
-            except CollectError as e:
-                error = error or e
-        if error is not None:
-            raise error
-
-    def _spawn(self, source: SourceSpec, run: RunInfo, qdir: QDir, cpu: int,
-               snapshot: Snapshot | None = None) -> tuple[int, int]:
-        """Fork ``cpu``'s collector; its pid and the read end of its status pipe."""
-        r, w = os.pipe2(os.O_CLOEXEC)
-        try:
-            pid = self._fork_collector(source._replace(cpu=cpu), run, qdir, w, snapshot)
-        except BaseException:
-            os.close(r)
-            raise
-        finally:
-            os.close(w)
-        self._opening.append(r)
-        return pid, r
-
-    def _started(self, pid: int, r: int, cpu: int) -> None:
-        """Wait for the "ok" of the collector ``_spawn`` forked."""
-        line = b""
-        while not line.endswith(b"\n"):
-            chunk = os.read(r, 1)
-            if not chunk:
-                break
-            line += chunk
-        if not line.startswith(b"ok"):
-            os.close(r)
-            raise CollectError(line.decode(errors="replace").strip().removeprefix("error ")
-                               or f"collector for cpu {cpu} exited before it started")
-        os.set_blocking(r, False)
-        self.children[pid] = Child(pid, cpu, r, time.monotonic())
-
     # ------------------------------------------------------------ running
 
     def run(self) -> Ending:
@@ -260,7 +157,7 @@ class Supervisor:
             # What exists now lives as long as the run: no collection need
             # look at it again, nor touch (and so copy) its pages in a collector.
             gc.freeze()
-            self._start_all(source, run, qdir)
+            self.collectors.start_all(source, run, qdir)
             if cfg.push:
                 self.pusher = PushChild(cfg.push, cfg.directory, cfg.stale_after, self._note)
                 self.pusher.start()
@@ -277,7 +174,7 @@ class Supervisor:
             self.notifier.stopping("writing the final checkpoint")
         except CollectError:
             if self.cmd_pid:
-                _kill(self.cmd_pid, signal.SIGKILL)
+                kill_quietly(self.cmd_pid, signal.SIGKILL)
             self._stop()
             raise
         finally:
@@ -289,11 +186,11 @@ class Supervisor:
 
     def _ending(self, qdir: QDir) -> Ending:
         """Say what the run got and lost; the command's end, or EXIT_LOST."""
-        total = self.retired
+        total = self.collectors.retired
         if not self.cfg.quiet:
             size = None if self.directory_gone else _size_of(qdir)
             self._note(summary_line(total, time.monotonic() - self.began, size))
-        losses = list(self.losses)
+        losses = list(self.collectors.losses)
         if total.given_up:
             losses.insert(0, f"{total.given_up} set{'s' if total.given_up != 1 else ''} "
                              f"could not be written to {qdir.path}")
@@ -311,7 +208,7 @@ class Supervisor:
         self.checkpoint_requested = True
 
     def _status(self, source: SourceSpec, extra: str = "") -> str:
-        text = (f"collecting on {len(self.children)} CPUs with {source.event.name} at "
+        text = (f"collecting on {len(self.collectors)} CPUs with {source.event.name} at "
                 f"{source.frequency} Hz into {self.cfg.directory}")
         return text + (f"; {extra}" if extra else "")
 
@@ -328,15 +225,15 @@ class Supervisor:
                 timeout = max(0.0, min(timeout, deadline - now))
             if watchdog:
                 timeout = max(0.0, min(timeout, next_watchdog - now))
-            fds = [wake_r] + [c.status_fd for c in self.children.values()]
+            fds = [wake_r] + self.collectors.status_fds()
             try:
                 readable, _, _ = select.select(fds, [], [], timeout)
             except InterruptedError:
                 readable = []
             if wake_r in readable:
                 _drain(wake_r)
-            self._heartbeats(readable)
-            self._reap(source, run, qdir)
+            self.collectors.heartbeats(readable)
+            self._reap()
             if self.pusher is not None:
                 self.pusher.tend()
             if os.fstat(qdir.fd).st_nlink == 0:
@@ -348,15 +245,14 @@ class Supervisor:
                 self.stopping = True
             if self.checkpoint_requested:
                 self.checkpoint_requested = False
-                for pid in self.children:
-                    _kill(pid, signal.SIGUSR1)
+                self.collectors.signal_all(signal.SIGUSR1)
             if self.cfg.upkeep and now >= next_upkeep:
                 self._upkeep(qdir, source)
                 next_upkeep = time.monotonic() + upkeep_every
             if watchdog and now >= next_watchdog:
                 # Keep-alive only while every collector still beats: a stuck
                 # one is killed (and restarted) before systemd gives up on us.
-                self._kill_stuck()
+                self.collectors.kill_stuck()
                 self.notifier.watchdog()
                 next_watchdog = now + watchdog
 
@@ -369,54 +265,10 @@ class Supervisor:
         tick = TICK_SECONDS if self.pusher is None else 1.0
         if self.cfg.upkeep:
             tick = min(tick, next_upkeep - now)
-        if self.children:
-            oldest = min(c.last_seen for c in self.children.values())
+        oldest = self.collectors.oldest_beat()
+        if oldest is not None:
             tick = min(tick, oldest + self.cfg.stuck_after - now + 0.01)
         return max(0.0, tick)
-
-    def _heartbeats(self, readable: list[int]) -> None:
-        for child in self.children.values():
-            if child.status_fd in readable:
-                self._read_status(child)
-        self._kill_stuck()
-
-    def _read_status(self, child: Child) -> None:
-        """Take in what ``child`` has said since the last look."""
-        while True:
-            try:
-                data = os.read(child.status_fd, 4096)
-            except (BlockingIOError, InterruptedError):
-                return
-            if not data:
-                return
-            child.last_seen = time.monotonic()
-            child.pending, lines = split_lines(child.pending, data)
-            for line in lines:
-                kind, tally = parse_line(line)
-                if tally is not None:
-                    child.tally, child.ended = tally, kind == "end"
-
-    def _retire(self, child: Child, status: int) -> str:
-        """Account for a collector that has ended; why it ended."""
-        self._read_status(child)
-        os.close(child.status_fd)
-        self.retired = self.retired.plus(child.tally)
-        return f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else \
-            f"exit status {os.WEXITSTATUS(status)}"
-
-    def _check_final(self, child: Child, why: str) -> None:
-        if not child.ended:
-            self.losses.append(f"the collector for cpu {child.cpu} ended ({why}) before its "
-                               "final checkpoint")
-
-    def _kill_stuck(self) -> None:
-        now = time.monotonic()
-        for child in self.children.values():
-            if now - child.last_seen > self.cfg.stuck_after:
-                self._note(f"collector for cpu {child.cpu} (pid {child.pid}) has not "
-                           f"reported for {self.cfg.stuck_after:g} s; killing it")
-                child.last_seen = now
-                _kill(child.pid, signal.SIGKILL)
 
     def _upkeep(self, qdir: QDir, source: SourceSpec) -> None:
         cfg = self.cfg
@@ -442,7 +294,7 @@ class Supervisor:
         self.notifier.status(self._status(
             source, f"{report.sets} sets, {report.size / 1e6:.1f} MB"))
 
-    def _reap(self, source: SourceSpec, run: RunInfo, qdir: QDir) -> None:
+    def _reap(self) -> None:
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -456,28 +308,7 @@ class Supervisor:
                 continue
             if self.pusher is not None and self.pusher.ended(pid, status):
                 continue
-            child = self.children.pop(pid, None)
-            if child is None:
-                continue
-            why = self._retire(child, status)
-            cpu = child.cpu
-            if self.stopping:
-                self._check_final(child, why)
-                continue
-            recent = [t for t in self.restarts.get(cpu, []) if time.monotonic() - t < 60]
-            if len(recent) >= RESTARTS_PER_MINUTE:
-                self._note(f"collector for cpu {cpu} died ({why}) {len(recent)} times in a "
-                           "minute; not restarting it")
-                self.losses.append(f"the collector for cpu {cpu} died and was not restarted")
-                continue
-            self._note(f"collector for cpu {cpu} (pid {pid}) died ({why}); restarting it")
-            self.restarts[cpu] = recent + [time.monotonic()]
-            try:
-                self._start(source, run, qdir, cpu)
-            except CollectError as e:
-                self._note(f"cannot restart the collector for cpu {cpu}: {e}")
-                self.losses.append(f"the collector for cpu {cpu} died and could not be "
-                                   "restarted")
+            self.collectors.ended(pid, status, self.stopping)
 
     def _command_running(self) -> bool:
         return self.cmd_pid is not None and self.cmd_status is None
@@ -485,15 +316,14 @@ class Supervisor:
     def _stop(self) -> None:
         """Have every collector write its final checkpoint, and wait for them
         and for the command (sent SIGTERM if the run ended before it did)."""
-        for pid in list(self.children):
-            _kill(pid, signal.SIGTERM)
+        self.collectors.signal_all(signal.SIGTERM)
         now = time.monotonic()
         give_up: float | None = now + STOP_TIMEOUT
         cmd_deadline = None
         if self.cmd_pid is not None and self._command_running():
-            _kill(self.cmd_pid, signal.SIGTERM)
+            kill_quietly(self.cmd_pid, signal.SIGTERM)
             cmd_deadline = now + COMMAND_GRACE
-        while self.children or self._command_running():
+        while self.collectors.children or self._command_running():
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
@@ -501,15 +331,12 @@ class Supervisor:
             if pid == 0:
                 now = time.monotonic()
                 if give_up is not None and now > give_up:
-                    for stuck in self.children.values():
-                        self._note(f"collector for cpu {stuck.cpu} did not finish its final "
-                                   f"checkpoint in {STOP_TIMEOUT:g} s; killing it")
-                        _kill(stuck.pid, signal.SIGKILL)
+                    self.collectors.kill_all(STOP_TIMEOUT)
                     give_up = None
                 if self.cmd_pid is not None and cmd_deadline is not None and now > cmd_deadline:
                     self._note(f"{self.cfg.command[0]} did not end {COMMAND_GRACE:g} s after "
                                "SIGTERM; killing it")
-                    _kill(self.cmd_pid, signal.SIGKILL)
+                    kill_quietly(self.cmd_pid, signal.SIGKILL)
                     cmd_deadline = None
                 select.select([], [], [], 0.02)  # not time.sleep: see tests' faketime run
                 continue
@@ -517,8 +344,8 @@ class Supervisor:
                 self.cmd_status = status
             elif self.pusher is not None and self.pusher.ended(pid, status, restart=False):
                 pass
-            elif (child := self.children.pop(pid, None)) is not None:
-                self._check_final(child, self._retire(child, status))
+            else:
+                self.collectors.ended(pid, status, stopping=True)
         if self.pusher is not None:
             self.pusher.stop()  # after the final checkpoint: the last slices are closed
 
@@ -545,11 +372,4 @@ def _drain(fd: int) -> None:
         while os.read(fd, 4096):
             pass
     except (BlockingIOError, InterruptedError):
-        pass
-
-
-def _kill(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
         pass
