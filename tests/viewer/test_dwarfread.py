@@ -162,3 +162,31 @@ def test_damaged_dwarf_gives_an_answer_or_a_line_problem(tmp_path_factory, data)
                     dwarflines.run(work, own, elftools)
                 except dwarflines.LineProblem:
                     pass
+
+
+def test_a_sibling_that_leads_back_ends_in_a_line_problem(tmp_path):
+    """A unit whose DW_AT_sibling leads back to an earlier entry: neither
+    reader may walk it forever (pyelftools' children of such a unit are
+    endless); the view gets a LineProblem."""
+    path = _build(tmp_path, "hotline.c", "-gdwarf-4")
+    with open(path, "rb") as f:
+        dw = dwarflines.dwarf_of(f)
+        info = next(s for s in read_sections(f, path.stat().st_size) if s.name == ".debug_info")
+        cu = next(dw.iter_CUs())
+        top = cu.get_top_DIE()
+        first = next(top.iter_children())
+        die = next(d for d in top.iter_children() if "DW_AT_sibling" in d.attributes
+                   and d.offset > first.offset)
+        attr = die.attributes["DW_AT_sibling"]
+        assert attr.form == "DW_FORM_ref4"
+        at, back = attr.offset, first.offset - cu.cu_offset
+        unit = cu.cu_offset
+    with open(path, "r+b") as f:
+        f.seek(info.offset + at)
+        f.write(back.to_bytes(4, "little"))
+    with open(path, "rb") as f:
+        own = dwarflines.own_dwarf(f)
+        address = next(lo for lo, _hi, _u in aranges.read_index(str(path)).ranges)
+        with pytest.raises(dwarflines.LineProblem):
+            dwarflines.run(dwarflines.parse_inlines(unit, address, {}), own,
+                           lambda: dwarflines.dwarf_of(f))

@@ -27,6 +27,7 @@ from .symtab import RawSymbol, SymbolTable
 
 MAX_ROWS = 4_000_000  # line rows kept for one object (libpython has ~1M)
 MAX_UNITS = 200_000  # compilation units listed for one object
+MAX_ENTRIES = 4_000_000  # entries pyelftools walks in one unit (as diescan and dwarfread)
 
 
 class LineProblem(Exception):
@@ -214,29 +215,38 @@ def _constant(attr: tuple[str, Any]) -> int:
     return attr[1]
 
 
-def _functions(dw: Any, cu: Any, parent: Any, base: int) -> Iterator[tuple[int, int, Any]]:
+def _functions(dw: Any, cu: Any, parent: Any, base: int,
+               budget: list[int] | None = None) -> Iterator[tuple[int, int, Any]]:
     """The subprogram DIEs with code (below ``parent``, through namespaces
     and classes), by each of their ranges; their children are skipped."""
-    for die in parent.iter_children():
+    budget = budget if budget is not None else [MAX_ENTRIES]
+    for die in _children(parent, budget):
         if die.tag == "DW_TAG_subprogram":
             for lo, hi in _die_ranges(dw, cu, die, base):
                 if hi > lo:
                     yield lo, hi, die
         elif die.tag in SCOPES and die.has_children:
-            yield from _functions(dw, cu, die, base)
+            yield from _functions(dw, cu, die, base, budget)
 
 
 def _subtree(die: Any) -> Iterator[Any]:
     stack = [die]
-    count = 0
+    budget = [MAX_ENTRIES]
     while stack:
         d = stack.pop()
         yield d
-        count += 1
-        if count > MAX_ROWS:
-            raise LineProblem(f"more than {MAX_ROWS} entries in one function")
         if d.has_children:
-            stack.extend(d.iter_children())
+            stack.extend(_children(d, budget))
+
+
+def _children(die: Any, budget: list[int]) -> Iterator[Any]:
+    """pyelftools' children of ``die``, counted against ``budget``: in a
+    damaged unit a sibling that leads back makes them endless."""
+    for child in die.iter_children():
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise LineProblem(f"more than {MAX_ENTRIES} entries in one unit")
+        yield child
 
 
 def dwarf_of(f: BinaryIO) -> Any:
