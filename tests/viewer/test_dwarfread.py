@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -190,3 +191,25 @@ def test_a_sibling_that_leads_back_ends_in_a_line_problem(tmp_path):
         with pytest.raises(dwarflines.LineProblem):
             dwarflines.run(dwarflines.parse_inlines(unit, address, {}), own,
                            lambda: dwarflines.dwarf_of(f))
+
+
+def test_a_compressed_section_shorter_than_it_says_is_not_read_past_its_end(tmp_path):
+    """A compressed section whose header says more than it inflates to:
+    what is not there is Unsupported (a string read there ended in an
+    endless loop)."""
+    path = _build(tmp_path, "hotline.c", "-gz")
+    with open(path, "rb") as f:
+        sec = next(s for s in read_sections(f, path.stat().st_size) if s.name == ".debug_str")
+        f.seek(sec.offset)
+        kind, _reserved, size = struct.unpack("<IIQ", f.read(16))
+    assert kind == 1  # ELFCOMPRESS_ZLIB
+    with open(path, "r+b") as f:
+        f.seek(sec.offset + 8)
+        f.write(struct.pack("<Q", size + 4096))
+    with open(path, "rb") as f:
+        df = DwarfFile(f)
+        assert df.read(".debug_str", 0, 4) == df.read(".debug_str", 0, 4)  # what is there
+        with pytest.raises(Unsupported):
+            df.read(".debug_str", size, 16)
+        with pytest.raises(Unsupported):
+            df.cstr(".debug_str", size)

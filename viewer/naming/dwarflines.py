@@ -240,12 +240,17 @@ def _subtree(die: Any) -> Iterator[Any]:
 
 
 def _children(die: Any, budget: list[int]) -> Iterator[Any]:
-    """pyelftools' children of ``die``, counted against ``budget``: in a
-    damaged unit a sibling that leads back makes them endless."""
+    """pyelftools' children of ``die``, each after the one before and
+    counted against ``budget``: in a damaged unit a sibling that leads back
+    makes them endless."""
+    last = die.offset
     for child in die.iter_children():
         budget[0] -= 1
         if budget[0] < 0:
             raise LineProblem(f"more than {MAX_ENTRIES} entries in one unit")
+        if child.offset <= last:
+            raise LineProblem(f"an entry at {child.offset:#x} whose sibling leads back")
+        last = child.offset
         yield child
 
 

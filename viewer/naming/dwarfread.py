@@ -118,7 +118,10 @@ class DwarfFile:
         if stream is None or offset < 0 or size < 0 or offset + size > stream.size:
             raise Unsupported(f"{name}: {size} bytes at {offset:#x} are not there")
         stream.seek(offset)
-        return stream.read(size)  # type: ignore[no-any-return]
+        data: bytes = stream.read(size)
+        if len(data) != size:  # a compressed section that inflates to less than it says
+            raise Unsupported(f"{name}: {size} bytes at {offset:#x} are not there")
+        return data
 
     def size(self, name: str) -> int:
         try:
