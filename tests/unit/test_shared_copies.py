@@ -18,14 +18,7 @@ from qtools.daemon.sets import sharedcopies
 from qtools.daemon.sets.sharedcopies import SharedCopies
 from qtools.qformat import QDir, Stored
 from qtools.qformat.copies import CopyJob
-
-
-def _start(q: QDir, path: Path, **kw):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return q.start_copy(fd, path.name, **kw)
-    finally:
-        os.close(fd)
+from test_copies import _start  # a copy begun from a path
 
 
 def _copy_in_child(q: QDir, path: Path, **kw) -> None:
@@ -69,31 +62,34 @@ def test_without_the_shared_table_each_collector_copies_again(tmp_path):
         job.close()
 
 
-def test_a_changed_file_is_copied_again(tmp_path):
+@pytest.fixture
+def copied(tmp_path):
+    """A byte copy of a file, made by another process of the run: (q, the file)."""
     src = tmp_path / "libwork.so"
     src.write_bytes(b"\x7fELF" + bytes(4000))
     with QDir.open(tmp_path / "q", create=True) as q:
         q.shared = SharedCopies.create()
         _copy_in_child(q, src, link=False)
-        with open(src, "r+b") as f:
-            f.seek(100)
-            f.write(b"changed")
-        job = _start(q, src, link=False)
-        assert isinstance(job, CopyJob)
-        done = job.advance(None)
-        assert (tmp_path / "q" / done.name).read_bytes() == src.read_bytes()
+        yield q, src
 
 
-def test_a_removed_copy_is_made_again(tmp_path):
-    src = tmp_path / "libwork.so"
-    src.write_bytes(b"\x7fELF" + bytes(4000))
-    with QDir.open(tmp_path / "q", create=True) as q:
-        q.shared = SharedCopies.create()
-        _copy_in_child(q, src, link=False)
-        for name in os.listdir(tmp_path / "q"):
-            if name.startswith(".libwork"):
-                os.unlink(tmp_path / "q" / name)  # retention took it
-        assert isinstance(_start(q, src, link=False), CopyJob)
+def test_a_changed_file_is_copied_again(copied, tmp_path):
+    q, src = copied
+    with open(src, "r+b") as f:
+        f.seek(100)
+        f.write(b"changed")
+    job = _start(q, src, link=False)
+    assert isinstance(job, CopyJob)
+    done = job.advance(None)
+    assert (tmp_path / "q" / done.name).read_bytes() == src.read_bytes()
+
+
+def test_a_removed_copy_is_made_again(copied, tmp_path):
+    q, src = copied
+    for name in os.listdir(tmp_path / "q"):
+        if name.startswith(".libwork"):
+            os.unlink(tmp_path / "q" / name)  # retention took it
+    assert isinstance(_start(q, src, link=False), CopyJob)
 
 
 def test_malformed_lines_are_skipped_and_the_table_is_bounded(monkeypatch):

@@ -83,3 +83,14 @@ def hotline(build_dir) -> Binary:
     """hotline.c built with -g -O2: one hot line in spin(), square() inlined."""
     _need("cc")
     return Binary.read(compile_c(SRC / "hotline.c", build_dir / "hotline", "-g", "-fPIE", "-pie"))
+
+
+@pytest.fixture(scope="session")
+def debug_files() -> list[Path]:
+    """This machine's separate debug files, the largest first (skipped if none)."""
+    root = Path("/usr/lib/debug/.build-id")
+    files = sorted(root.glob("*/*.debug"), key=lambda p: -p.stat().st_size) \
+        if root.is_dir() else []
+    if not files:
+        pytest.skip("no separate debug files here")
+    return files
