@@ -34,6 +34,7 @@ SECTIONS = ("info", "aranges", "abbrev", "frame", "str", "loc", "ranges", "line"
             "types")
 ELFCOMPRESS_ZLIB = 1
 CHUNK = 1 << 16  # compressed bytes inflated at a time
+MAX_INFLATED = 4 << 30  # bytes a compressed section may say it holds (held in memory as read)
 #: e_machine -> pyelftools' name of it (``ELFFile.get_machine_arch``, DwarfConfig)
 MACHINES = {62: "x64", 183: "AArch64", 3: "x86", 40: "ARM", 243: "RISC-V", 21: "64-bit PowerPC",
             20: "PowerPC", 8: "MIPS", 22: "IBM S/390", 2: "SPARC", 43: "SPARC v9"}
@@ -148,7 +149,8 @@ def dwarf_info(f: BinaryIO) -> DWARFInfo:
 def section_stream(f: BinaryIO, header: ElfHeader, sec: SectionHeader) -> _Lazy | None:
     """The bytes of ``sec`` as a stream, inflated where compressed; None for
     one without bytes in the file (SHT_NOBITS: a debug file's copy of
-    ``.eh_frame``) or compressed other than by zlib."""
+    ``.eh_frame``), compressed other than by zlib, or saying it inflates
+    to more than MAX_INFLATED."""
     if sec.type == SHT_NOBITS:
         return None
     if not sec.flags & SHF_COMPRESSED:
@@ -162,6 +164,8 @@ def section_stream(f: BinaryIO, header: ElfHeader, sec: SectionHeader) -> _Lazy 
     if fields[0] != ELFCOMPRESS_ZLIB:
         return None
     size = fields[2] if header.is64 else fields[1]
+    if size > MAX_INFLATED:  # a zlib bomb's header: read as if it were not there
+        return None
     return _Lazy(f.fileno(), sec.offset + chdr.size, sec.size - chdr.size, size, True)
 
 
