@@ -33,7 +33,8 @@ SCOPES = frozenset(("DW_TAG_namespace", "DW_TAG_class_type", "DW_TAG_structure_t
 MAX_ENTRIES = 4_000_000  # entries stepped over in one unit
 MAX_DEPTH = 256
 
-_FIXED = {
+# The forms by how they are laid out (dwarfread.py reads their values)
+FIXED_WIDTHS = {
     "DW_FORM_data1": 1, "DW_FORM_ref1": 1, "DW_FORM_flag": 1, "DW_FORM_strx1": 1,
     "DW_FORM_addrx1": 1, "DW_FORM_data2": 2, "DW_FORM_ref2": 2, "DW_FORM_strx2": 2,
     "DW_FORM_addrx2": 2, "DW_FORM_strx3": 3, "DW_FORM_addrx3": 3, "DW_FORM_data4": 4,
@@ -41,14 +42,14 @@ _FIXED = {
     "DW_FORM_data8": 8, "DW_FORM_ref8": 8, "DW_FORM_ref_sig8": 8, "DW_FORM_ref_sup8": 8,
     "DW_FORM_data16": 16, "DW_FORM_flag_present": 0, "DW_FORM_implicit_const": 0,
 }
-_OFFSET = frozenset(("DW_FORM_strp", "DW_FORM_line_strp", "DW_FORM_sec_offset",
+OFFSET_FORMS = frozenset(("DW_FORM_strp", "DW_FORM_line_strp", "DW_FORM_sec_offset",
                      "DW_FORM_strp_sup", "DW_FORM_GNU_ref_alt", "DW_FORM_GNU_strp_alt"))
-_ULEB = frozenset(("DW_FORM_udata", "DW_FORM_ref_udata", "DW_FORM_strx", "DW_FORM_addrx",
+ULEB_FORMS = frozenset(("DW_FORM_udata", "DW_FORM_ref_udata", "DW_FORM_strx", "DW_FORM_addrx",
                    "DW_FORM_loclistx", "DW_FORM_rnglistx", "DW_FORM_GNU_addr_index",
                    "DW_FORM_GNU_str_index", "DW_FORM_sdata"))  # sdata: same length
-_BLOCK = {"DW_FORM_block1": 1, "DW_FORM_block2": 2, "DW_FORM_block4": 4}
-_ULEB_BLOCK = frozenset(("DW_FORM_block", "DW_FORM_exprloc"))
-_REFS = frozenset(("DW_FORM_ref1", "DW_FORM_ref2", "DW_FORM_ref4", "DW_FORM_ref8",
+BLOCK_FORMS = {"DW_FORM_block1": 1, "DW_FORM_block2": 2, "DW_FORM_block4": 4}
+ULEB_BLOCK_FORMS = frozenset(("DW_FORM_block", "DW_FORM_exprloc"))
+REF_FORMS = frozenset(("DW_FORM_ref1", "DW_FORM_ref2", "DW_FORM_ref4", "DW_FORM_ref8",
                    "DW_FORM_ref_udata"))
 _CONSTANT = frozenset(("DW_FORM_data1", "DW_FORM_data2", "DW_FORM_data4", "DW_FORM_data8",
                        "DW_FORM_udata"))
@@ -214,7 +215,7 @@ class _Layouts:
             raise ScanStop("indirect form")
         width = self._width(form)
         if name == "DW_AT_sibling":
-            return (SIBLING if form in _REFS else SKIP), form, width
+            return (SIBLING if form in REF_FORMS else SKIP), form, width
         if name == "DW_AT_low_pc":
             return (LOW if form == "DW_FORM_addr" else OTHER), form, width
         if name == "DW_AT_high_pc":
@@ -230,11 +231,11 @@ class _Layouts:
             return self.addr_size
         if form == "DW_FORM_ref_addr":
             return self.offset_size if self.version >= 3 else self.addr_size
-        if form in _FIXED:
-            return _FIXED[form]
-        if form in _OFFSET:
+        if form in FIXED_WIDTHS:
+            return FIXED_WIDTHS[form]
+        if form in OFFSET_FORMS:
             return self.offset_size
-        if form in _ULEB or form in _BLOCK or form in _ULEB_BLOCK or form == "DW_FORM_string":
+        if form in ULEB_FORMS or form in BLOCK_FORMS or form in ULEB_BLOCK_FORMS or form == "DW_FORM_string":
             return -1
         raise ScanStop(f"form {form}")
 
@@ -242,13 +243,13 @@ class _Layouts:
 def _step(data: bytes, pos: int, form: str, width: int, order: str) -> int:
     if width >= 0:
         return pos + width
-    if form in _ULEB:
+    if form in ULEB_FORMS:
         return uleb(data, pos, len(data))[1]
     if form == "DW_FORM_string":
         end = data.index(b"\0", pos)  # ValueError where there is none
         return end + 1
-    if form in _BLOCK:
-        n = _BLOCK[form]
+    if form in BLOCK_FORMS:
+        n = BLOCK_FORMS[form]
         length = int.from_bytes(data[pos:pos + n], order)  # type: ignore[arg-type]
         return pos + n + length
     length, pos = uleb(data, pos, len(data))

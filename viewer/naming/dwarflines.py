@@ -18,12 +18,13 @@ unknown (one warning), and the rows kept are capped.
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Any, BinaryIO, Callable, Iterable, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, Iterator, NamedTuple
 
 from .diescan import SCOPES, elftools_unit, own_unit, subprograms
-from .dwarfread import DwarfFile, Entry, Unit, Unsupported
-from .lineprog import file_namer, line_program
 from .symtab import RawSymbol, SymbolTable
+
+if TYPE_CHECKING:  # the readers are imported when a view first reads DWARF: not at start
+    from .dwarfread import DwarfFile, Entry, Unit
 
 MAX_ROWS = 4_000_000  # line rows kept for one object (libpython has ~1M)
 MAX_UNITS = 200_000  # compilation units listed for one object
@@ -121,6 +122,7 @@ def parse_rows(units: set[int] | None) -> Work:
         return SymbolTable.build(rows), {cu.cu_offset for cu in todo}
 
     def own(df: DwarfFile) -> tuple[SymbolTable, set[int]]:
+        from .lineprog import line_program
         rows: list[RawSymbol] = []
         todo = df.unit_offsets() if units is None else sorted(units)
         for offset in todo:
@@ -171,6 +173,8 @@ def parse_inlines(unit: int, vaddr: int, functions: Functions) -> Work:
         return spans, _sweep(pieces)
 
     def own(df: DwarfFile) -> tuple[list[tuple[int, int]], SymbolTable]:
+        from .dwarfread import Unsupported
+        from .lineprog import line_program
         u = df.unit(unit)
         base = u.low_pc
         program = line_program(u)
@@ -211,6 +215,7 @@ def _no_file(index: int) -> str:
 
 def _constant(attr: tuple[str, Any]) -> int:
     if not isinstance(attr[1], int) or isinstance(attr[1], bool):
+        from .dwarfread import Unsupported
         raise Unsupported(f"a constant of form {attr[0]}")
     return attr[1]
 
@@ -266,6 +271,7 @@ def dwarf_of(f: BinaryIO) -> Any:
 
 def own_dwarf(f: BinaryIO) -> DwarfFile | None:
     """The file's DWARF for dwarfread, or None where pyelftools must read it."""
+    from .dwarfread import DwarfFile
     try:
         return DwarfFile(f)
     except OSError:
@@ -338,6 +344,7 @@ def _file_names(cu: Any, program: Any) -> Callable[[int], str]:
     comp_dir = _text(top.attributes["DW_AT_comp_dir"].value) \
         if "DW_AT_comp_dir" in top.attributes else ""
     header = program.header
+    from .lineprog import file_namer
     return file_namer(header["version"], comp_dir,
                       [_text(d) for d in header["include_directory"]],
                       [(_text(e.name), e.dir_index) for e in header["file_entry"]])

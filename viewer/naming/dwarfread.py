@@ -25,7 +25,8 @@ from typing import Any, BinaryIO, Iterator, NamedTuple
 
 from qtools.qformat.ehframe import sleb, uleb
 
-from .lazydwarf import plain_sections, section_stream
+from .diescan import BLOCK_FORMS, FIXED_WIDTHS, OFFSET_FORMS, REF_FORMS, ULEB_BLOCK_FORMS, \
+    ULEB_FORMS
 
 MAX_UNITS = 200_000  # unit headers walked to find the unit of a cross-unit reference
 MAX_ABBREVS = 100_000  # abbreviations in one table
@@ -58,20 +59,6 @@ FORMS = {0x01: "DW_FORM_addr", 0x03: "DW_FORM_block2", 0x04: "DW_FORM_block4",
          0x2A: "DW_FORM_addrx2", 0x2B: "DW_FORM_addrx3", 0x2C: "DW_FORM_addrx4",
          0x1F01: "DW_FORM_GNU_addr_index", 0x1F02: "DW_FORM_GNU_str_index",
          0x1F20: "DW_FORM_GNU_ref_alt", 0x1F21: "DW_FORM_GNU_strp_alt"}
-_FIXED = {"DW_FORM_data1": 1, "DW_FORM_data2": 2, "DW_FORM_data4": 4, "DW_FORM_data8": 8,
-          "DW_FORM_flag": 1, "DW_FORM_ref1": 1, "DW_FORM_ref2": 2, "DW_FORM_ref4": 4,
-          "DW_FORM_ref8": 8, "DW_FORM_strx1": 1, "DW_FORM_strx2": 2, "DW_FORM_strx3": 3,
-          "DW_FORM_strx4": 4, "DW_FORM_addrx1": 1, "DW_FORM_addrx2": 2, "DW_FORM_addrx3": 3,
-          "DW_FORM_addrx4": 4, "DW_FORM_ref_sig8": 8, "DW_FORM_ref_sup4": 4,
-          "DW_FORM_ref_sup8": 8}
-_OFFSET = frozenset(("DW_FORM_strp", "DW_FORM_line_strp", "DW_FORM_sec_offset",
-                     "DW_FORM_strp_sup", "DW_FORM_GNU_ref_alt", "DW_FORM_GNU_strp_alt"))
-_ULEB = frozenset(("DW_FORM_udata", "DW_FORM_ref_udata", "DW_FORM_strx", "DW_FORM_addrx",
-                   "DW_FORM_loclistx", "DW_FORM_rnglistx", "DW_FORM_GNU_addr_index",
-                   "DW_FORM_GNU_str_index"))
-_BLOCK = {"DW_FORM_block1": 1, "DW_FORM_block2": 2, "DW_FORM_block4": 4}
-_REFS = frozenset(("DW_FORM_ref1", "DW_FORM_ref2", "DW_FORM_ref4", "DW_FORM_ref8",
-                   "DW_FORM_ref_udata"))
 _STRX = frozenset(("DW_FORM_strx", "DW_FORM_strx1", "DW_FORM_strx2", "DW_FORM_strx3",
                    "DW_FORM_strx4"))
 _ADDRX = frozenset(("DW_FORM_addrx", "DW_FORM_addrx1", "DW_FORM_addrx2", "DW_FORM_addrx3",
@@ -98,6 +85,8 @@ class DwarfFile:
     """The DWARF sections of one open ELF file (it must stay open)."""
 
     def __init__(self, f: BinaryIO) -> None:
+        from .lazydwarf import plain_sections, section_stream
+        self._section_stream = section_stream
         plain = plain_sections(f)
         if plain is None or ".debug_info" not in plain[1]:
             raise Unsupported("not read here")
@@ -108,13 +97,17 @@ class DwarfFile:
         self._units: dict[int, Unit] = {}
         self._starts: list[int] | None = None  # every unit's offset, once walked
 
-    def read(self, name: str, offset: int, size: int) -> bytes:
-        """``size`` bytes of section ``name`` at ``offset``, all there or Unsupported."""
+    def _stream(self, name: str) -> Any:
+        """Section ``name`` as a lazydwarf stream; None where there is none to read."""
         if name not in self._streams:
             sec = self._sections.get(name)
-            self._streams[name] = None if sec is None else section_stream(self._f, self.header,
-                                                                          sec)
-        stream = self._streams[name]
+            self._streams[name] = None if sec is None else \
+                self._section_stream(self._f, self.header, sec)
+        return self._streams[name]
+
+    def read(self, name: str, offset: int, size: int) -> bytes:
+        """``size`` bytes of section ``name`` at ``offset``, all there or Unsupported."""
+        stream = self._stream(name)
         if stream is None or offset < 0 or size < 0 or offset + size > stream.size:
             raise Unsupported(f"{name}: {size} bytes at {offset:#x} are not there")
         stream.seek(offset)
@@ -124,11 +117,8 @@ class DwarfFile:
         return data
 
     def size(self, name: str) -> int:
-        try:
-            self.read(name, 0, 0)
-        except Unsupported:
-            return 0
-        return self._streams[name].size  # type: ignore[no-any-return]
+        stream = self._stream(name)
+        return stream.size if stream is not None else 0  # type: ignore[no-any-return]
 
     def cstr(self, name: str, offset: int) -> bytes:
         """The NUL-terminated string at ``offset`` of section ``name``."""
@@ -243,44 +233,38 @@ class Unit:
         """(value, next position) of an attribute of ``form`` at ``pos`` of
         ``data`` (this unit's entries, or its line program's tables)."""
         order = self.df.order
-        width = _FIXED.get(form)
+        width = FIXED_WIDTHS.get(form)
         if width is not None:
-            value = int_at(data, pos, width, order)
-            pos += width
-        elif form == "DW_FORM_addr":
-            value = int_at(data, pos, self.addr_size, order)
-            pos += self.addr_size
-        elif form in _OFFSET or form == "DW_FORM_ref_addr":
+            if form == "DW_FORM_implicit_const":
+                return const, pos
+            if form == "DW_FORM_flag_present":
+                return True, pos
+            if form == "DW_FORM_data16":
+                return None, pos + 16
+            return int_at(data, pos, width, order), pos + width
+        if form == "DW_FORM_addr":
+            return int_at(data, pos, self.addr_size, order), pos + self.addr_size
+        if form in OFFSET_FORMS or form == "DW_FORM_ref_addr":
             size = self.offset_size if form != "DW_FORM_ref_addr" or self.version >= 3 \
                 else self.addr_size
-            value = int_at(data, pos, size, order)
-            pos += size
-        elif form in _ULEB:
-            value, pos = uleb(data, pos, len(data))
-        elif form == "DW_FORM_sdata":
-            value, pos = sleb(data, pos, len(data))
-        elif form == "DW_FORM_string":
+            return int_at(data, pos, size, order), pos + size
+        if form == "DW_FORM_sdata":
+            return sleb(data, pos, len(data))
+        if form in ULEB_FORMS:
+            return uleb(data, pos, len(data))
+        if form == "DW_FORM_string":
             end = data.find(b"\0", pos)
             if end < 0:
                 raise Unsupported("an unterminated string")
             text: bytes = data[pos:end]
             return text, end + 1
-        elif form in _BLOCK:
-            n = _BLOCK[form]
-            length = int_at(data, pos, n, order)
-            value, pos = None, pos + n + length
-        elif form in ("DW_FORM_block", "DW_FORM_exprloc"):
+        if form in BLOCK_FORMS:
+            n = BLOCK_FORMS[form]
+            return None, pos + n + int_at(data, pos, n, order)
+        if form in ULEB_BLOCK_FORMS:
             length, pos = uleb(data, pos, len(data))
-            value, pos = None, pos + length
-        elif form == "DW_FORM_data16":
-            value, pos = None, pos + 16
-        elif form == "DW_FORM_flag_present":
-            value = True
-        elif form == "DW_FORM_implicit_const":
-            value = const
-        else:  # indirect, and forms no table names
-            raise Unsupported(f"form {form}")
-        return value, pos
+            return None, pos + length
+        raise Unsupported(f"form {form}")  # indirect, and forms no table names
 
     def entries_below(self, offset: int) -> Iterator[Entry]:
         """The entry at ``offset`` and every entry below it, in file order."""
@@ -341,7 +325,7 @@ class Unit:
     def reference(self, attr: tuple[str, Any]) -> tuple[Unit, Entry]:
         """The entry a reference attribute leads to, and its unit."""
         form, value = attr
-        if form in _REFS:
+        if form in REF_FORMS:
             return self, self.entry(self.offset + value)
         if form == "DW_FORM_ref_addr":
             unit = self if self.die_offset <= value < self.end else self.df.unit_holding(value)

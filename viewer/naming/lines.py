@@ -12,7 +12,7 @@ import hashlib
 import os
 from bisect import bisect_right
 from contextlib import ExitStack, contextmanager
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator
 
 from qtools.qformat import open_regular
 
@@ -20,8 +20,10 @@ from .aranges import has_lines, read_index
 from .dwarflines import (Functions, InlineFrame, LineIndex, LineProblem, Work, decode_chain,
                          dwarf_of, own_dwarf, parse_inlines, parse_rows, raw_rows, run,
                          split_line)
-from .dwarfread import DwarfFile
 from .symtab import SymbolTable
+
+if TYPE_CHECKING:
+    from .dwarfread import DwarfFile
 
 __all__ = ["InlineFrame", "LineIndex", "LineProblem", "ObjectLines", "has_lines", "read_index",
            "path_opener", "path_tag"]
