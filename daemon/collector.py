@@ -54,6 +54,7 @@ class Options(NamedTuple):
     cpu: int
     kernel_only: bool = False
     checkpoint_interval: float = 10.0
+    run_seconds: float | None = None  # -t: the run ends this long after the loop starts, or later
     verbose: bool = False
     min_samples: int = 100
     stacks: bool = True

@@ -22,6 +22,10 @@ QUIET_RECORDS_PER_SECOND = 4
 # wait is seen only through its records, its command line already gone.
 BELL_LESS_QUIET = 5.0
 
+# A checkpoint due this close to a timed run's end (either side) is left to
+# the final one: the two would write the same sets twice within a moment.
+END_SLACK = 1.0
+
 
 def run(c: CpuCollector, flags: Flags, clock: Callable[[], float] = time.monotonic,
         drain_interval: float = 0.5, heartbeat: Callable[[], None] | None = None,
@@ -39,7 +43,10 @@ def run(c: CpuCollector, flags: Flags, clock: Callable[[], float] = time.monoton
     opts = c.opts
     started = last_tick = clock()
     interval = drain_interval
-    next_checkpoint = started + opts.checkpoint_interval
+    # The supervisor counts -t from after every collector has started:
+    # the run ends at or after this collector's start plus that.
+    ends = started + opts.run_seconds if opts.run_seconds is not None else None
+    next_checkpoint = checkpoint_due(started + opts.checkpoint_interval, ends)
     rotate = opts.rotate
     next_slice = slice_end(c, clock, rotate) if rotate else None
     c.start_counters()
@@ -69,17 +76,26 @@ def run(c: CpuCollector, flags: Flags, clock: Callable[[], float] = time.monoton
         if next_slice is not None and now >= next_slice:
             c.rotate()
             next_slice = slice_end(c, clock, rotate)  # type: ignore[arg-type]
-            next_checkpoint = clock() + opts.checkpoint_interval
+            next_checkpoint = checkpoint_due(clock() + opts.checkpoint_interval, ends)
         elif flags.checkpoint or now >= next_checkpoint:
             asked, flags.checkpoint = flags.checkpoint, False
             c.checkpoint(complete=asked)
-            next_checkpoint = clock() + opts.checkpoint_interval
+            next_checkpoint = checkpoint_due(clock() + opts.checkpoint_interval, ends)
     if opts.verbose:
         c.say("termination-request received; shutting down")
     ok = c.finish()
     if opts.verbose:
         c.say_tick(clock() - last_tick)
     return ok
+
+
+def checkpoint_due(at: float, ends: float | None) -> float:
+    """When a checkpoint due ``at`` is written: then, unless the run ends
+    within END_SLACK of it, when the final checkpoint writes the sets
+    anyway; if the stop is late past that, END_SLACK after the end."""
+    if ends is not None and ends - END_SLACK <= at < ends + END_SLACK:
+        return ends + END_SLACK
+    return at
 
 
 def quiet(c: CpuCollector, waited: float) -> bool:

@@ -296,6 +296,36 @@ def _run_waits(tmp_path, source: _Waits, now: list[float], waits: int,
                      quiet_interval=quiet_interval)
 
 
+@pytest.mark.parametrize("stop_at, written", [(1010.3, [1005.0]),
+                                                (1013.0, [1005.0, 1011.0])])
+def test_a_timed_run_leaves_the_checkpoint_due_at_its_end_to_the_final_one(tmp_path, stop_at,
+                                                                          written):
+    """-t 10 with checkpoints every 5 s: the one due at 10 s would write
+    the sets a moment before the final checkpoint writes them again, so
+    it waits for the stop; a stop later than a second past the end does
+    not hold it back longer."""
+    now = [1000.0]
+    source = _Waits([], now)
+    run = RunInfo(["q-syscollect"], "cpu-clock", "seconds", 1e-9, "fp")
+    flags = Flags()
+    with QDir.open(tmp_path / "q", create=True) as qdir:
+        c = CpuCollector(Options(cpu=0, checkpoint_interval=5.0, run_seconds=10.0), run, source,
+                         qdir, ObjectCopier(qdir, host=StaticHost(files=None)), out=io.StringIO())
+        checkpoints: list[float] = []
+        checkpoint = c.checkpoint
+
+        def noted(final: bool = False, complete: bool = False) -> bool:
+            checkpoints.append(now[0])
+            return checkpoint(final, complete)
+        c.checkpoint = noted  # type: ignore[method-assign]
+
+        def heartbeat() -> None:
+            flags.stop = now[0] >= stop_at
+        assert c.run(flags, clock=lambda: now[0], heartbeat=heartbeat)
+    assert checkpoints[:-1] == written  # then the final one, at the stop
+    assert checkpoints[-1] == pytest.approx(stop_at, abs=0.5)
+
+
 def test_an_idle_collector_drains_less_often_and_activity_brings_it_back(tmp_path, binary):
     """Drains with nothing but a stray record each let the next wait twice
     as long, up to quiet_interval; a busy drain goes back to 0.5 s."""
