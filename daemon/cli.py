@@ -13,6 +13,7 @@ try:
     import os
     import sys
 
+    from qtools.qformat.helptext import RawDescriptionHelpFormatter
     from qtools.qformat.pushstate import check_url
     from qtools.qformat.version import package_version
 
@@ -126,7 +127,7 @@ def _age_us(text: str) -> int:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="q-syscollect", description=DESCRIPTION, epilog=EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=RawDescriptionHelpFormatter)
     p.add_argument("-t", dest="duration", type=_positive_float, metavar="SECS",
                    help="collect for SECS seconds, then stop")
     p.add_argument("-v", dest="verbose", action="store_true",

@@ -20,6 +20,7 @@ from qtools.qformat.limits import DEFAULT_LIMITS, LimitExceeded, describe_defaul
     parse_limits
 from qtools.qformat import QFormatError
 from qtools.qformat.archive import looks_like_archive
+from qtools.qformat.helptext import HelpFormatter
 from qtools.qformat.version import package_version
 
 from . import overview
@@ -44,7 +45,7 @@ PROG = "q-view"
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=PROG,
+        prog=PROG, formatter_class=HelpFormatter,
         description="gprof-style flat profiles and call graphs from a q-syscollect .q directory.",
         epilog="With no FILE, or only directories and neither a selection nor a report "
                "option (--flat, --graph, --format...), prints an overview of the task sets. "

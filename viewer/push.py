@@ -35,6 +35,7 @@ from typing import Callable
 from urllib.parse import urlencode
 
 from qtools.qformat import QDir, QFormatError
+from qtools.qformat.helptext import HelpFormatter
 from qtools.qformat.limits import DEFAULT_LIMITS, LimitExceeded
 from qtools.qformat.pushstate import STATE_NAME, check_url, read_sent, write_sent
 
@@ -329,7 +330,7 @@ def _end(opts: Options, pusher: Pusher, sent: int, left: int) -> int:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=PROG, description="Send the closed slices of a .q directory to a "
+        prog=PROG, formatter_class=HelpFormatter, description="Send the closed slices of a .q directory to a "
         "Pyroscope-compatible /ingest endpoint as pprof profiles, each once (at least).",
         epilog="exit status: 0 all closed slices pushed (or --follow ended as asked), "
         "1 slices left unsent or a directory problem, 2 a usage error")
