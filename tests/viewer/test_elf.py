@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from qtools.viewer.naming import symcache
 from qtools.viewer.naming.demangle import demangle
@@ -108,6 +110,29 @@ def test_symbol_table_prefers_global_sized_names():
     assert table.lookup(0x2ff) == ("asm_routine", 0x200)  # sizeless: to the next symbol
     assert table.lookup(0x30f) == ("last", 0x300)
     assert table.lookup(0x310) is None and table.lookup(0x50) is None
+
+
+_NAMES = st.text(alphabet="_ab", max_size=5)
+_SYMBOLS = st.builds(RawSymbol, st.just(0x100), st.sampled_from([0, 0x10, 0x20]),
+                     st.integers(0, 5), _NAMES)
+
+
+@given(st.lists(_SYMBOLS, min_size=1, max_size=6))
+@settings(max_examples=300, derandomize=True)
+def test_the_best_name_of_a_start_is_perfs_whatever_the_order(symbols):
+    """Of the symbols at one start the table names one by perf's order
+    (global, weak, local; sized; fewer leading underscores; shorter; then
+    by text), the same whichever order they come in."""
+    def rank(s: RawSymbol) -> tuple[int, int, int, int, str]:
+        return (s.rank, 0 if s.size else 1, len(s.name) - len(s.name.lstrip("_")),
+                len(s.name), s.name)
+    named = [s for s in symbols if s.name]
+    for order in (symbols, symbols[::-1]):
+        table = SymbolTable.build(order)
+        if named:
+            assert table.names == [min(named, key=rank).name]
+        else:
+            assert len(table) == 0
 
 
 def test_cache_round_trip_and_corruption(tmp_path, calls_pie):

@@ -86,11 +86,20 @@ class SymbolTable:
 
 def _better(new: RawSymbol, old: RawSymbol) -> bool:
     """perf's rule of thumb: global over weak over local, sized over sizeless,
-    fewer leading underscores, then the shorter name."""
-    def key(s: RawSymbol) -> tuple[int, int, int, int, str]:
-        underscores = len(s.name) - len(s.name.lstrip("_"))
-        return (s.rank, 0 if s.size else 1, underscores, len(s.name), s.name)
-    return key(new) < key(old)
+    fewer leading underscores, then the shorter name, then the first in
+    order. Decided at the first that differs: most pairs differ in rank
+    (a library's dynamic symbols against its debug file's)."""
+    if new.rank != old.rank:
+        return new.rank < old.rank
+    if (not new.size) != (not old.size):
+        return bool(new.size)
+    a, b = new.name, old.name
+    under_a, under_b = len(a) - len(a.lstrip("_")), len(b) - len(b.lstrip("_"))
+    if under_a != under_b:
+        return under_a < under_b
+    if len(a) != len(b):
+        return len(a) < len(b)
+    return a < b
 
 
 MAX_LINE = 1 << 16  # bytes: a longer line of a text copy is malformed
