@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from qtools.viewer.naming import symcache
 from qtools.viewer.naming.demangle import demangle
 from qtools.viewer.naming.elf import ElfProblem, read_elf
+from qtools.viewer.naming.symbols import _merge
 from qtools.viewer.naming.symtab import RawSymbol, SymbolTable
 
 
@@ -133,6 +134,24 @@ def test_the_best_name_of_a_start_is_perfs_whatever_the_order(symbols):
             assert table.names == [min(named, key=rank).name]
         else:
             assert len(table) == 0
+
+
+_TABLE = st.lists(st.builds(RawSymbol, st.integers(0, 40), st.integers(0, 6), st.integers(0, 5),
+                            _NAMES), max_size=12).map(SymbolTable.build)
+
+
+@given(_TABLE, _TABLE)
+@settings(max_examples=300, derandomize=True)
+def test_a_stripped_copys_symbols_are_completed_by_its_debug_files(stripped, debug):
+    """Every start of either table is named; where both have one, the
+    debug file's symbol (global in it, or not) wins, with its own end."""
+    merged = _merge(stripped, debug)
+    as_raw = [RawSymbol(s, e - s, 1, n) for s, e, n in zip(stripped.starts, stripped.ends,
+                                                          stripped.names)]
+    as_raw += [RawSymbol(s, e - s, 0, n) for s, e, n in zip(debug.starts, debug.ends, debug.names)]
+    expected = SymbolTable.build(as_raw)  # the debug file's rank first, perf's order
+    assert (list(merged.starts), list(merged.ends), merged.names) == \
+        (list(expected.starts), list(expected.ends), expected.names)
 
 
 def test_cache_round_trip_and_corruption(tmp_path, calls_pie):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import zlib
+from array import array
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
@@ -33,7 +34,7 @@ from .lines import (LineIndex, LineProblem, ObjectLines, has_lines, path_opener,
                     read_index)
 from .perfmap import read_perf_map
 from .symcache import SymbolCache
-from .symtab import RawSymbol, SymbolTable
+from .symtab import SymbolTable
 
 if TYPE_CHECKING:
     from .jitnames import JitNames
@@ -463,10 +464,13 @@ class Symbols:
 
 
 def _merge(a: SymbolTable, b: SymbolTable) -> SymbolTable:
-    """Symbols of a stripped copy (dynsym, PLT) completed by its debug file's."""
-    raw = [RawSymbol(s, e - s, 1, n) for s, e, n in zip(a.starts, a.ends, a.names)]
-    raw += [RawSymbol(s, e - s, 0, n) for s, e, n in zip(b.starts, b.ends, b.names)]
-    return SymbolTable.build(raw)
+    """Symbols of a stripped copy (dynsym, PLT) completed by its debug file's:
+    where both name a start, the debug file's symbol (its name and end)."""
+    by_start = dict(zip(a.starts, zip(a.ends, a.names)))
+    by_start.update(zip(b.starts, zip(b.ends, b.names)))
+    order = sorted(by_start)
+    return SymbolTable(array("Q", order), array("Q", [by_start[s][0] for s in order]),
+                       [by_start[s][1] for s in order])
 
 
 def _has_build_id(path: str, build_id: str) -> bool:
