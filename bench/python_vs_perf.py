@@ -168,8 +168,8 @@ def main() -> int:
         baseline = cpu_of([python, "-X", mode, str(PROGRAM), args.rounds], cwd=work)
         rows.append(run_perf(work, python, mode, args.rounds, args.rate, baseline))
         rows.append(run_q(work, python, mode, args.rounds, args.rate, baseline))
-    print(f"| program | tool | record CPU s | inject CPU s | report CPU s | output | "
-          f"complete stacks | complete through Python | f4 of f1+f2+f4 (4/7 = 57.1%) |")
+    print("| program | tool | record CPU s | inject CPU s | report CPU s | output | "
+          "complete stacks | complete through Python | f4 of f1+f2+f4 (4/7 = 57.1%) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for s in rows:
         inject = f"{s.cpu['inject']:.2f}" if "inject" in s.cpu else "-"

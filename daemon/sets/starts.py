@@ -120,13 +120,14 @@ class FunctionStarts:
                 kernel_from: int) -> StartOf | None:
         """The ``StartOf`` of a set of ``process`` (None: an aggregate or the
         kernel's set) whose kernel addresses start at ``kernel_from``."""
-        user = None
         cfi_for = self.cfi_for
-        if cfi_for is not None and process is not None and process.own:
-            def user(address: int, proc: Process = process) -> int | None:
-                m = proc.maps.find(address)
-                if m is None or m.obj.special:
-                    return None
-                cfi = cfi_for(proc, m)
-                return fde_start(cfi, m, address) if cfi is not None else None
+        if cfi_for is None or process is None or not process.own:
+            return start_finder(self.kernel(kallsyms), kernel_from, None)
+
+        def user(address: int, proc: Process = process) -> int | None:
+            m = proc.maps.find(address)
+            if m is None or m.obj.special:
+                return None
+            cfi = cfi_for(proc, m)
+            return fde_start(cfi, m, address) if cfi is not None else None
         return start_finder(self.kernel(kallsyms), kernel_from, user)

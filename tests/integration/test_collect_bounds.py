@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import time
 
 from qtools.qformat import (Histogram, Info, QDir, QFormatError, SetName, TaskInfo, dump_info,

@@ -35,7 +35,7 @@ from qtools.qformat.limits import exceeded
 
 from ..errors import UsageError, ViewError
 from ..inputs.load import StoredSet
-from ..inputs.locations import SetLocations, locate, locate_set
+from ..inputs.locations import SetLocations, locate_set
 from ..inputs.threadlocs import ThreadView, locate_cpu_by_thread, locate_threads
 from ..naming.demangle import demangle
 from ..naming.space import AddressSpace
