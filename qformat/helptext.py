@@ -26,6 +26,8 @@ def columns() -> int:
 
 
 class HelpFormatter(argparse.HelpFormatter):
+    """argparse's own, at the width ``columns`` finds."""
+
     def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
                  width: int | None = None) -> None:
         super().__init__(prog, indent_increment, max_help_position,
