@@ -24,6 +24,8 @@ from qtools.qformat.elfhdr import (SHF_EXECINSTR, SHT_DYNSYM, SHT_NOBITS, SHT_NO
 
 from .symtab import RawSymbol, SymbolTable
 
+_new = tuple.__new__
+
 SHN_UNDEF = 0
 SHN_LORESERVE = 0xFF00
 STT_NOTYPE, STT_FUNC, STT_GNU_IFUNC = 0, 2, 10
@@ -150,11 +152,12 @@ def _symbols(e: _Elf, index: int) -> Iterator[RawSymbol]:
                    or t[at_info] & 0xF == STT_NOTYPE and t[at_shndx] in code)]
     ranks = {STB_GLOBAL: 0, STB_WEAK: 2}
     size = len(strtab)
+    find = strtab.find
     for t in picked:
         st_name = t[0]
         if not 0 <= st_name < size:
             continue
-        end = strtab.find(b"\0", st_name)
+        end = find(b"\0", st_name)
         name = strtab[st_name: end if end >= 0 else size].decode("utf-8", "replace")
         if not name or name.startswith((".L", "$")):
             continue
@@ -164,7 +167,8 @@ def _symbols(e: _Elf, index: int) -> Iterator[RawSymbol]:
         rank = ranks.get(info >> 4, 4) + (info & 0xF == STT_NOTYPE)
         # A sizeless symbol reaches to the next one, but never past its section.
         cap = 0 if sym_size else section_ends[shndx] if shndx < len(section_ends) else 0
-        yield RawSymbol(t[at_value], sym_size, rank, name, cap)
+        # (made as a tuple display: RawSymbol's own __new__ is a Python call)
+        yield _new(RawSymbol, (t[at_value], sym_size, rank, name, cap))
 
 
 def _cstring(table: bytes, offset: int) -> str:
