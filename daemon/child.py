@@ -93,8 +93,8 @@ def _collect(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, status_w
         return 1
     perf.watch(wake_r)
     opts = Options(source.cpu, kernel_only=cfg.kernel_only, checkpoint_interval=cfg.checkpoint,
-                   run_seconds=cfg.duration, verbose=cfg.verbose, min_samples=cfg.min_samples, max_stacks=cfg.max_stacks,
-                   min_stack_share=cfg.min_stack_share,
+                   run_seconds=cfg.duration, verbose=cfg.verbose, min_samples=cfg.min_samples,
+                   max_stacks=cfg.max_stacks, min_stack_share=cfg.min_stack_share,
                    stacks=cfg.call_graph != "none", rotate=cfg.rotate,
                    compress=cfg.compress_closed, cpu_stats=source.target_pid == -1,
                    off_cpu=bool(source.sched_switch), off_cpu_min_ns=cfg.off_cpu_min_ns)
