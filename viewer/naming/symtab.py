@@ -88,7 +88,7 @@ def _better(new: RawSymbol, old: RawSymbol) -> bool:
     """perf's rule of thumb: global over weak over local, sized over sizeless,
     fewer leading underscores, then the shorter name, then the first in
     order. Decided at the first that differs: most pairs differ in rank
-    (a library's dynamic symbols against its debug file's)."""
+    (a global symbol and its weak or local aliases)."""
     if new.rank != old.rank:
         return new.rank < old.rank
     if (not new.size) != (not old.size):
