@@ -279,15 +279,19 @@ class _Waits(ReplaySource):
         self.now[0] += timeout
 
 
+def _waits_collector(qdir: QDir, source: _Waits, opts: Options) -> CpuCollector:
+    run = RunInfo(["q-syscollect"], "cpu-clock", "seconds", 1e-9, "fp")
+    return CpuCollector(opts, run, source, qdir, ObjectCopier(qdir, host=StaticHost(files=None)),
+                        out=io.StringIO())
+
+
 def _run_waits(tmp_path, source: _Waits, now: list[float], waits: int,
                quiet_interval: float) -> None:
     """A collector's loop over ``source`` on the clock ``now``, stopped
     after ``waits`` waits."""
-    run = RunInfo(["q-syscollect"], "cpu-clock", "seconds", 1e-9, "fp")
     flags = Flags()
     with QDir.open(tmp_path / "q", create=True) as qdir:
-        c = CpuCollector(Options(cpu=0, checkpoint_interval=1000.0), run, source, qdir,
-                         ObjectCopier(qdir, host=StaticHost(files=None)), out=io.StringIO())
+        c = _waits_collector(qdir, source, Options(cpu=0, checkpoint_interval=1000.0))
 
         def heartbeat() -> None:
             if len(source.waits) == waits:
@@ -306,11 +310,10 @@ def test_a_timed_run_leaves_the_checkpoint_due_at_its_end_to_the_final_one(tmp_p
     not hold it back longer."""
     now = [1000.0]
     source = _Waits([], now)
-    run = RunInfo(["q-syscollect"], "cpu-clock", "seconds", 1e-9, "fp")
     flags = Flags()
     with QDir.open(tmp_path / "q", create=True) as qdir:
-        c = CpuCollector(Options(cpu=0, checkpoint_interval=5.0, run_seconds=10.0), run, source,
-                         qdir, ObjectCopier(qdir, host=StaticHost(files=None)), out=io.StringIO())
+        c = _waits_collector(qdir, source,
+                             Options(cpu=0, checkpoint_interval=5.0, run_seconds=10.0))
         checkpoints: list[float] = []
         checkpoint = c.checkpoint
 
