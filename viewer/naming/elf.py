@@ -66,12 +66,6 @@ def read_elf(path: str | os.PathLike[str], *, symbols: bool = True) -> ElfObject
         raise ElfProblem(f"not a readable ELF file ({type(e).__name__}: {e})"[:200]) from None
 
 
-def read_symbols_only(path: str | os.PathLike[str]) -> tuple[SymbolTable, bool]:
-    """Symbols of a separate debug file (its segments are NOBITS, so unused)."""
-    obj = read_elf(path)
-    return obj.symbols, obj.has_symtab
-
-
 # ---------------------------------------------------------------- internals
 
 class _Elf:
