@@ -438,17 +438,22 @@ def marginal(stream: Stream, runs: int) -> tuple[float, float]:
             (full - part) / (stream.samples - few.samples) * 1e6)
 
 
-# (label, function names whose cumulative time it is) of a drain's work
-PARTS = (("decode", ("body", "sample_body")), ("unwind", ("frames",)),
-         ("tally", ("add",)), ("mappings", ("_note_mappings",)), ("sample", ("_sample",)),
-         ("drain", ("step",)))
+# (label, function names whose cumulative time it is, file they are in or "")
+# of a drain's work
+PARTS = (("decode", ("body", "sample_body"), ""), ("walk", ("frames",), ""),
+         ("recall", ("recall",), "frames/dwarf.py"), ("tally", ("add", "add_same"), "tally.py"),
+         ("mappings", ("note",), "sets/mappings.py"), ("sample", ("_sample", "_recalled"), ""),
+         ("drain", ("step",), ""))
 
 
 def breakdown(stream: Stream) -> dict[str, float]:
     """Shares of a full replay's drains, from cProfile's cumulative times:
-    decoding samples, unwinding (DwarfFrames.frames), the tally, noting
-    mappings, the rest of the per-sample handler, the rest of the drain
-    (reading, the idle split, sorting, side-band records)."""
+    decoding samples, unwinding (a walk remembered, recalled by the drain:
+    DwarfFrames.recall; else DwarfFrames.frames in the sample handler), the
+    tally, noting mappings, the rest of the handlers (``_sample`` one by one,
+    ``_recalled`` for the samples counted alike), the rest of the drain
+    (reading, the idle split, sorting, counting recalled samples, side-band
+    records)."""
     import cProfile
     import pstats
     prof = cProfile.Profile()
@@ -459,16 +464,17 @@ def breakdown(stream: Stream) -> dict[str, float]:
     for (file, _line, func), row in pstats.Stats(prof).stats.items():  # type: ignore[attr-defined]
         if "qtools/daemon" not in file:
             continue
-        for label, names in PARTS:
-            if func in names and (label != "tally" or file.endswith("tally.py")):
+        for label, names, where in PARTS:
+            if func in names and file.endswith(where):
                 cum[label] = cum.get(label, 0.0) + row[3]
-    drain = cum.get("drain", 0.0) or 1.0
-    sample = cum.get("sample", 0.0)
-    within = sum(cum.get(k, 0.0) for k in ("unwind", "tally", "mappings"))
-    return {"decode": cum.get("decode", 0.0) / drain, "unwind": cum.get("unwind", 0.0) / drain,
-            "tally": cum.get("tally", 0.0) / drain, "mappings": cum.get("mappings", 0.0) / drain,
-            "rest of the sample handler": (sample - within) / drain,
-            "rest of the drain": (drain - sample - cum.get("decode", 0.0)) / drain}
+    part = {label: cum.get(label, 0.0) for label, _names, _where in PARTS}
+    drain = part["drain"] or 1.0
+    within = part["walk"] + part["tally"] + part["mappings"]
+    return {"decode": part["decode"] / drain,
+            "unwind": (part["walk"] + part["recall"]) / drain,
+            "tally": part["tally"] / drain, "mappings": part["mappings"] / drain,
+            "rest of the sample handlers": (part["sample"] - within) / drain,
+            "rest of the drain": (drain - part["sample"] - part["decode"] - part["recall"]) / drain}
 
 
 def cmd_breakdown(args: argparse.Namespace) -> int:

@@ -32,14 +32,14 @@ from .machine.cgroups import CgroupTable, weigh
 from .machine.host import Host
 from .machine.tasks import Process, TaskTable
 from .messages import Tally, tell, write_line
-from .sets.aggregate import MAX_STACKS, NOTED_STACKS, CollectedSet, SetBook
+from .sets.aggregate import MAX_STACKS, CollectedSet, SetBook
 from .sets.checkpoint import RunInfo, write_sets
 from .sets.tally import NO_KERNEL
 from .sets.kallsyms import KallsymsCopy
+from .sets.mappings import MappingNotes
 from .sets.objects import ObjectCopier
 from .sets.starts import FunctionStarts
 
-MAPS_REFRESH_SECONDS = 1.0
 KERNEL_MODES = (abi.MISC_KERNEL, abi.MISC_GUEST_KERNEL)  # Sample.in_kernel, inlined
 STATS_SECONDS = 1.0
 # The kernel's pid of a task sampled in its last moments of exit, after its
@@ -98,6 +98,7 @@ class CpuCollector:
         self.kallsyms = kallsyms
         self.out = out or sys.stderr
         self.table = TaskTable(on_end=self._ended, owner=self.host.owner)
+        self.mappings = MappingNotes(self.table, self.host, copier, self._report_write_error)
         self.cgroups = CgroupTable()
         # Without PERF_SAMPLE_CGROUP (a kernel before 5.7) a set's cgroup is
         # read from /proc/PID/cgroup at its first sample (so after each exec).
@@ -215,17 +216,6 @@ class CpuCollector:
         self.table.forget(proc)
         self.copier.forget(proc)
 
-    def _refresh_maps(self, proc: Process) -> bool:
-        now = time.monotonic()
-        if proc.ended or now - proc.maps_loaded_at < MAPS_REFRESH_SECONDS:
-            return False
-        proc.maps_loaded_at = now
-        lines = self.host.maps(proc.pid)
-        if lines is None:
-            return False
-        self.table.refresh_maps(proc, synthesize.mmaps(proc.pid, lines, 0))
-        return True
-
     # ------------------------------------------------------------ records
 
     def step(self) -> int:
@@ -258,10 +248,47 @@ class CpuCollector:
         self.sideband_seen = len(decoded) <= QUIET_RECORDS_PER_SECOND * 8 and \
             any(type(rec) is not Sample for rec in decoded)  # asked only of a quiet drain
         route = self._routes.get
+        # A sample whose walk the unwinder remembers, of a set that has
+        # described its process and noted that stack's mappings, is counted
+        # by what the set keeps of it (``_recalled``); such samples are
+        # handed over before the next record of any other kind, so each set
+        # sees its samples in the order they came, alike ones at once.
+        recall = self.user_frames.recall
+        procs, by_process = self.table.procs, self.book.by_process
+        quick = self.opts.stacks and not self.opts.kernel_only
+        pending: dict[Recalled, list[int]] = {}
         for rec in decoded:
+            if rec.__class__ is Sample:
+                s: Sample = rec  # type: ignore[assignment]
+                if quick and not s.callchain and not s.branches and s.pid \
+                        and s.misc & abi.MISC_CPUMODE_MASK not in KERNEL_MODES:
+                    proc = procs.get(s.pid)
+                    ts = by_process.get(proc) if proc is not None else None
+                    if ts is not None and ts.data.tally.samples:
+                        assert proc is not None
+                        user = recall(proc, s)
+                        noted = ts.noted  # as MappingNotes.note finds a stack noted
+                        if noted.stacks.get(id(user)) is user and user \
+                                and noted.maps_version == proc.maps_version:
+                            key: Recalled = (ts, s.tid, s.cgroup, s.ip, user)
+                            seen = pending.get(key)
+                            if seen is None:
+                                pending[key] = [1, s.period or 1]
+                            else:
+                                seen[0] += 1
+                                seen[1] += s.period or 1
+                            continue
+                if pending:
+                    self._recalled(pending)
+                self._sample(s)
+                continue
+            if pending:
+                self._recalled(pending)
             handler = route(type(rec))
             if handler is not None:
                 handler(rec)
+        if pending:
+            self._recalled(pending)
         if self.offcpu.accrued:
             self.waits.take(None)  # now, while their processes' sets are still here
         self.source.release()
@@ -335,21 +362,8 @@ class CpuCollector:
             return
         proc = self._process(s.pid, s.time)
         ts = self.book.process_set(proc)
-        tally, stats = ts.data.tally, ts.stats
-        cgroup = s.cgroup
-        if cgroup:
-            weights = stats.cgroup_weights
-            if cgroup in weights:  # the common case, inlined
-                weights[cgroup] += weight
-            else:
-                weigh(weights, cgroup, weight)
-        if tally.samples == 0:
-            self._describe(proc, ts)
-        elif stats.counters_start is not None and not proc.ended:
-            now = time.monotonic()
-            if now - stats.counters_at >= STATS_SECONDS:  # it may end any time: keep up
-                stats.counters_at = now
-                stats.counters_last = self.host.task_counters(proc.pid) or stats.counters_last
+        tally = ts.data.tally
+        self._credit(proc, ts, s.cgroup, weight)
         user = self.user_frames.frames(proc, s, user)  # a tuple the unwinder may hand out again
         if not self.opts.stacks:
             stack = None
@@ -360,7 +374,7 @@ class CpuCollector:
         arcs = [(b.source, b.target) for b in s.branches if b.is_call] if s.branches else []
         if low < tally.kernel_from:
             tally.kernel_from = low
-        self._note_mappings(proc, ts, user if user or in_kernel else [s.ip], arcs)
+        self.mappings.note(proc, ts, user if user or in_kernel else [s.ip], arcs)
         if self.jit is not None and user and self.jit.has_dump(proc):
             tally.count_thread(s.tid, weight)  # now: the JIT tracker may hold the sample
             # by thread with its addresses as sampled (JIT code unnamed there)
@@ -371,6 +385,39 @@ class CpuCollector:
             tally.add(s.ip, weight, stack, arcs, s.tid)
 
     on_sample = _sample  # the handler routes.ROUTES names for samples
+
+    def _recalled(self, pending: dict[Recalled, list[int]]) -> None:
+        """Samples step counted by (set, thread, cgroup, pc, user frames):
+        [samples, weight] each, as ``_sample`` would count them one by one.
+        Each was taken in user mode without a callchain, and its frames are
+        a walk the unwinder remembered, noted by its set already (so no
+        mapping is met here), of a process whose set has its description."""
+        for (ts, tid, cgroup, ip, user), (samples, weight) in pending.items():
+            self.samples += samples
+            self._tick_samples += samples
+            ts.writer.dirty = True
+            self._credit(ts.data.process, ts, cgroup, weight)  # type: ignore[arg-type]
+            ts.data.tally.add_same(ip, weight, samples, user, tid)
+        pending.clear()
+
+    def _credit(self, proc: Process, ts: CollectedSet, cgroup: int, weight: int) -> None:
+        """What a process set's samples add besides their stacks: their
+        cgroup's weight; the set's description at its first sample, its
+        task's counters now and then (it may end any time: keep up)."""
+        stats = ts.stats
+        if cgroup:
+            weights = stats.cgroup_weights
+            if cgroup in weights:  # the common case, inlined
+                weights[cgroup] += weight
+            else:
+                weigh(weights, cgroup, weight)
+        if ts.data.tally.samples == 0:
+            self._describe(proc, ts)
+        elif stats.counters_start is not None and not proc.ended:
+            now = time.monotonic()
+            if now - stats.counters_at >= STATS_SECONDS:
+                stats.counters_at = now
+                stats.counters_last = self.host.task_counters(proc.pid) or stats.counters_last
 
     def _describe(self, proc: Process, ts: CollectedSet) -> None:
         if proc.ended:
@@ -396,56 +443,6 @@ class CpuCollector:
             kernel.stats.counters_start = now
         kernel.stats.counters_last = now
         kernel.writer.idle_dirty = True  # time passing: written as the idle weight is
-
-    def _note_mappings(self, proc: Process, ts: CollectedSet, addresses: Sequence[int],
-                       arcs: list[tuple[int, int]]) -> None:
-        """Record which mappings the sample touched (their objects get copied
-        and listed); addresses seen before under the same maps are skipped.
-        ``addresses`` are user ones: a kernel address is in no mapping."""
-        cache = ts.noted
-        noted = cache.addresses
-        if cache.maps_version != proc.maps_version:
-            noted.clear()
-            cache.stacks.clear()
-            cache.maps_version = proc.maps_version
-        if not arcs:
-            # the unwinder hands out one tuple for every sample of a stack it
-            # remembers: one seen here before is noted (held, so its id stays its own)
-            if cache.stacks.get(id(addresses)) is addresses:
-                return
-            if noted.issuperset(addresses):  # the common case, at C speed
-                if type(addresses) is tuple:
-                    if len(cache.stacks) >= NOTED_STACKS:
-                        cache.stacks.clear()
-                    cache.stacks[id(addresses)] = addresses
-                return
-        fresh = [a for a in addresses if a not in noted]
-        if arcs:
-            fresh += [a for arc in arcs for a in arc if a not in noted]
-        if not fresh:
-            return
-        mappings = ts.data.tally.mappings
-        refreshed = False
-        for addr in fresh:
-            m = proc.maps.find(addr)
-            if m is None and not refreshed:
-                refreshed = True
-                if self._refresh_maps(proc):
-                    noted.clear()
-                    cache.stacks.clear()
-                    cache.maps_version = proc.maps_version
-                    m = proc.maps.find(addr)
-            if m is None:
-                continue
-            noted.add(addr)
-            if m in mappings:
-                continue
-            mappings.add(m)
-            if not m.obj.special and self.copier.known(m.obj) is None:
-                try:
-                    self.copier.copy(proc, m)  # now, while the task still lives
-                except OSError as e:
-                    self._report_write_error(e)
 
     # ------------------------------------------------------------ checkpoints
 
@@ -573,3 +570,5 @@ MAX_LINGERING = 4096
 a process's samples after its EXIT come within milliseconds of it."""
 _ORDER = operator.attrgetter("order")
 _NO_FRAMES: tuple[int, ...] = ()
+Recalled = tuple[CollectedSet, int, int, int, tuple[int, ...]]
+"""(set, tid, cgroup, pc, user frames) of samples step counts alike."""

@@ -53,7 +53,7 @@ class Waits:
                 low = min(min(kernel), s.ip) if kernel else s.ip
                 if low < ts.data.tally.kernel_from:
                     ts.data.tally.kernel_from = low
-                self.c._note_mappings(proc, ts, user, [])
+                self.c.mappings.note(proc, ts, user)
             memo.append(stack)
             return stack
         return frames

@@ -16,6 +16,11 @@ class UserFrames(Protocol):
 
     def frames(self, proc: Process, sample: Sample, fp_user: Sequence[int]) -> Sequence[int]: ...
 
+    def recall(self, proc: Process, sample: Sample) -> Sequence[int] | None:
+        """A sample's user frames where known without work (a walk
+        remembered), else None: ``frames`` takes it."""
+        ...
+
 
 class FramePointerFrames:
     """User frames as the kernel's frame-pointer walk found them."""
@@ -24,3 +29,6 @@ class FramePointerFrames:
 
     def frames(self, proc: Process, sample: Sample, fp_user: Sequence[int]) -> Sequence[int]:
         return fp_user
+
+    def recall(self, proc: Process, sample: Sample) -> Sequence[int] | None:
+        return None  # the kernel's walk is in the callchain, which only _sample splits

@@ -160,3 +160,17 @@ class DwarfFrames:
         if space.own:
             return (regs[self._ip_pos],)
         return self.unwinder.unwind(space, regs, sample.stack).frames
+
+    def recall(self, proc: Process, sample: Sample) -> Sequence[int] | None:
+        """``frames`` of a sample whose walk the unwinder remembers, or None:
+        then ``frames`` must take it (no walk remembered for it, a space to
+        make first, the collector's own process, or one with a jitdump,
+        whose samples the JIT tracker may hold)."""
+        space = proc.unwind
+        jit = proc.jit
+        if space.__class__ is not ProcessSpace or space.maps_version != proc.maps_version \
+                or jit is None or space.jit_version != jit.version or space.own \
+                or jit.dump is not None or jit.maps_version != proc.maps_version:
+            return None
+        result = self.unwinder.recall(space, sample.regs, sample.stack)
+        return None if result is None else result.frames

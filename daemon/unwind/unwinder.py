@@ -92,24 +92,34 @@ class Unwinder:
             return _NO_REGS
         try:
             if self._fast:
-                memo = self.memo
-                tried = memo is not None and (stack.__class__ is not memoryview
-                                              or stack.itemsize == 1)
-                if memo is not None and tried:
-                    # a walk remembered for this very start: nothing more to set up
-                    serial = getattr(space, "serial", None)
-                    if serial is not None:
-                        sp = regs[self._pos_sp]
-                        result = memo.recall((serial, 1, regs[self._pos_ip], sp), stack, sp,
-                                             len(stack) & ~7, regs[self._pos_fp])  # type: ignore[index]
-                        if result is not None:
-                            return result  # type: ignore[no-any-return]
+                tried = self.memo is not None and (stack.__class__ is not memoryview
+                                                   or stack.itemsize == 1)
+                if tried:
+                    result = self.recall(space, regs, stack)
+                    if result is not None:
+                        return result
                 result = self._walk_fast(space, regs, stack, tried)
                 if result is not None:
                     return result
             return self._walk_generic(space, regs, stack)
         except _WALK_ERRORS:
             return UnwindResult((regs[self._pos_ip] & MASK64,), False, BAD_FRAME)
+
+    def recall(self, space: AddressSpace, regs: Sequence[int],
+               stack: bytes | bytearray | memoryview) -> UnwindResult | None:
+        """What ``unwind`` gives this sample when a walk remembered for its
+        very start (pc, SP, FP) read the same stack words (memo.py); None
+        when none was, or it read others: nothing is walked here."""
+        memo = self.memo
+        if memo is None or len(regs) != self._nregs or \
+                (stack.__class__ is memoryview and stack.itemsize != 1):  # type: ignore[union-attr]
+            return None
+        serial = getattr(space, "serial", None)
+        if serial is None:
+            return None
+        sp = regs[self._pos_sp]
+        return memo.recall((serial, 1, regs[self._pos_ip], sp), stack, sp,  # type: ignore[no-any-return]
+                           len(stack) & ~7, regs[self._pos_fp])  # type: ignore[index]
 
     # -- rule lookup ----------------------------------------------------------------------
 
