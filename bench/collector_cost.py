@@ -328,20 +328,30 @@ def replay_decode(stream: Stream, tasks: bool) -> float:
     t0 = time.process_time()
     decode = layout.decode
     # the idle task's samples taken apart undecoded, as CpuCollector.step
-    # does (before it did, none was)
+    # does: in one pass with the decoding since decode/drain.py, before
+    # that by idle.split, and before that not at all
+    try:
+        from qtools.daemon.decode.drain import decode_drain
+        from qtools.daemon.decode.tracepoints import Layouts
+        layouts = Layouts(layout)
+    except ImportError:
+        decode_drain = None
     try:
         from qtools.daemon.decode.idle import split
     except ImportError:
         split = None
     table = TaskTable(owner=replay_host().owner)
     for batch in views:
-        decoded = []
-        rest = split(batch, layout.idle_probe, ())[0] if split is not None else batch
-        for data in rest:
-            try:
-                decoded.append(decode(data))
-            except RecordError:
-                pass
+        if decode_drain is not None:
+            decoded = decode_drain(batch, layouts).records
+        else:
+            decoded = []
+            rest = split(batch, layout.idle_probe, ())[0] if split is not None else batch
+            for data in rest:
+                try:
+                    decoded.append(decode(data))
+                except RecordError:
+                    pass
         decoded.sort(key=_time)
         if not tasks:
             continue
@@ -452,7 +462,7 @@ def breakdown(stream: Stream) -> dict[str, float]:
     DwarfFrames.recall; else DwarfFrames.frames in the sample handler), the
     tally, noting mappings, the rest of the handlers (``_sample`` one by one,
     ``_recalled`` for the samples counted alike), the rest of the drain
-    (reading, the idle split, sorting, counting recalled samples, side-band
+    (reading, telling the idle task's samples, sorting, counting recalled samples, side-band
     records)."""
     import cProfile
     import pstats

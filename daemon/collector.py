@@ -18,10 +18,10 @@ from qtools.qformat import QDir
 from . import drainloop
 from .clock import SYSTEM, Clock
 from .drainloop import QUIET_RECORDS_PER_SECOND
-from .decode.records import Lost, Record, RecordError, Sample, Switch, split_callchain
+from .decode.records import Lost, Sample, Switch, split_callchain
 from .decode import idle
+from .decode.drain import decode_drain
 from .decode.routes import handlers
-from .decode.tracepoints import Layouts, SchedSwitch, SchedWaking
 from .waits import Waits
 from .frames import FramePointerFrames, UserFrames
 from .frames.jitdump import JitTracker
@@ -230,17 +230,9 @@ class CpuCollector:
         # end is still unread past that end).
         self.read_until = time.monotonic_ns()
         raw = self.source.read()
-        decoded: list[Record | SchedSwitch | SchedWaking] = []
-        decode = self.layout.decode
-        if isinstance(self.layout, Layouts) and not self.layout.by_id:
-            decode = self.layout.main.decode  # no extra event to route by id
         # most of an idle machine's samples, taken apart undecoded (_idle)
-        rest, idle_seen = idle.split(raw, *self.layout.idle_probe())
-        for data in rest:
-            try:
-                decoded.append(decode(data))
-            except RecordError:
-                self.damaged += 1
+        decoded, idle_seen, damaged = decode_drain(raw, self.layout)
+        self.damaged += damaged
         if idle_seen:
             self._idle(idle_seen)
         decoded.sort(key=_ORDER)  # by the time each was taken

@@ -3,19 +3,20 @@
 An idle CPU's cpu-clock still delivers one sample per period, of pid 0 in
 kernel mode, with the same dozen frames of the idle loop each time. The
 collector keeps them by their pc alone (docs/q-format.md 5.3), so nothing
-after the prefix is read: ``split`` takes them out of a drain's records
-with one unpack per record, before anything is decoded.
+after the prefix is read: a drain (drain.py) tells them by the unpack of
+type and pid every record takes, and counts them without decoding them.
 """
 
 from __future__ import annotations
 
 import struct
 import sys
-from typing import Container, NamedTuple, Sequence
+from typing import Container, NamedTuple
 
 from ..kernel import abi
 
 _TYPE_PID = struct.Struct("<II")  # the stand-in head of a layout that never matches
+_TYPED = struct.Struct("<IHHI")  # ... and its (type, misc, size, a word that is no pid)
 CANDIDATE = (abi.RECORD_SAMPLE, 0)  # (type, pid) of an idle-task sample's head
 
 IdleSeen = dict[tuple[int, int], list[int]]
@@ -32,11 +33,13 @@ class IdleProbe(NamedTuple):
     registers, the user-stack header) cost more than all else it does then.
 
     ``head`` unpacks (record type, pid) from a record of at least ``need``
-    bytes: the one test every record takes, (RECORD_SAMPLE, 0) for a
-    candidate, which ``match`` then checks whole."""
+    bytes, ``typed`` (type, misc, size, pid): the one test every record
+    takes, (RECORD_SAMPLE, 0) for a candidate, which ``match`` then checks
+    whole."""
 
     need: int  # sys.maxsize: a layout without ip or pid, whose samples never match
     head: struct.Struct
+    typed: struct.Struct  # (type, misc, size, pid) of a record of at least its size
     full: struct.Struct  # the header and the whole fixed prefix
     ident: int  # index in ``full``'s values; -1: no SAMPLE_IDENTIFIER
     ip: int
@@ -49,10 +52,11 @@ class IdleProbe(NamedTuple):
         field ``names``, one format character each."""
         full = struct.Struct("<IHH" + fmt[1:])
         if "ip" not in names or "pid" not in names:
-            return IdleProbe(sys.maxsize, _TYPE_PID, full, -1, 0, 0, -1)
+            return IdleProbe(sys.maxsize, _TYPE_PID, _TYPED, full, -1, 0, 0, -1)
         pid_at = 8 + struct.calcsize("<" + fmt[1:1 + names.index("pid")])
         at = {n: 3 + i for i, n in enumerate(names)}
-        return IdleProbe(full.size, struct.Struct(f"<I{pid_at - 4}xI"), full,
+        return IdleProbe(full.size, struct.Struct(f"<I{pid_at - 4}xI"),
+                         struct.Struct(f"<IHH{pid_at - 8}xI"), full,
                          at.get("identifier", -1), at["ip"], at["tid"], at.get("period", -1))
 
     def match(self, rec: bytes | memoryview, others: Container[int]) -> tuple[int, int, int] | None:
@@ -67,29 +71,3 @@ class IdleProbe(NamedTuple):
         if others and (self.ident < 0 or v[self.ident] in others):
             return None
         return v[self.ip], v[self.tid], (v[self.period] if self.period >= 0 else 1) or 1
-
-
-def split(raw: Sequence[bytes | memoryview], probe: IdleProbe,
-          others: Container[int]) -> tuple[list[bytes | memoryview], IdleSeen]:
-    """(the records to decode, the idle-task samples counted by (ip, tid)).
-
-    ``others``: ids of events whose samples are not the sampling event's
-    (Layouts.by_id): a sched_switch of pid 0 is a switch away from idle."""
-    rest: list[bytes | memoryview] = []
-    seen: IdleSeen = {}
-    need, head, candidate, match = probe.need, probe.head.unpack_from, CANDIDATE, probe.match
-    keep = rest.append
-    for data in raw:
-        # the test every record takes, inlined: one unpack of type and pid
-        if len(data) >= need and head(data) == candidate:
-            hit = match(data, others)
-            if hit is not None:
-                counts = seen.get(hit[:2])
-                if counts is None:
-                    seen[hit[:2]] = [1, hit[2]]
-                else:
-                    counts[0] += 1
-                    counts[1] += hit[2]
-                continue
-        keep(data)
-    return rest, seen

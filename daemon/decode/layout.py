@@ -211,6 +211,14 @@ class SampleLayout:
         return body
 
     @property
+    def sample_decoder(self) -> Callable[[bytes | memoryview, int, int, int], Record]:
+        """``decode``'s decoder for samples, called with the header read:
+        (record, type, misc, size), the size checked against the record's
+        length and at least 8. Raises RecordError, struct.error or IndexError
+        where ``decode`` raises RecordError."""
+        return self._decoders[abi.RECORD_SAMPLE]
+
+    @property
     def id_size(self) -> int:
         return 8 * len(self._id_fields) if self.sample_id_all else 0
 

@@ -13,8 +13,9 @@ import pytest
 
 from qtools.daemon.collector import CpuCollector, Options
 from qtools.daemon.decode import synth
+from qtools.daemon.decode.drain import decode_drain
 from qtools.daemon.decode.layout import SampleLayout
-from qtools.daemon.decode.records import Comm, Sample, SampleId
+from qtools.daemon.decode.records import Comm, RecordError, Sample, SampleId
 from qtools.daemon.decode.tracepoints import BY_NAME, EventRoute, Layouts
 from qtools.daemon.kernel import abi
 from qtools.daemon.kernel.source import ReplaySource
@@ -219,3 +220,49 @@ def test_an_idle_cpu_rewrites_its_kernel_set_every_third_checkpoint(tmp_path):
         after = _kernel_info(qd)
         assert after[0] == before[0] + PERIOD and read_info(qd / "kernel-cpu0.info#0").task.state \
             == "closed"
+
+
+def _one_by_one(raw, layouts: Layouts):
+    """What decode_drain gives, the plain way: each record tested as idle
+    (SampleLayout.idle_sample), else decoded, else counted as damaged."""
+    records, seen, damaged = [], {}, 0
+    for rec in raw:
+        hit = layouts.idle_sample(rec)
+        if hit is not None:
+            counts = seen.setdefault(hit[:2], [0, 0])
+            counts[0] += 1
+            counts[1] += hit[2]
+            continue
+        try:
+            records.append(layouts.decode(rec))
+        except RecordError:
+            damaged += 1
+    return records, seen, damaged
+
+
+@pytest.mark.parametrize("off_cpu", [False, True])
+def test_a_drain_decodes_what_record_by_record_decoding_does(off_cpu):
+    """Idle samples, a process's, a pid-0 sample in user mode, a side-band
+    record, records cut short or lying about their size, and with --off-cpu
+    another event's sample of pid 0, in one drain: decode_drain's records, idle
+    counts and damage are those of testing and decoding each alone."""
+    layouts = Layouts(MAIN)
+    if off_cpu:
+        layouts.add(SWITCH_ID, SWITCH, EventRoute(BY_NAME["sched:sched_switch"], True))
+    user0 = synth.encode_sample(MAIN, Sample(
+        misc=abi.MISC_USER, ip=UA, pid=0, tid=0, time=5, id=MAIN_ID, period=PERIOD,
+        callchain=(abi.CONTEXT_USER, UA, UB)))
+    idle = _idle(6)
+    cut = struct.pack("<IHH", abi.RECORD_SAMPLE, abi.MISC_KERNEL, 40) + idle[8:40]
+    busy = _busy(8)
+    lying = busy[:6] + struct.pack("<H", len(busy) + 8) + busy[8:]  # size past its end
+    raw = _start() + [idle, _idle(7, HALT2), busy, user0, cut, lying, busy[:12], busy[:4],
+                      _idle(10), _busy(11)]
+    if off_cpu:  # a switch from the idle task: pid 0, kernel mode, another event's id
+        raw.insert(4, _switch(9, 0, 0, 0, PID))
+    views = [memoryview(bytearray(rec)) for rec in raw]  # as the ring hands them over
+    drained = decode_drain(views, layouts)
+    records, seen, damaged = _one_by_one(raw, layouts)
+    assert (drained.records, drained.idle, drained.damaged) == (records, seen, damaged)
+    assert seen == {(HALT, 0): [2, 2 * PERIOD], (HALT2, 0): [1, PERIOD]}
+    assert damaged == 4 and len(records) == 4 + off_cpu

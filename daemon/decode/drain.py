@@ -1,0 +1,65 @@
+"""A drain's records decoded in one pass.
+
+Each record's type, misc, size and pid come in one unpack (IdleProbe.typed):
+the idle task's samples are counted from their prefix without being
+decoded (idle.py), the sampling event's other samples go straight to its
+layout's sample decoder, and every other record through ``Layouts.decode``
+(routes.ROUTES; an extra event's samples by their id). The same records
+come out as from ``idle.split`` and then ``decode`` one by one.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple, Sequence
+
+from ..kernel import abi
+from .idle import IdleSeen
+from .records import Record, RecordError
+from .tracepoints import Layouts, SchedSwitch, SchedWaking
+
+
+class Drained(NamedTuple):
+    records: list[Record | SchedSwitch | SchedWaking]  # in ring order
+    idle: IdleSeen  # the idle task's samples, by (ip, tid)
+    damaged: int  # records that could not be decoded
+
+
+def decode_drain(raw: Sequence[bytes | memoryview], layouts: Layouts) -> Drained:
+    main, others = layouts.main, layouts.by_id
+    probe = main.idle_probe
+    need, typed, match = probe.need, probe.typed.unpack_from, probe.match
+    least = probe.typed.size
+    # with extra events a sample's layout is its event's: Layouts.decode finds it
+    sample = None if others else main.sample_decoder
+    decode = layouts.decode if others else main.decode
+    out: list[Record | SchedSwitch | SchedWaking] = []
+    keep = out.append
+    seen: IdleSeen = {}
+    damaged = 0
+    for data in raw:
+        n = len(data)
+        if n >= least:
+            type_, misc, size, pid = typed(data)
+            if type_ == abi.RECORD_SAMPLE:
+                if pid == 0 and n >= need:
+                    hit = match(data, others)
+                    if hit is not None:
+                        counts = seen.get(hit[:2])
+                        if counts is None:
+                            seen[hit[:2]] = [1, hit[2]]
+                        else:
+                            counts[0] += 1
+                            counts[1] += hit[2]
+                        continue
+                if sample is not None and 8 <= size <= n:
+                    try:
+                        keep(sample(data, type_, misc, size))
+                    except (RecordError, struct.error, IndexError):
+                        damaged += 1
+                    continue
+        try:
+            keep(decode(data))
+        except RecordError:
+            damaged += 1
+    return Drained(out, seen, damaged)
