@@ -259,9 +259,7 @@ class CpuCollector:
                     if ts is not None and ts.data.tally.samples:
                         assert proc is not None
                         user = recall(proc, s)
-                        noted = ts.noted  # as MappingNotes.note finds a stack noted
-                        if noted.stacks.get(id(user)) is user and user \
-                                and noted.maps_version == proc.maps_version:
+                        if user and ts.noted.holds(user, proc.maps_version):
                             key: Recalled = (ts, s.tid, s.cgroup, s.ip, user)
                             seen = pending.get(key)
                             if seen is None:

@@ -16,7 +16,7 @@ class UserFrames(Protocol):
 
     def frames(self, proc: Process, sample: Sample, fp_user: Sequence[int]) -> Sequence[int]: ...
 
-    def recall(self, proc: Process, sample: Sample) -> Sequence[int] | None:
+    def recall(self, proc: Process, sample: Sample) -> tuple[int, ...] | None:
         """A sample's user frames where known without work (a walk
         remembered), else None: ``frames`` takes it."""
         ...
@@ -30,5 +30,5 @@ class FramePointerFrames:
     def frames(self, proc: Process, sample: Sample, fp_user: Sequence[int]) -> Sequence[int]:
         return fp_user
 
-    def recall(self, proc: Process, sample: Sample) -> Sequence[int] | None:
+    def recall(self, proc: Process, sample: Sample) -> tuple[int, ...] | None:
         return None  # the kernel's walk is in the callchain, which only _sample splits

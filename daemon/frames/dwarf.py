@@ -161,7 +161,7 @@ class DwarfFrames:
             return (regs[self._ip_pos],)
         return self.unwinder.unwind(space, regs, sample.stack).frames
 
-    def recall(self, proc: Process, sample: Sample) -> Sequence[int] | None:
+    def recall(self, proc: Process, sample: Sample) -> tuple[int, ...] | None:
         """``frames`` of a sample whose walk the unwinder remembers, or None:
         then ``frames`` must take it (no walk remembered for it, a space to
         make first, the collector's own process, or one with a jitdump,

@@ -187,6 +187,12 @@ class NotedAddresses:
         #: id -> stack tuple of stacks whose addresses are all noted (held: their ids stay theirs)
         self.stacks: dict[int, tuple[int, ...]] = {}
 
+    def holds(self, stack: object, maps_version: int) -> bool:
+        """Whether ``stack`` is a tuple seen here before whose addresses are
+        all noted, under this version of the process's maps: the unwinder
+        hands out one tuple for every sample of a walk it remembers."""
+        return self.stacks.get(id(stack)) is stack and self.maps_version == maps_version
+
 
 NOTED_STACKS = 1024
 """Stacks a set's NotedAddresses holds, at most (cleared when full)."""

@@ -39,15 +39,14 @@ class MappingNotes:
         and listed); addresses seen before under the same maps are skipped.
         ``addresses`` are user ones: a kernel address is in no mapping."""
         cache = ts.noted
+        if not arcs and cache.holds(addresses, proc.maps_version):
+            return
         noted = cache.addresses
         if cache.maps_version != proc.maps_version:
             noted.clear()
             cache.stacks.clear()
             cache.maps_version = proc.maps_version
         if not arcs:
-            # one stack tuple seen here before is noted (held, so its id stays its own)
-            if cache.stacks.get(id(addresses)) is addresses:
-                return
             if noted.issuperset(addresses):  # the common case, at C speed
                 if type(addresses) is tuple:
                     if len(cache.stacks) >= NOTED_STACKS:
