@@ -310,6 +310,11 @@ def replay_full(stream: Stream, qpath: Path) -> float:
         print(f"{stream.workload}: the collector said: {out.getvalue().strip()}", file=sys.stderr)
     return spent
 
+def scratch_replay(stream: Stream) -> float:
+    """replay_full into a .q that is removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="q-cost-") as tmp:
+        return replay_full(stream, Path(tmp) / "q")
+
 def _time(rec: object) -> int:
     if isinstance(rec, Sample):
         return rec.time
@@ -442,8 +447,8 @@ def marginal(stream: Stream, runs: int) -> tuple[float, float]:
     final checkpoint), so it is the per-sample cost of a long run."""
     from dataclasses import replace
     few = replace(stream, batches=stream.batches[:4])
-    full = min(replay_full(stream, Path(tempfile.mkdtemp()) / "q") for _ in range(runs))
-    part = min(replay_full(few, Path(tempfile.mkdtemp()) / "q") for _ in range(runs))
+    full = min(scratch_replay(stream) for _ in range(runs))
+    part = min(scratch_replay(few) for _ in range(runs))
     return (full / stream.samples * 1e6,
             (full - part) / (stream.samples - few.samples) * 1e6)
 
@@ -468,7 +473,7 @@ def breakdown(stream: Stream) -> dict[str, float]:
     import pstats
     prof = cProfile.Profile()
     prof.enable()
-    replay_full(stream, Path(tempfile.mkdtemp()) / "q")
+    scratch_replay(stream)
     prof.disable()
     cum: dict[str, float] = {}
     for (file, _line, func), row in pstats.Stats(prof).stats.items():  # type: ignore[attr-defined]
