@@ -5,7 +5,8 @@ the idle task's samples are counted from their prefix without being
 decoded (idle.py), the sampling event's other samples go straight to its
 layout's sample decoder, and every other record through ``Layouts.decode``
 (routes.ROUTES; an extra event's samples by their id). The same records
-come out as from ``idle.split`` and then ``decode`` one by one.
+come out as from asking each record ``Layouts.idle_sample`` and decoding
+the others one by one, a unit test checks.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ class Drained(NamedTuple):
 
 
 def decode_drain(raw: Sequence[bytes | memoryview], layouts: Layouts) -> Drained:
+    """The records of ``raw`` (as the ring hands them over), decoded in
+    ring order, but the idle task's samples counted; damage counted too."""
     main, others = layouts.main, layouts.by_id
     probe = main.idle_probe
     need, typed, match = probe.need, probe.typed.unpack_from, probe.match
