@@ -84,6 +84,20 @@ def test_other_layouts_are_left_to_the_line_reader(text):
     assert plain is None or (plain.restricted and not text)
 
 
+@pytest.mark.parametrize("length", [31_000, 40_000, 70_000])
+def test_a_copy_with_long_names_is_read_by_one_reader_or_the_other(tmp_path, length):
+    """Names up to 32,000 bytes pass the layout's check, which keeps every
+    line under the line reader's limit; a copy with a longer one is left
+    to the line reader."""
+    path = tmp_path / "kallsyms"
+    path.write_text(f"ffffffff81000000 T {'a' * length}\nffffffff81000100 t b\n")
+    if length > 32_000:
+        assert read_plain(path.read_bytes()) is None
+        return
+    want, got = _answers(path, [0xFFFF_FFFF_8100_0010, 0xFFFF_FFFF_8100_0100])
+    assert got == want and got[0][0] == "a" * length
+
+
 def _built(tmp_path: Path, name: str, *flags: str) -> Path:
     out = tmp_path / name
     try:
