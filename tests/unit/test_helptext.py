@@ -24,7 +24,18 @@ def test_help_is_laid_out_as_argparse_would(monkeypatch, parser, columns):
         else argparse.HelpFormatter
     assert ours.formatter_class is not theirs.formatter_class
     assert ours.format_help() == theirs.format_help()
-    assert max(map(len, ours.format_help().splitlines())) > 60  # it wraps wider than 50
+
+
+@pytest.mark.parametrize("parser", [daemon_cli.parser, viewer_cli.parser])
+def test_help_is_laid_out_for_the_width_it_finds(monkeypatch, parser):
+    """(So that the comparison above is one of layouts that follow $COLUMNS.)"""
+    helps = {}
+    for columns in (50, 160):
+        monkeypatch.setenv("COLUMNS", str(columns))
+        helps[columns] = parser().format_help()
+    assert helps[50] != helps[160]
+    assert len(helps[50].splitlines()) > len(helps[160].splitlines())  # narrower: more lines
+    assert max(map(len, helps[160].splitlines())) > 100  # the width is used
 
 
 def test_without_a_terminal_or_columns_help_is_80_wide(monkeypatch):
