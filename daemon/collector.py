@@ -256,8 +256,7 @@ class CpuCollector:
                         and s.misc & abi.MISC_CPUMODE_MASK not in KERNEL_MODES:
                     proc = procs.get(s.pid)
                     ts = by_process.get(proc) if proc is not None else None
-                    if ts is not None and ts.data.tally.samples:
-                        assert proc is not None
+                    if proc is not None and ts is not None and ts.data.tally.samples:
                         user = recall(proc, s)
                         if user and ts.noted.holds(user, proc.maps_version):
                             key: Recalled = (ts, s.tid, s.cgroup, s.ip, user)

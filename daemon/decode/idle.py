@@ -15,8 +15,7 @@ from typing import Container, NamedTuple
 
 from ..kernel import abi
 
-_TYPE_PID = struct.Struct("<II")  # the stand-in head of a layout that never matches
-_TYPED = struct.Struct("<IHHI")  # ... and its (type, misc, size, a word that is no pid)
+_TYPED = struct.Struct("<IHHI")  # the stand-in of a layout that never matches: no pid
 CANDIDATE = (abi.RECORD_SAMPLE, 0)  # (type, pid) of an idle-task sample's head
 
 IdleSeen = dict[tuple[int, int], list[int]]
@@ -32,13 +31,11 @@ class IdleProbe(NamedTuple):
     idle machine, and decoding each whole (a callchain of a dozen frames,
     registers, the user-stack header) cost more than all else it does then.
 
-    ``head`` unpacks (record type, pid) from a record of at least ``need``
-    bytes, ``typed`` (type, misc, size, pid): the one test every record
-    takes, (RECORD_SAMPLE, 0) for a candidate, which ``match`` then checks
-    whole."""
+    ``typed`` unpacks (record type, misc, size, pid): the one test every
+    record takes, (RECORD_SAMPLE, 0) for a candidate of at least ``need``
+    bytes, which ``match`` then checks whole."""
 
     need: int  # sys.maxsize: a layout without ip or pid, whose samples never match
-    head: struct.Struct
     typed: struct.Struct  # (type, misc, size, pid) of a record of at least its size
     full: struct.Struct  # the header and the whole fixed prefix
     ident: int  # index in ``full``'s values; -1: no SAMPLE_IDENTIFIER
@@ -52,17 +49,19 @@ class IdleProbe(NamedTuple):
         field ``names``, one format character each."""
         full = struct.Struct("<IHH" + fmt[1:])
         if "ip" not in names or "pid" not in names:
-            return IdleProbe(sys.maxsize, _TYPE_PID, _TYPED, full, -1, 0, 0, -1)
+            return IdleProbe(sys.maxsize, _TYPED, full, -1, 0, 0, -1)
         pid_at = 8 + struct.calcsize("<" + fmt[1:1 + names.index("pid")])
         at = {n: 3 + i for i, n in enumerate(names)}
-        return IdleProbe(full.size, struct.Struct(f"<I{pid_at - 4}xI"),
-                         struct.Struct(f"<IHH{pid_at - 8}xI"), full,
+        return IdleProbe(full.size, struct.Struct(f"<IHH{pid_at - 8}xI"), full,
                          at.get("identifier", -1), at["ip"], at["tid"], at.get("period", -1))
 
     def match(self, rec: bytes | memoryview, others: Container[int]) -> tuple[int, int, int] | None:
         """(ip, tid, weight) of an idle-task sample, or None: see
         SampleLayout.idle_sample."""
-        if len(rec) < self.need or self.head.unpack_from(rec) != CANDIDATE:
+        if len(rec) < self.need:
+            return None
+        type_, _misc, _size, pid = self.typed.unpack_from(rec)
+        if (type_, pid) != CANDIDATE:
             return None
         v = self.full.unpack_from(rec)
         if not self.need <= v[2] <= len(rec) or \

@@ -41,6 +41,12 @@ class ProcessSpace:
             (proc.maps_version, 0)
         self.jit = jit
 
+    def current(self, proc: Process) -> bool:
+        """Made for ``proc``'s maps and JIT code as they are now."""
+        jit = proc.jit
+        return self.maps_version == proc.maps_version and jit is not None \
+            and self.jit_version == jit.version
+
     def find(self, ip: int) -> tuple[ObjectCFI | None, int, int] | None:
         m = self.proc.maps.find(ip)
         if m is not None and (not m.obj.special or m.obj.path == "[vdso]"):
@@ -143,9 +149,7 @@ class DwarfFrames:
         if not regs:
             return fp_user  # a kernel thread, or idle: no user context
         space = proc.unwind
-        jit = proc.jit
-        if space.__class__ is not ProcessSpace or space.maps_version != proc.maps_version \
-                or jit is None or space.jit_version != jit.version:
+        if space.__class__ is not ProcessSpace or not space.current(proc):
             jit = self.jit.state(proc)  # finds a jitdump the new maps name
             space = proc.unwind = ProcessSpace(proc, self.tables, self.jit,
                                                (proc.maps_version, jit.version))
@@ -167,10 +171,8 @@ class DwarfFrames:
         make first, the collector's own process, or one with a jitdump,
         whose samples the JIT tracker may hold)."""
         space = proc.unwind
-        jit = proc.jit
-        if space.__class__ is not ProcessSpace or space.maps_version != proc.maps_version \
-                or jit is None or space.jit_version != jit.version or space.own \
-                or jit.dump is not None or jit.maps_version != proc.maps_version:
+        if space.__class__ is not ProcessSpace or not space.current(proc) or space.own \
+                or not self.jit.without_dump(proc):
             return None
         result = self.unwinder.recall(space, sample.regs, sample.stack)
         return None if result is None else result.frames

@@ -166,9 +166,16 @@ class JitTracker:
 
     def has_dump(self, proc: Process) -> bool:
         st = proc.jit  # asked for every sample: the state itself when it is current
-        if st is None or st.maps_version != proc.maps_version:
+        if not _current(st, proc):
             st = self.state(proc)
-        return st.dump is not None
+        return st.dump is not None  # type: ignore[union-attr]
+
+    @staticmethod
+    def without_dump(proc: Process) -> bool:
+        """``not has_dump(proc)``, known without reading anything: the
+        process's JIT state is current for its maps and names no jitdump."""
+        st = proc.jit
+        return _current(st, proc) and st.dump is None  # type: ignore[union-attr]
 
     # ------------------------------------------------------------ unwinding
 
@@ -354,3 +361,7 @@ class JitTracker:
                           code_loads=len(dump.placements.items),
                           truncated=1 if dump.problem else None)
 
+
+def _current(st: JitProcess | None, proc: Process) -> bool:
+    """``st`` was found for ``proc``'s maps as they are now."""
+    return st is not None and st.maps_version == proc.maps_version
