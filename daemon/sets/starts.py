@@ -17,7 +17,6 @@ from __future__ import annotations
 import bisect
 import os
 import re
-from array import array
 from typing import TYPE_CHECKING, Callable
 
 from qtools.qformat import QDir
@@ -31,22 +30,32 @@ if TYPE_CHECKING:
 StartOf = Callable[[int], "int | None"]
 """An address -> the first address of its function, or None: not known."""
 
-_TEXT_LINE = re.compile(rb"^([0-9a-fA-F]{1,16}) [tTwW] ", re.M)
+# A text symbol's line in the kernel's layout (%px: lowercase, one width,
+# 16 digits or 8 on a 32-bit kernel), found by the newline before it: the
+# literal lets the expression skip from line to line.
+_TEXT_LINES = {width: re.compile(rb"\n([0-9a-f]{%d}) [tTwW] " % width) for width in (8, 16)}
 
 
 class KernelStarts:
-    """The text symbols' starts of a kallsyms copy, sorted."""
+    """The text symbols' starts of a kallsyms copy, as the copy writes
+    them, sorted: with one width, text order is address order, so nothing
+    is converted until a lookup finds its start."""
 
-    def __init__(self, starts: array) -> None:
+    def __init__(self, starts: list[bytes], width: int) -> None:
         self.starts = starts
+        self.width = width
 
     @classmethod
     def from_text(cls, data: bytes) -> KernelStarts:
         """From a copy's text; lines not in the kernel's layout are left out,
         addresses 0 (kptr_restrict) too."""
-        found = {int(m, 16) for m in _TEXT_LINE.findall(data)}
-        found.discard(0)
-        return cls(array("Q", sorted(found)))
+        width = data.find(b" ")
+        if width not in _TEXT_LINES:
+            return cls([], 16)
+        found = _TEXT_LINES[width].findall(b"\n" + data)
+        found.sort()
+        del found[:bisect.bisect_right(found, b"0" * width)]
+        return cls(found, width)
 
     @classmethod
     def from_copy(cls, qdir: QDir, name: str, limit: int) -> KernelStarts | None:
@@ -62,11 +71,14 @@ class KernelStarts:
     def start(self, address: int) -> int | None:
         """The start of the symbol holding ``address``. The last symbol is
         taken to end at its start (nothing says where it ends), as q-view does."""
-        starts = self.starts
-        i = bisect.bisect_right(starts, address) - 1
-        if i < 0 or (i == len(starts) - 1 and address != starts[i]):
+        starts, width = self.starts, self.width
+        if not 0 <= address < 1 << 4 * width:
             return None
-        return starts[i]
+        key = b"%0*x" % (width, address)
+        i = bisect.bisect_right(starts, key) - 1
+        if i < 0 or (i == len(starts) - 1 and starts[i] != key):
+            return None
+        return int(starts[i], 16)
 
 
 def fde_start(cfi: ObjectCFI, m: Mapping, address: int) -> int | None:
@@ -82,16 +94,16 @@ def fde_start(cfi: ObjectCFI, m: Mapping, address: int) -> int | None:
     return start if m.start <= start <= address else None
 
 
-def start_finder(kernel: KernelStarts | None, kernel_from: int,
-                 user: Callable[[int], int | None] | None = None) -> StartOf | None:
+def start_finder(kernel: StartOf | None, kernel_from: int,
+                 user: StartOf | None = None) -> StartOf | None:
     """One set's ``StartOf``: addresses at or above ``kernel_from`` by
-    ``kernel``, the others by ``user`` (None: user addresses are kept)."""
+    ``kernel``, the others by ``user`` (None: those addresses are kept)."""
     if kernel is None and user is None:
         return None
 
     def start_of(address: int) -> int | None:
         if address >= kernel_from:
-            return kernel.start(address) if kernel is not None else None
+            return kernel(address) if kernel is not None else None
         return user(address) if user is not None else None
     return start_of
 
@@ -109,12 +121,18 @@ class FunctionStarts:
         self.cfi_for = cfi_for
         self._kernel: tuple[str, KernelStarts | None] | None = None
 
-    def kernel(self, kallsyms: str | None) -> KernelStarts | None:
+    def kernel(self, kallsyms: str | None) -> StartOf | None:
+        """Kernel addresses' starts by the copy ``kallsyms``, read at the
+        first lookup: a run may never fold one."""
         if kallsyms is None:
             return None
-        if self._kernel is None or self._kernel[0] != kallsyms:
-            self._kernel = (kallsyms, KernelStarts.from_copy(self.qdir, kallsyms, self.limit))
-        return self._kernel[1]
+
+        def start(address: int) -> int | None:
+            if self._kernel is None or self._kernel[0] != kallsyms:
+                self._kernel = (kallsyms, KernelStarts.from_copy(self.qdir, kallsyms, self.limit))
+            starts = self._kernel[1]
+            return starts.start(address) if starts is not None else None
+        return start
 
     def for_set(self, kallsyms: str | None, process: Process | None,
                 kernel_from: int) -> StartOf | None:
