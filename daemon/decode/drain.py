@@ -31,7 +31,7 @@ def decode_drain(raw: Sequence[bytes | memoryview], layouts: Layouts) -> Drained
     ring order, but the idle task's samples counted; damage counted too."""
     main, others = layouts.main, layouts.by_id
     probe = main.idle_probe
-    need, typed, match = probe.need, probe.typed.unpack_from, probe.match
+    need, typed, weigh = probe.need, probe.typed.unpack_from, probe.weigh
     least = probe.typed.size
     # with extra events a sample's layout is its event's: Layouts.decode finds it
     sample = None if others else main.sample_decoder
@@ -46,7 +46,7 @@ def decode_drain(raw: Sequence[bytes | memoryview], layouts: Layouts) -> Drained
             type_, misc, size, pid = typed(data)
             if type_ == abi.RECORD_SAMPLE:
                 if pid == 0 and n >= need:
-                    hit = match(data, others)
+                    hit = weigh(data, others)
                     if hit is not None:
                         counts = seen.get(hit[:2])
                         if counts is None:

@@ -63,6 +63,11 @@ class IdleProbe(NamedTuple):
         type_, _misc, _size, pid = self.typed.unpack_from(rec)
         if (type_, pid) != CANDIDATE:
             return None
+        return self.weigh(rec, others)
+
+    def weigh(self, rec: bytes | memoryview, others: Container[int]) -> tuple[int, int, int] | None:
+        """``match`` of a candidate (a sample of pid 0, at least ``need``
+        bytes long), whose head the caller has already unpacked."""
         v = self.full.unpack_from(rec)
         if not self.need <= v[2] <= len(rec) or \
                 v[1] & abi.MISC_CPUMODE_MASK not in _KERNEL_MODES:

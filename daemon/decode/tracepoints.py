@@ -17,7 +17,6 @@ import struct
 from typing import Callable, NamedTuple
 
 from ..kernel import abi
-from .idle import IdleProbe
 from .layout import SampleLayout
 from .records import Record, RecordError, Sample
 
@@ -134,11 +133,6 @@ class Layouts:
         """``SampleLayout.idle_sample`` of the main event's samples only: an
         extra event's (a sched_switch from the idle task) is routed by its id."""
         return self.main.idle_sample(rec, self.by_id)
-
-    def idle_probe(self) -> tuple[IdleProbe, dict[int, SampleLayout]]:
-        """What ``idle_sample`` takes, for a loop that tests every record
-        at C speed first (IdleProbe)."""
-        return self.main.idle_probe, self.by_id
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.main, name)

@@ -37,7 +37,7 @@ import os
 import sys
 import time
 import weakref
-from typing import TYPE_CHECKING, Callable, NamedTuple, TextIO
+from typing import TYPE_CHECKING, Callable, NamedTuple, TextIO, TypeGuard
 
 from qtools.qformat import QDir
 from qtools.qformat.info import JitdumpRef
@@ -168,14 +168,14 @@ class JitTracker:
         st = proc.jit  # asked for every sample: the state itself when it is current
         if not _current(st, proc):
             st = self.state(proc)
-        return st.dump is not None  # type: ignore[union-attr]
+        return st.dump is not None
 
     @staticmethod
     def without_dump(proc: Process) -> bool:
         """``not has_dump(proc)``, known without reading anything: the
         process's JIT state is current for its maps and names no jitdump."""
         st = proc.jit
-        return _current(st, proc) and st.dump is None  # type: ignore[union-attr]
+        return _current(st, proc) and st.dump is None
 
     # ------------------------------------------------------------ unwinding
 
@@ -362,6 +362,6 @@ class JitTracker:
                           truncated=1 if dump.problem else None)
 
 
-def _current(st: JitProcess | None, proc: Process) -> bool:
+def _current(st: JitProcess | None, proc: Process) -> TypeGuard[JitProcess]:
     """``st`` was found for ``proc``'s maps as they are now."""
     return st is not None and st.maps_version == proc.maps_version
