@@ -169,8 +169,9 @@ def parser() -> argparse.ArgumentParser:
                         f"counted in one remainder line (default {MAX_STACKS})")
     p.add_argument("--min-stack-share", type=_share, default=0.0, metavar="SHARE",
                    help="at each checkpoint, fold into the remainder line every call stack "
-                        "that carried less than SHARE (e.g. 0.001) of its set's samples "
-                        "since it was first seen, and every such kernel address (or pc of "
+                        "that carried less than SHARE (e.g. 0.001) of its set's samples, "
+                        "or was met less than once a minute, since it was first seen, and "
+                        "every such kernel address (or pc of "
                         "the collector's own) into its function's first address: a long run's "
                         "sets stop growing with rare stacks and instructions; each function's "
                         "weight stays exact (default 0: keep every stack and address)")

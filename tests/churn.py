@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from qtools.daemon.clock import SYSTEM, Clock
 from qtools.daemon.collector import CpuCollector, Options
 from qtools.daemon.decode import synth
 from qtools.daemon.decode.layout import SampleLayout
@@ -69,7 +70,7 @@ class ChurnRun:
     """A collector fed rounds of churn; files under ``tmp``."""
 
     def __init__(self, tmp: Path, churn: Churn, seed: int = 1,
-                 options: Options | None = None) -> None:
+                 options: Options | None = None, clock: Clock = SYSTEM) -> None:
         self.churn = churn
         self.rng = random.Random(seed)
         names = [f"prog{i}" for i in range(churn.programs)] + [LIB_NAME]
@@ -88,7 +89,7 @@ class ChurnRun:
         self.feed = Feed()
         self.collector = CpuCollector(options or Options(cpu=0), run, self.feed, self.qdir,
                                       ObjectCopier(self.qdir, host=host), out=self.out,
-                                      host=host)
+                                      clock=clock, host=host)
         self.pid = 1000
         self.time = 1
         self.processes = 0

@@ -316,8 +316,9 @@ class SetBook:
         sets += [a for a in self.aggregates.values() if a.writer.dirty]
         if self.kernel is not None and self._kernel_due(complete):
             sets.append(self.kernel)
+        now = self.clock.mono()
         for ts in sets:
-            ts.data.tally.fold_rare(starts(ts) if starts is not None else None)
+            ts.data.tally.fold_rare(starts(ts) if starts is not None else None, now)
         return sets, folded
 
     def _kernel_due(self, complete: bool) -> bool:

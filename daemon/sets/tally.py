@@ -7,8 +7,10 @@ the threads' names, and with ``--off-cpu`` their waits (docs/q-format.md 5.8).
 
 from __future__ import annotations
 
+from array import array
+from bisect import bisect_right
 from collections import defaultdict
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from qtools.qformat import rest_thread
 
@@ -32,6 +34,15 @@ MAX_THREADS = 4096
 """Threads counted apart per set; the samples of any more share one
 "other threads" count, and their `.threads` lines TID 0. Bounds memory when
 a program makes threads by the million."""
+RECUR_SECONDS = 60.0
+"""With --min-stack-share, a stack (or rare `.hist` address) is also folded
+once it has been met less than once per this many seconds since it was first
+seen: a set sampled a few times a second needs 1/SHARE of its samples,
+many minutes, before the share alone folds what it met once, and its
+`.stack` grows all that while (fold_rare)."""
+FOLD_TIMES = 64
+"""The folds whose time a tally keeps, to age what they saw; a stack first
+seen before the oldest is taken as that old (younger than it is: kept)."""
 
 
 class SampleTally:
@@ -42,7 +53,7 @@ class SampleTally:
                  "folded_samples", "folded_stacks", "threads", "other_threads", "max_threads",
                  "by_thread", "solo", "split", "thread_names", "waits", "switches",
                  "switch_lost", "kernel_from", "min_share", "epoch", "born", "address_born",
-                 "moved_weight")
+                 "moved_weight", "fold_epochs", "fold_times")
 
     def __init__(self, max_stacks: int = MAX_STACKS, max_threads: int = MAX_THREADS,
                  min_share: float = 0.0) -> None:
@@ -82,6 +93,10 @@ class SampleTally:
         # weight moved from rare addresses to their function's start
         self.address_born: dict[int, int] = {}
         self.moved_weight = 0
+        # the epoch and monotonic time of the last FOLD_TIMES folds given a
+        # time: how long ago a stack born at an epoch was first seen
+        self.fold_epochs = array("q")
+        self.fold_times = array("d")
 
     def add(self, ip: int, weight: int, stack: tuple[int, ...] | None,
             arcs: Iterable[tuple[int, int]] = (), tid: int | None = None) -> None:
@@ -243,28 +258,32 @@ class SampleTally:
     def total(self) -> int:
         return sum(self.hist.values())
 
-    def fold_rare(self, start_of: StartOf | None = None) -> int:
-        """Fold into the remainder line every stack that carried less than
-        ``min_share`` of the set's weight since it was first seen, if it was
-        first seen before the last fold (so each has had a whole interval to
-        recur); returns how many were folded.
+    def fold_rare(self, start_of: StartOf | None = None, now: float | None = None) -> int:
+        """Fold into the remainder line every stack that is rare (``_rarity``)
+        and was first seen before the last fold, so that each has had a
+        whole interval to recur; returns how many were folded.
 
-        This is lossy counting (Manku and Motwani) by weight: a stack whose
-        share of everything the set has counted is above ``min_share`` is
-        never folded, and one that is kept has lost at most ``min_share`` of
-        that total to the remainder (its weight before it was last folded).
-        Stacks that recur stay, rare ones go: the stack lines a set holds are
-        bounded by the share however long it runs, and the weights' sum and
-        each thread's total stay exact.
+        The share is lossy counting (Manku and Motwani) by weight: a stack
+        whose share of everything the set has counted is above ``min_share``
+        is not folded for it, and one that is kept has lost less than
+        ``min_share`` of that total to the remainder (its weight before it
+        was last folded). Given ``now`` (monotonic seconds), a stack met
+        less than once per RECUR_SECONDS since it was first seen goes too,
+        so a set sampled a few times a second holds what recurs plus what
+        it met in about the last minute, not in its last 1/``min_share``
+        samples; a kept stack has then lost less than one sample per
+        RECUR_SECONDS besides. The weights' sum and each thread's total
+        stay exact.
 
         With ``start_of``, rare `.hist` addresses go the same way, to the
         first address of their function, where ``start_of`` knows it
         (``_fold_rare_addresses``)."""
         if not self.min_share:
             return 0
-        total, last, share, born = self.total, self.epoch, self.min_share, self.born
+        total, last, born = self.total, self.epoch, self.born
+        under = self._rarity(total, now)
         rare = {s: w for s, w in self.stacks.items()
-                if born.get(s, 0) < last and w < share * (total - born.get(s, 0))}
+                if born.get(s, 0) < last and w < under(born.get(s, 0))}
         self.epoch = total
         if rare:
             per_sample = total / self.samples if self.samples else 1.0
@@ -277,24 +296,59 @@ class SampleTally:
                 for key in [k for k in lines if k[0] == "cpu" and k[2] in rare]:
                     lines[("cpu", key[1], ())] += lines.pop(key)
         if start_of is not None:
-            self._fold_rare_addresses(start_of, total, last)
+            self._fold_rare_addresses(start_of, under, last)
+        if now is not None:
+            self._note_fold(total, now)
         return len(rare)
 
-    def _fold_rare_addresses(self, start_of: StartOf, total: int, last: int) -> None:
+    def _rarity(self, total: int, now: float | None) -> Callable[[int], float]:
+        """The weight under which what was first seen after the fold at
+        epoch ``b`` is rare now: ``min_share`` of the weight since, and
+        with ``now``, one sample per RECUR_SECONDS since that fold."""
+        share = self.min_share
+        per_sample = total / self.samples if self.samples else 0.0
+        rate = per_sample / RECUR_SECONDS if now is not None else 0.0
+        known: dict[int, float] = {}
+
+        def under(b: int) -> float:
+            w = known.get(b)
+            if w is None:
+                w = known[b] = max(share * (total - b), rate * self._age(b, now or 0.0))
+            return w
+        return under
+
+    def _age(self, epoch: int, now: float) -> float:
+        """Seconds since the fold that left the set at ``epoch``: at least
+        how long ago what came after it was first seen. Before the oldest
+        fold kept, that fold's age (less than the truth: it keeps more)."""
+        if not self.fold_times:
+            return 0.0
+        i = max(0, bisect_right(self.fold_epochs, epoch) - 1)
+        return max(0.0, now - self.fold_times[i])
+
+    def _note_fold(self, total: int, now: float) -> None:
+        self.fold_epochs.append(total)
+        self.fold_times.append(now)
+        if len(self.fold_times) > FOLD_TIMES:
+            del self.fold_epochs[0]
+            del self.fold_times[0]
+
+    def _fold_rare_addresses(self, start_of: StartOf, under: Callable[[int], float],
+                             last: int) -> None:
         """Move the weight of each rare `.hist` address (by the rule of the
         stacks, and the leaf of no stack kept) to its function's first
         address: the flat profile is unchanged, and the `.hist` holds the
         addresses that recur plus at most one line per function, not every
         instruction a long run ever sampled once. An address first seen
         since the last fold is only noted, to be judged at the next."""
-        hist, born, share = self.hist, self.address_born, self.min_share
+        hist, born = self.hist, self.address_born
         leaves = {s[0] for s in self.stacks}
         moved: dict[int, int] = {}
         for a, w in hist.items():
             b = born.get(a)
             if b is None:
                 born[a] = last
-            elif b < last and w < share * (total - b) and a not in leaves:
+            elif b < last and w < under(b) and a not in leaves:
                 f = start_of(a)
                 if f is not None and f != a:
                     moved[a] = f

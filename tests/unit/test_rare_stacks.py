@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from churn import Churn, ChurnRun
 
+from qtools.daemon.clock import Clock
 from qtools.daemon.collector import Options
-from qtools.daemon.sets.tally import SampleTally
+from qtools.daemon.sets.tally import RECUR_SECONDS, SampleTally
 from qtools.qformat import read_hist, read_info, read_stacks
 
 PERIOD = 1_000_000
@@ -84,6 +85,58 @@ def test_every_stack_above_the_share_is_kept_and_undercounted_by_less_than_it(se
     assert tally.folded_samples == round(tally.folded_weight / PERIOD)
 
 
+def _slow_set(seed: int, minutes: int, now: bool) -> tuple[SampleTally, dict, list[int]]:
+    """A set sampled 5 times a second (a program's short-lived runs): a few
+    stacks that recur every few seconds, 40 that recur about once in 20 s
+    to 3 minutes, and 3 a second never seen again; a fold every 10 s. The
+    tally, the true weights, and the stacks never seen again held after
+    each fold."""
+    rng = random.Random(seed)
+    tally = SampleTally(min_share=0.001)
+    hot = [(0x1000 + 4 * i, 0x9000) for i in range(4)]
+    warm = [(0x2000 + 4 * i, 0x9000) for i in range(40)]
+    period = {s: rng.uniform(20, 180) for s in warm}  # seconds between its samples
+    true: dict[tuple[int, ...], int] = {}
+    fresh, held = 0, []
+    for interval in range(minutes * 6):
+        stream = [rng.choice(hot) for _ in range(20)]
+        stream += [s for s in warm if rng.random() < 10 / period[s]]
+        for _ in range(30):
+            fresh += 1
+            stream.append((0x100000 + 4 * fresh, 0x9000))
+        rng.shuffle(stream)
+        _feed(tally, stream)
+        for s in stream:
+            true[s] = true.get(s, 0) + PERIOD
+        tally.fold_rare(now=10.0 * (interval + 1) if now else None)
+        held.append(sum(1 for s in tally.stacks if s[0] >= 0x100000))
+    return tally, true, held
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_slow_set_holds_what_it_met_once_for_about_a_minute(seed):
+    """By the share alone, a set of 5 samples a second keeps what it met
+    once for its last 1/SHARE samples (over 3 minutes here), so its
+    `.stack` fills for that long; with the time floor, for RECUR_SECONDS:
+    it holds as much after 20 minutes as after 1."""
+    tally, true, held = _slow_set(seed, 20, now=True)
+    once_a_minute = 6 * 30  # stacks met once per interval, times intervals a minute
+    assert max(held[6:]) <= once_a_minute + 2 * 30  # + the intervals before one is judged
+    assert max(held[6:]) <= 1.2 * held[5]
+    _tally, _true, by_share = _slow_set(seed, 20, now=False)
+    assert min(by_share[60:]) >= 2 * max(held[6:])  # the share alone holds far more
+    total = tally.total
+    assert total == sum(true.values()) == sum(tally.stacks.values()) + tally.folded_weight
+    # What a kept stack lost: less than the share of the total plus one
+    # sample per RECUR_SECONDS of the run; what recurs more often is kept.
+    bound = 0.001 * total + (20 * 60 / RECUR_SECONDS + 1) * PERIOD
+    for s, w in true.items():
+        if s in tally.stacks:
+            assert w - bound < tally.stacks[s] <= w
+        if s[0] < 0x2000:
+            assert s in tally.stacks
+
+
 def test_thread_lines_of_a_folded_stack_keep_their_thread_and_weight():
     tally = SampleTally(min_share=0.05)
     hot, rare = (0x1000, 0x2000), (0x1004, 0x2000)
@@ -140,6 +193,44 @@ def test_a_long_runs_sets_stop_growing_with_rare_stacks_only_with_a_share(tmp_pa
     else:
         assert late >= early + 15 * 30, lines  # every new stack is still there
         assert "q:min-stack-share" not in info.task.extra and not info.task.samples_folded
+
+
+class Ticking(Clock):
+    """A clock that moves on by one checkpoint interval each round."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        super().__init__(wall=lambda: 1.8e9 + self.now, mono=lambda: self.now)
+
+
+def _aggregate_lines(run: ChurnRun) -> int:
+    q = Path(run.qdir.path)
+    latest = max(q.glob("prog0-cpu0.stack#*"), key=lambda p: int(p.name.rsplit("#", 1)[1]))
+    return sum(1 for s in read_stacks(latest) if s.frames)
+
+
+@pytest.mark.parametrize("interval", [10.0, 0.0])
+def test_a_slow_aggregate_holds_about_a_minute_of_its_stacks(tmp_path, interval):
+    """Short-lived runs of one program, 40 samples a 10-s round from 4,000
+    stacks: at that rate the share alone would hold every stack met for
+    1/SHARE samples (25 rounds); a stack met less than once a minute goes
+    after about a minute, so the set's lines level off after 6 rounds. A
+    clock that never moves shows the share alone."""
+    churn = Churn(procs=8, programs=1, repertoire=4000, small=(4, 7), big_every=10**6)
+    clock = Ticking()
+    run = ChurnRun(tmp_path, churn, options=Options(cpu=0, min_stack_share=0.001), clock=clock)
+    lines = []
+    for _ in range(24):
+        run.round()
+        clock.now += interval
+        lines.append(_aggregate_lines(run))
+    run.close()
+    assert run.samples >= 24 * 8 * 4
+    if interval:
+        assert max(lines[7:]) <= 1.2 * lines[6], lines
+        assert max(lines) <= run.samples / 24 * (RECUR_SECONDS / interval + 2)
+    else:
+        assert lines[-1] >= 3 * lines[6], lines
 
 
 SYSTEMD = Path(__file__).resolve().parents[2] / "systemd"
