@@ -318,7 +318,8 @@ class SetBook:
             sets.append(self.kernel)
         now = self.clock.mono()
         for ts in sets:
-            ts.data.tally.fold_rare(starts(ts) if starts is not None else None, now)
+            own = ts.data.process is not None and ts.data.process.own  # kept by function
+            ts.data.tally.fold_rare(starts(ts) if starts is not None else None, now, own)
         return sets, folded
 
     def _kernel_due(self, complete: bool) -> bool:

@@ -258,7 +258,8 @@ class SampleTally:
     def total(self) -> int:
         return sum(self.hist.values())
 
-    def fold_rare(self, start_of: StartOf | None = None, now: float | None = None) -> int:
+    def fold_rare(self, start_of: StartOf | None = None, now: float | None = None,
+                  by_function: bool = False) -> int:
         """Fold into the remainder line every stack that is rare (``_rarity``)
         and was first seen before the last fold, so that each has had a
         whole interval to recur; returns how many were folded.
@@ -277,7 +278,9 @@ class SampleTally:
 
         With ``start_of``, rare `.hist` addresses go the same way, to the
         first address of their function, where ``start_of`` knows it
-        (``_fold_rare_addresses``)."""
+        (``_fold_rare_addresses``); ``by_function``, every address as it
+        is first judged, with the stacks of one frame at it (a set whose
+        stacks are all of one frame: the collector's own)."""
         if not self.min_share:
             return 0
         total, last, born = self.total, self.epoch, self.born
@@ -296,7 +299,7 @@ class SampleTally:
                 for key in [k for k in lines if k[0] == "cpu" and k[2] in rare]:
                     lines[("cpu", key[1], ())] += lines.pop(key)
         if start_of is not None:
-            self._fold_rare_addresses(start_of, under, last)
+            self._fold_rare_addresses(start_of, under, last, by_function)
         if now is not None:
             self._note_fold(total, now)
         return len(rare)
@@ -334,13 +337,15 @@ class SampleTally:
             del self.fold_times[0]
 
     def _fold_rare_addresses(self, start_of: StartOf, under: Callable[[int], float],
-                             last: int) -> None:
+                             last: int, by_function: bool = False) -> None:
         """Move the weight of each rare `.hist` address (by the rule of the
         stacks, and the leaf of no stack kept) to its function's first
         address: the flat profile is unchanged, and the `.hist` holds the
         addresses that recur plus at most one line per function, not every
         instruction a long run ever sampled once. An address first seen
-        since the last fold is only noted, to be judged at the next."""
+        since the last fold is only noted, to be judged at the next;
+        ``by_function``, it is moved at once, and the stack of one frame
+        at it with it."""
         hist, born = self.hist, self.address_born
         leaves = {s[0] for s in self.stacks}
         moved: dict[int, int] = {}
@@ -348,10 +353,13 @@ class SampleTally:
             b = born.get(a)
             if b is None:
                 born[a] = last
-            elif b < last and w < under(b) and a not in leaves:
-                f = start_of(a)
-                if f is not None and f != a:
-                    moved[a] = f
+                if not by_function:
+                    continue
+            elif not (b < last and w < under(b) and a not in leaves):
+                continue
+            f = start_of(a)
+            if f is not None and f != a:
+                moved[a] = f
         for a, f in moved.items():
             w = hist.pop(a)
             del born[a]
@@ -360,11 +368,30 @@ class SampleTally:
             self.moved_weight += w
             if a >= self.kernel_from > f:
                 self.kernel_from = f
-        if moved and self.split and not (self.stacks or self.folded_weight):  # no stacks: pcs
-            lines = self.by_thread
+        if not moved:
+            return
+        if by_function:
+            self._move_stacks_of_one_frame(moved)
+        if self.split and (by_function or not (self.stacks or self.folded_weight)):
+            lines = self.by_thread  # the threads' lines of one frame (their pcs) follow
             for key in [k for k in lines if k[0] == "cpu" and len(k[2]) == 1
                         and k[2][0] in moved]:
                 lines[("cpu", key[1], (moved[key[2][0]],))] += lines.pop(key)
+
+    def _move_stacks_of_one_frame(self, moved: dict[int, int]) -> None:
+        """The stacks (a,) as (f,), for each address a moved to f; a stack
+        already at f keeps its age, so it is judged as before."""
+        stacks, born = self.stacks, self.born
+        for a, f in moved.items():
+            w = stacks.pop((a,), None)
+            if w is None:
+                continue
+            b = born.pop((a,), self.epoch)
+            if (f,) in stacks:
+                stacks[(f,)] += w
+            else:
+                stacks[(f,)] = w
+                born[(f,)] = b
 
     def merge(self, other: SampleTally, rebase: CanonicalLayout | None = None,
               proc: Process | None = None) -> None:

@@ -489,6 +489,14 @@ def test_rare_addresses_go_to_their_functions_start_and_the_totals_stay(perf, tm
             moved_sets += 1  # only kernel addresses move here: to kallsyms starts
             assert sum(w for a, w in hist.items() if a in starts) >= moved, name
     assert moved_sets, sorted(n for n in infos(q))
+    # the collector's own sets are kept by function: every kernel pc at its symbol
+    own = [i for i in infos(q).values()
+           if i.task.comm == "q-syscollect" and str(q) in (i.task.cmdline or ())]
+    assert any(i.task.extra.get("q:hist-moved") for i in own), sorted(infos(q))
+    last = max(starts)
+    for info in own:
+        kernel = [a for a, _w in read_hist(q / info.histogram.file) if a >= KERNEL_START]
+        assert all(a in starts or a > last for a in kernel), info.task.pid
     r = q_view("--comm", "true", str(q))
     assert r.returncode == 0 and "disagree" not in r.stderr, r.stderr
     assert "first instruction of their function" in r.stdout

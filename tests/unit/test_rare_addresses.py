@@ -175,6 +175,40 @@ def test_the_thread_lines_of_a_run_without_stacks_follow_their_pcs():
     assert ("cpu", 2, (K + 0x204,)) not in lines and lines[("cpu", 2, (K + 0x200,))] == PERIOD
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_collectors_own_sets_are_kept_by_function(threads):
+    """by_function (the collector's own sets, whose stacks are all of one
+    frame): each address goes to its function's first address at the
+    first fold after it was met, recurring or not, and its stack and its
+    thread's line with it. Per function and per thread the weights stay
+    exact; a pc whose start is not known stays where it is."""
+    ks = KernelStarts.from_text(KALLSYMS)
+    user = {0x401234: 0x401200, 0x401238: 0x401200}
+    tally = SampleTally(min_share=0.001)
+    pcs = [K + 0x204, K + 0x208, K + 0x404, K + 0x110, 0x401234, 0x401238, 0x402000]
+    per_thread: dict[int, int] = {}
+    for i, a in enumerate(pcs * 30):
+        tid = 1 + i % threads
+        tally.add(a, PERIOD, (a,), (), tid)
+        per_thread[tid] = per_thread.get(tid, 0) + PERIOD
+    by_function = {K + 0x200: 60, K + 0x400: 30, K + 0x100: 30, 0x401200: 60, 0x402000: 30}
+    tally.fold_rare(start_finder(ks.start, K, user.get), by_function=True)
+    assert dict(tally.hist) == {a: n * PERIOD for a, n in by_function.items()}
+    assert dict(tally.stacks) == {(a,): n * PERIOD for a, n in by_function.items()}
+    assert tally.moved_weight == 6 * 30 * PERIOD  # all but 0x402000, whose start is unknown
+    lines = tally.thread_stacks
+    assert {s for (_k, _t, s) in lines} == {(a,) for a in by_function}
+    got: dict[int, int] = {}
+    for (_kind, tid, _s), w in lines.items():
+        got[tid] = got.get(tid, 0) + w
+    assert got == per_thread
+    # later samples at a function's start or inside it join its line
+    tally.add(K + 0x20c, PERIOD, (K + 0x20c,), (), 1)
+    tally.fold_rare(start_finder(ks.start, K, user.get), by_function=True)
+    assert tally.hist[K + 0x200] == tally.stacks[(K + 0x200,)] == 61 * PERIOD
+    assert K + 0x20c not in tally.hist
+
+
 @pytest.fixture(scope="module")
 def program(tmp_path_factory) -> Path:
     if shutil.which("cc") is None:
