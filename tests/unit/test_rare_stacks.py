@@ -24,6 +24,20 @@ def _feed(tally: SampleTally, stream: list[tuple[int, ...]], tid: int = 1) -> No
         tally.add(stack[0], PERIOD, stack, (), tid)
 
 
+def _feed_interval(tally: SampleTally, rng: random.Random, stream: list[tuple[int, ...]],
+                   fresh: int, n: int, true: dict[tuple[int, ...], int]) -> int:
+    """``stream`` and ``n`` stacks never seen before (numbered on from
+    ``fresh``), shuffled, into ``tally`` and ``true``; the last number."""
+    for _ in range(n):
+        fresh += 1
+        stream.append((0x100000 + 4 * fresh, 0x9000))
+    rng.shuffle(stream)
+    _feed(tally, stream)
+    for s in stream:
+        true[s] = true.get(s, 0) + PERIOD
+    return fresh
+
+
 def test_without_a_share_nothing_is_folded():
     tally = SampleTally()
     for i in range(3):
@@ -61,14 +75,7 @@ def test_every_stack_above_the_share_is_kept_and_undercounted_by_less_than_it(se
     fresh = 0
     sizes = []
     for _interval in range(40):
-        stream = rng.choices(recurring, weights, k=400)
-        for _ in range(40):
-            fresh += 1
-            stream.append((0x100000 + 4 * fresh, 0x9000))
-        rng.shuffle(stream)
-        _feed(tally, stream)
-        for s in stream:
-            true[s] = true.get(s, 0) + PERIOD
+        fresh = _feed_interval(tally, rng, rng.choices(recurring, weights, k=400), fresh, 40, true)
         tally.fold_rare()
         sizes.append(len(tally.stacks))
     total = tally.total
@@ -101,13 +108,7 @@ def _slow_set(seed: int, minutes: int, now: bool) -> tuple[SampleTally, dict, li
     for interval in range(minutes * 6):
         stream = [rng.choice(hot) for _ in range(20)]
         stream += [s for s in warm if rng.random() < 10 / period[s]]
-        for _ in range(30):
-            fresh += 1
-            stream.append((0x100000 + 4 * fresh, 0x9000))
-        rng.shuffle(stream)
-        _feed(tally, stream)
-        for s in stream:
-            true[s] = true.get(s, 0) + PERIOD
+        fresh = _feed_interval(tally, rng, stream, fresh, 30, true)
         tally.fold_rare(now=10.0 * (interval + 1) if now else None)
         held.append(sum(1 for s in tally.stacks if s[0] >= 0x100000))
     return tally, true, held
