@@ -42,6 +42,9 @@ from .sets.starts import FunctionStarts
 
 KERNEL_MODES = (abi.MISC_KERNEL, abi.MISC_GUEST_KERNEL)  # Sample.in_kernel, inlined
 STATS_SECONDS = 1.0
+RECOVERED_AFTER = 3
+"""Checkpoints written whole, after a write error was said, before the
+collector says writing works again (or the run's last one)."""
 # The kernel's pid of a task sampled in its last moments of exit, after its
 # pid was released (perf_event_pid gives -1, a u32 in the record): a process
 # of its own, named for what it does.
@@ -125,6 +128,7 @@ class CpuCollector:
         self._tick_samples = 0
         self._tick_lost = 0
         self._write_error: str | None = None
+        self._good_writes = 0  # checkpoints written whole since the error said
         self.busy_records = 0  # records of the last drain other than the idle task's samples
         self._lingering: deque[Process] = deque()  # ended without samples (_linger)
         self._lingered: list[Process] = []  # ... lingering at the last checkpoint
@@ -492,8 +496,12 @@ class CpuCollector:
             self._report_write_error(errors[0])
             return False
         if self._write_error is not None:
-            self.say(f"writing to {self.qdir.path} works again")
-            self._write_error = None
+            # A disk at the edge of full takes one checkpoint and refuses the
+            # next: recovery is said once it held, so the log gets one pair.
+            self._good_writes += 1
+            if self._good_writes >= RECOVERED_AFTER or final:
+                self.say(f"writing to {self.qdir.path} works again")
+                self._write_error = None
         return True
 
     def rotate(self) -> bool:
@@ -507,6 +515,7 @@ class CpuCollector:
 
     def _report_write_error(self, e: OSError) -> None:
         text = f"cannot write to {self.qdir.path}: {e.strerror or e}"
+        self._good_writes = 0
         if self._last_chance:
             tell(self.out, f"cpu {self.opts.cpu}: {text}")
         elif text != self._write_error:
