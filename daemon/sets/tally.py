@@ -309,14 +309,15 @@ class SampleTally:
         epoch ``b`` is rare now: ``min_share`` of the weight since, and
         with ``now``, one sample per RECUR_SECONDS since that fold."""
         share = self.min_share
-        per_sample = total / self.samples if self.samples else 0.0
-        rate = per_sample / RECUR_SECONDS if now is not None else 0.0
+        if now is None or not self.samples:
+            return lambda b: share * (total - b)
+        rate = total / self.samples / RECUR_SECONDS  # weight a sample, per second
         known: dict[int, float] = {}
 
         def under(b: int) -> float:
             w = known.get(b)
             if w is None:
-                w = known[b] = max(share * (total - b), rate * self._age(b, now or 0.0))
+                w = known[b] = max(share * (total - b), rate * self._age(b, now))
             return w
         return under
 
