@@ -171,8 +171,8 @@ def parser() -> argparse.ArgumentParser:
                    help="at each checkpoint, fold into the remainder line every call stack "
                         "that carried less than SHARE (e.g. 0.001) of its set's samples, "
                         "or was met less than once a minute, since it was first seen, and "
-                        "every such kernel address (or pc of "
-                        "the collector's own) into its function's first address: a long run's "
+                        "every such kernel address, and every user instruction met less "
+                        "than once a minute, into its function's first address: a long run's "
                         "sets stop growing with rare stacks and instructions; each function's "
                         "weight stays exact (default 0: keep every stack and address)")
     p.add_argument("--symlink", action="store_true",

@@ -114,7 +114,7 @@ class CpuCollector:
                             opts.min_stack_share)
         tables = getattr(self.user_frames, "tables", None)  # DWARF stacks' CFI
         self.starts = FunctionStarts(qdir, copier.limits.kallsyms_size,
-                                     None if tables is None else tables.cfi_for
+                                     None if tables is None else tables.loaded
                                      ) if opts.min_stack_share else None
         self.samples = 0
         self.read_until = 0  # ns (CLOCK_MONOTONIC, as the records' times): see step
@@ -454,7 +454,7 @@ class CpuCollector:
         kallsyms = self.kallsyms.current(self.copier) if self.kallsyms is not None else None
         starts = self.starts
         sets, folded = self.book.plan(final, complete, None if starts is None else (
-            lambda ts: starts.for_set(kallsyms, ts.data.process, ts.data.tally.kernel_from)))
+            lambda ts: starts.for_set(kallsyms, ts.data.tally.mappings, ts.data.tally.kernel_from)))
         # those that lingered since the checkpoint before (the latest ones
         # may still have samples in the rings), or all at the end
         expired, self._lingered = self._lingered, list(self._lingering)

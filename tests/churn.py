@@ -56,6 +56,14 @@ class Churn:
     cgroups: int = 7  # distinct cgroup ids the samples carry
 
 
+class Ticking(Clock):
+    """A clock its test moves on by hand (``now``, in seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        super().__init__(wall=lambda: 1.8e9 + self.now, mono=lambda: self.now)
+
+
 class Feed(ReplaySource):
     """A replay that is handed its batches one round at a time."""
 

@@ -82,6 +82,10 @@ class CfiTables:
     def __len__(self) -> int:
         return len(self._tables)
 
+    def loaded(self, obj: ObjectKey) -> ObjectCFI | None:
+        """The tables of ``obj`` if they were made (None: not, or none)."""
+        return self._tables.get(obj)
+
     def cfi_for(self, proc: Process, m: Mapping) -> ObjectCFI | None:
         obj = m.obj
         if obj in self._tables:

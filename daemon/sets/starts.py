@@ -4,12 +4,14 @@ can tell without symbol tables: what ``--min-stack-share`` folds a rare
 
 - A kernel address: the start of the text symbol at or below it in the
   run's kallsyms copy, which is the symbol q-view names it by.
-- A user pc of the collector's own processes: the start of the `.eh_frame`
-  FDE that covers it. Nobody annotates the collector's interpreter by the
-  instruction, and those pcs were the largest `.hist` of a long run.
+- A user address: the start of the `.eh_frame` FDE that covers it, in the
+  mapping the set noted it in (an aggregate's canonical one), by the
+  unwind tables the collector already holds for that object: nothing is
+  read for it.
 
-Anything else (another program's user address, one outside every symbol,
-a copy that cannot be read) has no start here, and its address is kept.
+Anything else (an address outside every symbol or FDE, in JIT code, in
+mappings that overlap, of an object whose tables are not loaded, as with
+frame-pointer stacks) has no start here, and its address is kept.
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ from __future__ import annotations
 import bisect
 import os
 import re
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from qtools.qformat import QDir
 from qtools.qformat.files import read_at_most
 
-from ..machine.tasks import Mapping, Process
+from ..machine.tasks import Mapping, ObjectKey
 
 if TYPE_CHECKING:
     from ..unwind import ObjectCFI
@@ -108,17 +110,42 @@ def start_finder(kernel: StartOf | None, kernel_from: int,
     return start_of
 
 
+def user_starts(mappings: Iterable[Mapping],
+                cfi_of: Callable[[ObjectKey], ObjectCFI | None]) -> StartOf:
+    """The FDE starts of user addresses in ``mappings``, by ``cfi_of``. An
+    address that two of them hold (a set whose process mapped another object
+    over one it had sampled) has no start: which object it was is not known."""
+    spans = sorted(mappings, key=lambda m: (m.start, m.end))
+    firsts = [m.start for m in spans]
+    shared: set[int] = set()
+    reach, reach_i = -1, -1
+    for i, m in enumerate(spans):
+        if m.start < reach:
+            shared.update((i, reach_i))
+        if m.end > reach:
+            reach, reach_i = m.end, i
+
+    def start(address: int) -> int | None:
+        i = bisect.bisect_right(firsts, address) - 1
+        if i < 0 or i in shared or address >= spans[i].end:
+            return None
+        m = spans[i]
+        cfi = cfi_of(m.obj)
+        return fde_start(cfi, m, address) if cfi is not None else None
+    return start
+
+
 class FunctionStarts:
     """A collector's ``StartOf`` per set: the kernel's starts from the run's
-    kallsyms copy (read again when the run makes a new copy), the FDEs of
-    the collector's own processes' objects through ``cfi_for`` (None: the
-    run has no CFI tables, as with frame-pointer stacks)."""
+    kallsyms copy (read again when the run makes a new copy), user ones by
+    the FDEs of the unwind tables ``cfi_of`` holds (None: the run has no
+    CFI tables, as with frame-pointer stacks)."""
 
     def __init__(self, qdir: QDir, limit: int,
-                 cfi_for: Callable[[Process, Mapping], ObjectCFI | None] | None) -> None:
+                 cfi_of: Callable[[ObjectKey], ObjectCFI | None] | None) -> None:
         self.qdir = qdir
         self.limit = limit
-        self.cfi_for = cfi_for
+        self.cfi_of = cfi_of
         self._kernel: tuple[str, KernelStarts | None] | None = None
 
     def kernel(self, kallsyms: str | None) -> StartOf | None:
@@ -134,18 +161,9 @@ class FunctionStarts:
             return starts.start(address) if starts is not None else None
         return start
 
-    def for_set(self, kallsyms: str | None, process: Process | None,
+    def for_set(self, kallsyms: str | None, mappings: Iterable[Mapping],
                 kernel_from: int) -> StartOf | None:
-        """The ``StartOf`` of a set of ``process`` (None: an aggregate or the
-        kernel's set) whose kernel addresses start at ``kernel_from``."""
-        cfi_for = self.cfi_for
-        if cfi_for is None or process is None or not process.own:
-            return start_finder(self.kernel(kallsyms), kernel_from, None)
-
-        def user(address: int, proc: Process = process) -> int | None:
-            m = proc.maps.find(address)
-            if m is None or m.obj.special:
-                return None
-            cfi = cfi_for(proc, m)
-            return fde_start(cfi, m, address) if cfi is not None else None
+        """The ``StartOf`` of a set whose user addresses lie in ``mappings``
+        and whose kernel addresses start at ``kernel_from``."""
+        user = None if self.cfi_of is None else user_starts(mappings, self.cfi_of)
         return start_finder(self.kernel(kallsyms), kernel_from, user)

@@ -299,7 +299,8 @@ class SampleTally:
                 for key in [k for k in lines if k[0] == "cpu" and k[2] in rare]:
                     lines[("cpu", key[1], ())] += lines.pop(key)
         if start_of is not None:
-            self._fold_rare_addresses(start_of, under, last, by_function)
+            self._fold_rare_addresses(start_of, under, self._seldom(total, now), last,
+                                      by_function)
         if now is not None:
             self._note_fold(total, now)
         return len(rare)
@@ -309,17 +310,25 @@ class SampleTally:
         epoch ``b`` is rare now: ``min_share`` of the weight since, and
         with ``now``, one sample per RECUR_SECONDS since that fold."""
         share = self.min_share
-        if now is None or not self.samples:
+        seldom = self._seldom(total, now)
+        if seldom is None:
             return lambda b: share * (total - b)
-        rate = total / self.samples / RECUR_SECONDS  # weight a sample, per second
         known: dict[int, float] = {}
 
         def under(b: int) -> float:
             w = known.get(b)
             if w is None:
-                w = known[b] = max(share * (total - b), rate * self._age(b, now))
+                w = known[b] = max(share * (total - b), seldom(b))
             return w
         return under
+
+    def _seldom(self, total: int, now: float | None) -> Callable[[int], float] | None:
+        """The weight of one sample per RECUR_SECONDS since the fold at
+        epoch ``b`` (None without a clock): the time floor alone."""
+        if now is None or not self.samples:
+            return None
+        rate = total / self.samples / RECUR_SECONDS  # weight a sample, per second
+        return lambda b: rate * self._age(b, now)
 
     def _age(self, epoch: int, now: float) -> float:
         """Seconds since the fold that left the set at ``epoch``: at least
@@ -338,16 +347,20 @@ class SampleTally:
             del self.fold_times[0]
 
     def _fold_rare_addresses(self, start_of: StartOf, under: Callable[[int], float],
-                             last: int, by_function: bool = False) -> None:
-        """Move the weight of each rare `.hist` address (by the rule of the
-        stacks, and the leaf of no stack kept) to its function's first
-        address: the flat profile is unchanged, and the `.hist` holds the
-        addresses that recur plus at most one line per function, not every
-        instruction a long run ever sampled once. An address first seen
-        since the last fold is only noted, to be judged at the next;
-        ``by_function``, it is moved at once, and the stack of one frame
-        at it with it."""
-        hist, born = self.hist, self.address_born
+                             seldom: Callable[[int], float] | None, last: int,
+                             by_function: bool = False) -> None:
+        """Move the weight of each rare `.hist` address (and the leaf of no
+        stack kept) to its function's first address: the flat profile is
+        unchanged, and the `.hist` holds the addresses that recur plus at
+        most one line per function, not every instruction a long run ever
+        sampled once. A kernel address is rare by the rule of the stacks
+        (``under``); a user address by the time floor alone (``seldom``;
+        None: never), so that the instructions of a busy program's hot
+        functions, each a small share but met all the time, stay for
+        ``q-view --annotate``. An address first seen since the last fold
+        is only noted, to be judged at the next; ``by_function``, it is
+        moved at once, and the stack of one frame at it with it."""
+        hist, born, kernel = self.hist, self.address_born, self.kernel_from
         leaves = {s[0] for s in self.stacks}
         moved: dict[int, int] = {}
         for a, w in hist.items():
@@ -356,7 +369,8 @@ class SampleTally:
                 born[a] = last
                 if not by_function:
                     continue
-            elif not (b < last and w < under(b) and a not in leaves):
+            elif not (b < last and a not in leaves and w < (
+                    under(b) if a >= kernel else seldom(b) if seldom is not None else 0)):
                 continue
             f = start_of(a)
             if f is not None and f != a:

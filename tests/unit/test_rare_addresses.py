@@ -11,12 +11,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from churn import Ticking
 from elftools.elf.elffile import ELFFile
 
-from qtools.daemon.machine.tasks import Mapping, ObjectKey
-from qtools.daemon.sets.starts import KernelStarts, fde_start, start_finder
+from qtools.daemon.decode.records import Comm, Mmap, SampleId, Task
+from qtools.daemon.machine.tasks import Mapping, ObjectKey, TaskTable
+from qtools.daemon.sets.aggregate import SetBook
+from qtools.daemon.sets.starts import FunctionStarts, KernelStarts, fde_start, start_finder, user_starts
 from qtools.daemon.sets.tally import NO_KERNEL, SampleTally
 from qtools.daemon.unwind import ObjectCFI
+from qtools.qformat import QDir
 from qtools.qformat.elfhdr import offset_of
 from qtools.viewer.naming.kallsyms import read_plain
 
@@ -165,6 +169,7 @@ def test_the_thread_lines_of_a_run_without_stacks_follow_their_pcs():
     ks = KernelStarts.from_text(KALLSYMS)
     tally = SampleTally(min_share=0.01)
     tally.add(K + 0x204, PERIOD, None, (), 2)
+    tally.kernel_from = K + 0x204  # as the collector keeps it
     for k in range(200):
         tally.add(0x401000, PERIOD, None, (), 1 + k % 2)
     tally.fold_rare(start_finder(ks.start, K))
@@ -235,3 +240,94 @@ def test_an_fde_start_is_its_functions_symbol(program):
         for inside in (start, start + length // 2, start + length - 1):
             assert fde_start(cfi, m, inside) == start, (hex(value), hex(inside))
     assert fde_start(cfi, m, base + size - 1) is None  # past the code: no FDE
+
+
+def _functions(program: Path) -> list[tuple[int, int]]:
+    """(file offset, size) of the program's functions of more than 8 bytes."""
+    with open(program, "rb") as f:
+        elf = ELFFile(f)
+        values = [(s.entry.st_value, s.entry.st_size) for s in elf.get_section_by_name(".symtab")
+                  .iter_symbols() if s["st_info"]["type"] == "STT_FUNC" and s["st_size"] > 8]
+    loads = ObjectCFI.from_path(program).loads
+    return sorted((offset_of(loads, v), n) for v, n in values)
+
+
+def test_a_programs_rare_user_addresses_go_to_their_fde_and_its_busy_ones_stay(program, tmp_path):
+    """Short runs of one program (mapped elsewhere each time, folded into
+    its aggregate): an instruction met once goes to its function's first
+    address once it has gone a minute without recurring, in the canonical
+    layout, by the unwind tables the collector holds. Instructions of a
+    busy function, each under the share but met every round, stay where
+    they are for --annotate. Per function the weights stay exact."""
+    obj = ObjectKey(str(program), (0, 1), 2)
+    cfi = ObjectCFI.from_path(program)
+    size = program.stat().st_size
+    funcs = _functions(program)
+    busy, rest = funcs[0], funcs[1:]
+    clock = Ticking()
+    book = SetBook(cpu=0, min_samples=10**6, clock=clock, min_stack_share=0.2)
+    starts = FunctionStarts(QDir.open(tmp_path), 1 << 20, {obj: cfi}.get)
+    table = TaskTable()
+    rng = random.Random(3)
+    once = [(f, f + k) for f, n in rest for k in range(1, n)]  # instructions met once each
+    rng.shuffle(once)
+    fed: dict[int, int] = {}  # file offset of the function -> weight
+    late: set[int] = set()  # rare offsets of the last two rounds
+    moved = 0
+    pid = 100
+    for r in range(12):
+        for _ in range(2):
+            pid += 1
+            base = 0x7f00_0000_0000 + rng.randrange(1 << 20) * 0x1000
+            table.apply(Comm(pid, pid, "fan", True, SampleId(time=pid)))
+            table.apply(Mmap(pid, pid, base, size, 0, obj.path, 0, 1, 2, sid=SampleId(time=pid)))
+            proc = table.get(pid)
+            ts = book.process_set(proc)
+            ts.data.tally.mappings.add(proc.maps.find(base))
+            picks = [(busy[0], busy[0] + 4 * (i % 6)) for i in range(36)]  # 6 instructions
+            picks += [once.pop() for _ in range(3)]
+            for i, (f, at) in enumerate(picks):
+                ts.data.tally.add(base + at, PERIOD, (base + at,), (), pid)
+                fed[f] = fed.get(f, 0) + PERIOD
+                if i >= 36 and r >= 10:
+                    late.add(at)
+                elif i >= 36:
+                    moved += PERIOD
+            table.apply(Task(False, pid, 1, pid, 1, pid))
+        book.plan(final=False, starts=lambda ts: starts.for_set(
+            None, ts.data.tally.mappings, ts.data.tally.kernel_from))
+        clock.now += 25  # a minute is between two and three rounds: no ties
+    (agg,) = book.aggregates.values()
+    tally = agg.data.tally
+    (m,) = tally.mappings
+    hist = {a - m.start: w for a, w in tally.hist.items()}
+    by_function: dict[int, int] = {}
+    for at, w in hist.items():
+        f = max(s for s, _n in funcs if s <= at)
+        by_function[f] = by_function.get(f, 0) + w
+    assert by_function == fed
+    assert all(hist.get(busy[0] + 4 * i) == 6 * 12 * 2 * PERIOD for i in range(6))
+    # an instruction met once is judged at the fold after it, and goes
+    # once a minute has passed since the fold before it: two folds on
+    starts_at = {f for f, _n in funcs}
+    strays = {at for at in hist if at not in starts_at and not busy[0] <= at < busy[0] + 24}
+    assert strays <= late, sorted(strays - late)
+    assert tally.moved_weight == moved
+
+
+def test_user_starts_know_only_the_addresses_of_one_mapping():
+    cfi = ObjectCFI.from_path("/proc/self/exe")
+    obj, other = ObjectKey("/a", (0, 1), 1), ObjectKey("/b", (0, 1), 2)
+    one = Mapping(0x10000, 0x20000, 0, obj)
+    over = [Mapping(0x40000, 0x60000, 0, obj), Mapping(0x50000, 0x58000, 0, other)]
+    seen: list[ObjectKey] = []
+
+    def cfi_of(key: ObjectKey) -> ObjectCFI | None:
+        seen.append(key)
+        return cfi if key == obj else None
+    start = user_starts([one, *over], cfi_of)
+    assert start(0x8000) is None and start(0x30000) is None and not seen  # in no mapping
+    assert start(0x45000) is None and start(0x51000) is None and not seen  # two objects were there
+    start(0x10400)
+    assert seen == [obj]
+    assert user_starts([Mapping(0x10000, 0x20000, 0, other)], cfi_of)(0x10400) is None  # no tables

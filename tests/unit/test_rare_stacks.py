@@ -9,9 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
-from churn import Churn, ChurnRun
+from churn import Churn, ChurnRun, Ticking
 
-from qtools.daemon.clock import Clock
 from qtools.daemon.collector import Options
 from qtools.daemon.sets.tally import RECUR_SECONDS, SampleTally
 from qtools.qformat import read_hist, read_info, read_stacks
@@ -194,14 +193,6 @@ def test_a_long_runs_sets_stop_growing_with_rare_stacks_only_with_a_share(tmp_pa
     else:
         assert late >= early + 15 * 30, lines  # every new stack is still there
         assert "q:min-stack-share" not in info.task.extra and not info.task.samples_folded
-
-
-class Ticking(Clock):
-    """A clock that moves on by one checkpoint interval each round."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        super().__init__(wall=lambda: 1.8e9 + self.now, mono=lambda: self.now)
 
 
 def _aggregate_lines(run: ChurnRun) -> int:
