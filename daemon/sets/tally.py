@@ -53,7 +53,7 @@ class SampleTally:
                  "folded_samples", "folded_stacks", "threads", "other_threads", "max_threads",
                  "by_thread", "solo", "split", "thread_names", "waits", "switches",
                  "switch_lost", "kernel_from", "min_share", "epoch", "born", "address_born",
-                 "moved_weight", "fold_epochs", "fold_times")
+                 "moved_weight", "at_start", "fold_epochs", "fold_times")
 
     def __init__(self, max_stacks: int = MAX_STACKS, max_threads: int = MAX_THREADS,
                  min_share: float = 0.0) -> None:
@@ -93,6 +93,7 @@ class SampleTally:
         # weight moved from rare addresses to their function's start
         self.address_born: dict[int, int] = {}
         self.moved_weight = 0
+        self.at_start: set[int] = set()  # addresses found to be a function's first: not asked again
         # the epoch and monotonic time of the last FOLD_TIMES folds given a
         # time: how long ago a stack born at an epoch was first seen
         self.fold_epochs = array("q")
@@ -360,7 +361,7 @@ class SampleTally:
         ``q-view --annotate``. An address first seen since the last fold
         is only noted, to be judged at the next; ``by_function``, it is
         moved at once, and the stack of one frame at it with it."""
-        hist, born, kernel = self.hist, self.address_born, self.kernel_from
+        hist, born, kernel, settled = self.hist, self.address_born, self.kernel_from, self.at_start
         leaves = {s[0] for s in self.stacks}
         moved: dict[int, int] = {}
         for a, w in hist.items():
@@ -369,17 +370,20 @@ class SampleTally:
                 born[a] = last
                 if not by_function:
                     continue
-            elif not (b < last and a not in leaves and w < (
+            elif a in settled or not (b < last and a not in leaves and w < (
                     under(b) if a >= kernel else seldom(b) if seldom is not None else 0)):
                 continue
             f = start_of(a)
-            if f is not None and f != a:
+            if f == a:
+                settled.add(a)
+            elif f is not None:
                 moved[a] = f
         for a, f in moved.items():
             w = hist.pop(a)
             del born[a]
             hist[f] += w
             born.setdefault(f, last)
+            settled.add(f)
             self.moved_weight += w
             if a >= self.kernel_from > f:
                 self.kernel_from = f

@@ -331,3 +331,24 @@ def test_user_starts_know_only_the_addresses_of_one_mapping():
     start(0x10400)
     assert seen == [obj]
     assert user_starts([Mapping(0x10000, 0x20000, 0, other)], cfi_of)(0x10400) is None  # no tables
+
+
+def test_a_functions_first_address_is_looked_up_once():
+    """What a fold found to be a start (or moved to one) is not asked again:
+    a long run's `.hist` holds thousands of them, rare at every fold."""
+    ks = KernelStarts.from_text(KALLSYMS)
+    asked: list[int] = []
+
+    def start_of(a: int) -> int | None:
+        asked.append(a)
+        return ks.start(a)
+    tally = SampleTally(min_share=0.01)
+    tally.kernel_from = K + 0x100
+    for a in (K + 0x100, K + 0x204, K + 0x208):
+        tally.add(a, PERIOD, None, (), 1)
+    for _ in range(5):
+        for _ in range(1000):
+            tally.add(0x401000, PERIOD, None, (), 1)
+        tally.fold_rare(start_of)
+    assert dict(tally.hist) == {0x401000: 5000 * PERIOD, K + 0x100: PERIOD, K + 0x200: 2 * PERIOD}
+    assert sorted(asked) == [K + 0x100, K + 0x204, K + 0x208]
