@@ -113,9 +113,9 @@ class CpuCollector:
         self.book = SetBook(opts.cpu, opts.min_samples, opts.max_stacks, clock,
                             opts.min_stack_share)
         tables = getattr(self.user_frames, "tables", None)  # DWARF stacks' CFI
-        self.starts = FunctionStarts(qdir, copier.limits.kallsyms_size,
-                                     None if tables is None else tables.loaded
-                                     ) if opts.min_stack_share else None
+        self.starts = FunctionStarts(
+            qdir, copier.limits.kallsyms_size, None if tables is None else tables.loaded,
+            None if tables is None else tables.cfi_for) if opts.min_stack_share else None
         self.samples = 0
         self.read_until = 0  # ns (CLOCK_MONOTONIC, as the records' times): see step
         self.lost = 0
@@ -454,7 +454,8 @@ class CpuCollector:
         kallsyms = self.kallsyms.current(self.copier) if self.kallsyms is not None else None
         starts = self.starts
         sets, folded = self.book.plan(final, complete, None if starts is None else (
-            lambda ts: starts.for_set(kallsyms, ts.data.tally.mappings, ts.data.tally.kernel_from)))
+            lambda ts: starts.for_set(kallsyms, ts.data.tally.mappings, ts.data.tally.kernel_from,
+                                      _own(ts.data.process))))
         # those that lingered since the checkpoint before (the latest ones
         # may still have samples in the rings), or all at the end
         expired, self._lingered = self._lingered, list(self._lingering)
@@ -570,3 +571,8 @@ _ORDER = operator.attrgetter("order")
 _NO_FRAMES: tuple[int, ...] = ()
 Recalled = tuple[CollectedSet, int, int, int, tuple[int, ...]]
 """(set, tid, cgroup, pc, user frames) of samples step counts alike."""
+
+
+def _own(proc: Process | None) -> Process | None:
+    """``proc`` if it is one of the collector's own processes."""
+    return proc if proc is not None and proc.own else None

@@ -7,7 +7,8 @@ can tell without symbol tables: what ``--min-stack-share`` folds a rare
 - A user address: the start of the `.eh_frame` FDE that covers it, in the
   mapping the set noted it in (an aggregate's canonical one), by the
   unwind tables the collector already holds for that object: nothing is
-  read for it.
+  read for it. The collector's own processes are the exception: their
+  samples are never unwound, so their objects' tables are loaded for it.
 
 Anything else (an address outside every symbol or FDE, in JIT code, in
 mappings that overlap, of an object whose tables are not loaded, as with
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from qtools.qformat import QDir
 from qtools.qformat.files import read_at_most
 
-from ..machine.tasks import Mapping, ObjectKey
+from ..machine.tasks import Mapping, ObjectKey, Process
 
 if TYPE_CHECKING:
     from ..unwind import ObjectCFI
@@ -111,7 +112,7 @@ def start_finder(kernel: StartOf | None, kernel_from: int,
 
 
 def user_starts(mappings: Iterable[Mapping],
-                cfi_of: Callable[[ObjectKey], ObjectCFI | None]) -> StartOf:
+                cfi_of: Callable[[Mapping], ObjectCFI | None]) -> StartOf:
     """The FDE starts of user addresses in ``mappings``, by ``cfi_of``. An
     address that two of them hold (a set whose process mapped another object
     over one it had sampled) has no start: which object it was is not known."""
@@ -130,7 +131,7 @@ def user_starts(mappings: Iterable[Mapping],
         if i < 0 or i in shared or address >= spans[i].end:
             return None
         m = spans[i]
-        cfi = cfi_of(m.obj)
+        cfi = cfi_of(m)
         return fde_start(cfi, m, address) if cfi is not None else None
     return start
 
@@ -138,14 +139,17 @@ def user_starts(mappings: Iterable[Mapping],
 class FunctionStarts:
     """A collector's ``StartOf`` per set: the kernel's starts from the run's
     kallsyms copy (read again when the run makes a new copy), user ones by
-    the FDEs of the unwind tables ``cfi_of`` holds (None: the run has no
+    the FDEs of the unwind tables that ``loaded`` holds, or for the
+    collector's own processes that ``load`` makes (None: the run has no
     CFI tables, as with frame-pointer stacks)."""
 
     def __init__(self, qdir: QDir, limit: int,
-                 cfi_of: Callable[[ObjectKey], ObjectCFI | None] | None) -> None:
+                 loaded: Callable[[ObjectKey], ObjectCFI | None] | None,
+                 load: Callable[[Process, Mapping], ObjectCFI | None] | None = None) -> None:
         self.qdir = qdir
         self.limit = limit
-        self.cfi_of = cfi_of
+        self.loaded = loaded
+        self.load = load
         self._kernel: tuple[str, KernelStarts | None] | None = None
 
     def kernel(self, kallsyms: str | None) -> StartOf | None:
@@ -162,8 +166,14 @@ class FunctionStarts:
         return start
 
     def for_set(self, kallsyms: str | None, mappings: Iterable[Mapping],
-                kernel_from: int) -> StartOf | None:
+                kernel_from: int, own: Process | None = None) -> StartOf | None:
         """The ``StartOf`` of a set whose user addresses lie in ``mappings``
-        and whose kernel addresses start at ``kernel_from``."""
-        user = None if self.cfi_of is None else user_starts(mappings, self.cfi_of)
+        and whose kernel addresses start at ``kernel_from``; ``own``: the
+        set is of that process of the collector's own."""
+        loaded, load = self.loaded, self.load
+        user: StartOf | None = None
+        if own is not None and load is not None:
+            user = user_starts(mappings, lambda m: load(own, m))
+        elif loaded is not None:
+            user = user_starts(mappings, lambda m: loaded(m.obj))
         return start_finder(self.kernel(kallsyms), kernel_from, user)

@@ -15,7 +15,7 @@ from churn import Ticking
 from elftools.elf.elffile import ELFFile
 
 from qtools.daemon.decode.records import Comm, Mmap, SampleId, Task
-from qtools.daemon.machine.tasks import Mapping, ObjectKey, TaskTable
+from qtools.daemon.machine.tasks import Mapping, ObjectKey, Process, TaskTable
 from qtools.daemon.sets.aggregate import SetBook
 from qtools.daemon.sets.starts import FunctionStarts, KernelStarts, fde_start, start_finder, user_starts
 from qtools.daemon.sets.tally import NO_KERNEL, SampleTally
@@ -322,15 +322,38 @@ def test_user_starts_know_only_the_addresses_of_one_mapping():
     over = [Mapping(0x40000, 0x60000, 0, obj), Mapping(0x50000, 0x58000, 0, other)]
     seen: list[ObjectKey] = []
 
-    def cfi_of(key: ObjectKey) -> ObjectCFI | None:
-        seen.append(key)
-        return cfi if key == obj else None
+    def cfi_of(m: Mapping) -> ObjectCFI | None:
+        seen.append(m.obj)
+        return cfi if m.obj == obj else None
     start = user_starts([one, *over], cfi_of)
     assert start(0x8000) is None and start(0x30000) is None and not seen  # in no mapping
     assert start(0x45000) is None and start(0x51000) is None and not seen  # two objects were there
     start(0x10400)
     assert seen == [obj]
     assert user_starts([Mapping(0x10000, 0x20000, 0, other)], cfi_of)(0x10400) is None  # no tables
+
+
+def test_the_collectors_own_objects_tables_are_loaded_for_their_starts(program, tmp_path):
+    """Another process's user address is moved only by the tables its
+    unwinding loaded; the collector's own samples are never unwound, so
+    the tables of its objects are loaded for their starts."""
+    obj = ObjectKey(str(program), (0, 1), 2)
+    base = 0x5555_5555_0000
+    m = Mapping(base, base + program.stat().st_size, 0, obj)
+    f, n = _functions(program)[0]
+    own = Process(7, "q-syscollect", since=0, threads={7})
+    own.own = True
+    loads: list[Process] = []
+
+    def load(proc: Process, mapping: Mapping) -> ObjectCFI | None:
+        loads.append(proc)
+        return ObjectCFI.from_path(mapping.obj.path)
+    starts = FunctionStarts(QDir.open(tmp_path), 1 << 20, {}.get, load)
+    other = starts.for_set(None, [m], K)
+    assert other is not None and other(base + f + n // 2) is None and not loads
+    mine = starts.for_set(None, [m], K, own)
+    assert mine is not None and mine(base + f + n // 2) == base + f and loads == [own]
+    assert FunctionStarts(QDir.open(tmp_path), 1 << 20, None).for_set(None, [m], K, own) is None
 
 
 def test_a_functions_first_address_is_looked_up_once():
