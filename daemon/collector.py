@@ -455,7 +455,7 @@ class CpuCollector:
         starts = self.starts
         sets, folded = self.book.plan(final, complete, None if starts is None else (
             lambda ts: starts.for_set(kallsyms, ts.data.tally.mappings, ts.data.tally.kernel_from,
-                                      _own(ts.data.process))))
+                                      ts.data.process)))
         # those that lingered since the checkpoint before (the latest ones
         # may still have samples in the rings), or all at the end
         expired, self._lingered = self._lingered, list(self._lingering)
@@ -571,8 +571,3 @@ _ORDER = operator.attrgetter("order")
 _NO_FRAMES: tuple[int, ...] = ()
 Recalled = tuple[CollectedSet, int, int, int, tuple[int, ...]]
 """(set, tid, cgroup, pc, user frames) of samples step counts alike."""
-
-
-def _own(proc: Process | None) -> Process | None:
-    """``proc`` if it is one of the collector's own processes."""
-    return proc if proc is not None and proc.own else None

@@ -166,13 +166,14 @@ class FunctionStarts:
         return start
 
     def for_set(self, kallsyms: str | None, mappings: Iterable[Mapping],
-                kernel_from: int, own: Process | None = None) -> StartOf | None:
-        """The ``StartOf`` of a set whose user addresses lie in ``mappings``
-        and whose kernel addresses start at ``kernel_from``; ``own``: the
-        set is of that process of the collector's own."""
+                kernel_from: int, process: Process | None = None) -> StartOf | None:
+        """The ``StartOf`` of a set of ``process`` (None: an aggregate or the
+        kernel's set) whose user addresses lie in ``mappings`` and whose
+        kernel addresses start at ``kernel_from``."""
         loaded, load = self.loaded, self.load
         user: StartOf | None = None
-        if own is not None and load is not None:
+        if process is not None and process.own and load is not None:
+            own = process
             user = user_starts(mappings, lambda m: load(own, m))
         elif loaded is not None:
             user = user_starts(mappings, lambda m: loaded(m.obj))

@@ -285,7 +285,8 @@ class SampleTally:
         if not self.min_share:
             return 0
         total, last, born = self.total, self.epoch, self.born
-        under = self._rarity(total, now)
+        seldom = self._seldom(total, now)
+        under = self._rarity(total, seldom)
         rare = {s: w for s, w in self.stacks.items()
                 if born.get(s, 0) < last and w < under(born.get(s, 0))}
         self.epoch = total
@@ -300,18 +301,17 @@ class SampleTally:
                 for key in [k for k in lines if k[0] == "cpu" and k[2] in rare]:
                     lines[("cpu", key[1], ())] += lines.pop(key)
         if start_of is not None:
-            self._fold_rare_addresses(start_of, under, self._seldom(total, now), last,
-                                      by_function)
+            self._fold_rare_addresses(start_of, under, seldom, last, by_function)
         if now is not None:
             self._note_fold(total, now)
         return len(rare)
 
-    def _rarity(self, total: int, now: float | None) -> Callable[[int], float]:
+    def _rarity(self, total: int, seldom: Callable[[int], float] | None
+                ) -> Callable[[int], float]:
         """The weight under which what was first seen after the fold at
         epoch ``b`` is rare now: ``min_share`` of the weight since, and
-        with ``now``, one sample per RECUR_SECONDS since that fold."""
+        with a clock, ``seldom``'s one sample per RECUR_SECONDS since that fold."""
         share = self.min_share
-        seldom = self._seldom(total, now)
         if seldom is None:
             return lambda b: share * (total - b)
         known: dict[int, float] = {}
