@@ -174,7 +174,9 @@ def parser() -> argparse.ArgumentParser:
                         "every such kernel address, and every user instruction met less "
                         "than once a minute, into its function's first address: a long run's "
                         "sets stop growing with rare stacks and instructions; each function's "
-                        "weight stays exact (default 0: keep every stack and address)")
+                        "weight stays exact (the collector's own sets keep their rare "
+                        "functions as one line per object; default 0: keep every stack "
+                        "and address)")
     p.add_argument("--symlink", action="store_true",
                    help="symlink objects into .q instead of copying them")
     p.add_argument("--mmap-pages", dest="ring_pages", type=_positive_int, metavar="PAGES",

@@ -29,7 +29,7 @@ __all__ += ["CPU_STATS", "HEX_KEYS", "Unwanted", "Wanted", "data_expected", "dum
             "info_from_bytes", "info_from_forms", "info_to_forms", "parse_info", "purpose",
             "read_info", "require_complete"]
 
-HEX_KEYS = frozenset({"q:addr", "q:offset", "q:kernel-from"})
+HEX_KEYS = frozenset({"q:addr", "q:offset", "q:kernel-from", "q:other-functions"})
 
 
 def _key(field_name: str) -> str:

@@ -391,6 +391,14 @@ def _dump_string(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _hex(v: int) -> str:
+    return f"#x{v:x}" if v >= 0 else f"#x-{-v:x}"
+
+
 def dump_value(v: Any, indent: int = 0, hex_keys: frozenset[str] = frozenset()) -> str:
     """Write one value. Alists are broken over lines at ``indent``."""
     if isinstance(v, Symbol):
@@ -415,8 +423,10 @@ def dump_value(v: Any, indent: int = 0, hex_keys: frozenset[str] = frozenset()) 
         for key, val in v.items():
             if not isinstance(key, str) or not _writable_symbol(key):
                 raise ValueError(f"not writable as a key: {key!r}")
-            if isinstance(val, int) and not isinstance(val, bool) and key in hex_keys:
-                text = f"#x{val:x}" if val >= 0 else f"#x-{-val:x}"
+            if key in hex_keys and _is_int(val):
+                text = _hex(val)
+            elif key in hex_keys and isinstance(val, list) and val and all(map(_is_int, val)):
+                text = "(" + " ".join(map(_hex, val)) + ")"
             elif indent >= 0 and isinstance(val, list) and len(val) > 1 \
                     and all(isinstance(e, dict) for e in val):
                 # A list of alists (an object's maps): one element a line.

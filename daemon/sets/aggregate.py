@@ -281,12 +281,14 @@ class SetBook:
         return agg
 
     def plan(self, final: bool, complete: bool = False,
-             starts: Callable[[CollectedSet], StartOf | None] | None = None
+             starts: Callable[[CollectedSet], StartOf | None] | None = None,
+             object_lines: Callable[[CollectedSet], StartOf] | None = None
              ) -> tuple[list[CollectedSet], list[Process]]:
         """Decide what to write now (``complete``: every change, the
         kernel set's idle weight too, as a checkpoint asked for by signal).
         ``starts`` tells where the functions of a set's addresses begin, for
-        folding rare ones (``SampleTally.fold_rare``).
+        folding rare ones (``SampleTally.fold_rare``); ``object_lines``,
+        where the collector's own sets put their rare functions.
 
         Returns the sets to write and the processes whose data was folded
         into an aggregate (the caller may forget them).
@@ -319,7 +321,9 @@ class SetBook:
         now = self.clock.mono()
         for ts in sets:
             own = ts.data.process is not None and ts.data.process.own  # kept by function
-            ts.data.tally.fold_rare(starts(ts) if starts is not None else None, now, own)
+            ts.data.tally.fold_rare(starts(ts) if starts is not None else None, now, own,
+                                    object_lines(ts) if own and object_lines is not None
+                                    else None)
         return sets, folded
 
     def _kernel_due(self, complete: bool) -> bool:

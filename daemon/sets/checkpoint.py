@@ -121,6 +121,8 @@ def build_info(ts: CollectedSet, run: RunInfo, copier: ObjectCopier, version: in
         task.extra["q:min-stack-share"] = prof.min_share
         if prof.moved_weight:  # ... and rare addresses' weight went to their function's start
             task.extra["q:hist-moved"] = prof.moved_weight
+        if prof.object_lines:  # ... or, kept by function, to their object's line (5.2)
+            task.extra["q:other-functions"] = sorted(prof.object_lines)
     if not prof.samples and cpu_stats:
         task.purpose = PURPOSE_CPU_STATS
     total = prof.total

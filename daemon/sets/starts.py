@@ -71,6 +71,10 @@ class KernelStarts:
             return None
         return cls.from_text(data) if len(data) <= limit else None
 
+    def first(self) -> int | None:
+        """The lowest text symbol's start (None: the copy has none)."""
+        return int(self.starts[0], 16) if self.starts else None
+
     def start(self, address: int) -> int | None:
         """The start of the symbol holding ``address``. The last symbol is
         taken to end at its start (nothing says where it ends), as q-view does."""
@@ -111,29 +115,56 @@ def start_finder(kernel: StartOf | None, kernel_from: int,
     return start_of
 
 
+class _Spans:
+    """A set's mappings by address: the one holding an address, or None where
+    none does or two do (a process that mapped another object over one it
+    had sampled: which object it was is not known)."""
+
+    def __init__(self, mappings: Iterable[Mapping]) -> None:
+        self.spans = sorted(mappings, key=lambda m: (m.start, m.end))
+        self.firsts = [m.start for m in self.spans]
+        self.shared: set[int] = set()
+        reach, reach_i = -1, -1
+        for i, m in enumerate(self.spans):
+            if m.start < reach:
+                self.shared.update((i, reach_i))
+            if m.end > reach:
+                reach, reach_i = m.end, i
+
+    def at(self, address: int) -> Mapping | None:
+        i = bisect.bisect_right(self.firsts, address) - 1
+        if i < 0 or i in self.shared or address >= self.spans[i].end:
+            return None
+        return self.spans[i]
+
+
 def user_starts(mappings: Iterable[Mapping],
                 cfi_of: Callable[[Mapping], ObjectCFI | None]) -> StartOf:
-    """The FDE starts of user addresses in ``mappings``, by ``cfi_of``. An
-    address that two of them hold (a set whose process mapped another object
-    over one it had sampled) has no start: which object it was is not known."""
-    spans = sorted(mappings, key=lambda m: (m.start, m.end))
-    firsts = [m.start for m in spans]
-    shared: set[int] = set()
-    reach, reach_i = -1, -1
-    for i, m in enumerate(spans):
-        if m.start < reach:
-            shared.update((i, reach_i))
-        if m.end > reach:
-            reach, reach_i = m.end, i
+    """The FDE starts of user addresses in ``mappings``, by ``cfi_of``; an
+    address that two of them hold has no start (``_Spans``)."""
+    spans = _Spans(mappings)
 
     def start(address: int) -> int | None:
-        i = bisect.bisect_right(firsts, address) - 1
-        if i < 0 or i in shared or address >= spans[i].end:
-            return None
-        m = spans[i]
-        cfi = cfi_of(m)
-        return fde_start(cfi, m, address) if cfi is not None else None
+        m = spans.at(address)
+        cfi = cfi_of(m) if m is not None else None
+        return fde_start(cfi, m, address) if cfi is not None and m is not None else None
     return start
+
+
+def object_lines(kernel_line: Callable[[], int | None], kernel_from: int,
+                 mappings: Iterable[Mapping]) -> StartOf:
+    """Where the rare functions of an address's object go in a set kept by
+    function (``SampleTally.fold_rare``, docs/q-format.md 5.2): a kernel
+    address to ``kernel_line()``, a user one to the first address of the
+    mapping that holds it (none: where ``_Spans`` knows no one mapping)."""
+    spans = _Spans(mappings)
+
+    def line(address: int) -> int | None:
+        if address >= kernel_from:
+            return kernel_line()
+        m = spans.at(address)
+        return m.start if m is not None else None
+    return line
 
 
 class FunctionStarts:
@@ -159,11 +190,14 @@ class FunctionStarts:
             return None
 
         def start(address: int) -> int | None:
-            if self._kernel is None or self._kernel[0] != kallsyms:
-                self._kernel = (kallsyms, KernelStarts.from_copy(self.qdir, kallsyms, self.limit))
-            starts = self._kernel[1]
+            starts = self._kernel_starts(kallsyms)
             return starts.start(address) if starts is not None else None
         return start
+
+    def _kernel_starts(self, kallsyms: str) -> KernelStarts | None:
+        if self._kernel is None or self._kernel[0] != kallsyms:
+            self._kernel = (kallsyms, KernelStarts.from_copy(self.qdir, kallsyms, self.limit))
+        return self._kernel[1]
 
     def for_set(self, kallsyms: str | None, mappings: Iterable[Mapping],
                 kernel_from: int, process: Process | None = None) -> StartOf | None:
@@ -178,3 +212,14 @@ class FunctionStarts:
         elif loaded is not None:
             user = user_starts(mappings, lambda m: loaded(m.obj))
         return start_finder(self.kernel(kallsyms), kernel_from, user)
+
+    def object_lines(self, kallsyms: str | None, mappings: Iterable[Mapping],
+                     kernel_from: int) -> StartOf:
+        """Where a set kept by function (the collector's own) puts its rare
+        functions, one line per object (``object_lines``); the kernel's at
+        the first text symbol of the copy ``kallsyms``, which no sample
+        meets after boot."""
+        def kernel_line() -> int | None:
+            starts = self._kernel_starts(kallsyms) if kallsyms is not None else None
+            return starts.first() if starts is not None else None
+        return object_lines(kernel_line, kernel_from, mappings)

@@ -53,7 +53,7 @@ class SampleTally:
                  "folded_samples", "folded_stacks", "threads", "other_threads", "max_threads",
                  "by_thread", "solo", "split", "thread_names", "waits", "switches",
                  "switch_lost", "kernel_from", "min_share", "epoch", "born", "address_born",
-                 "moved_weight", "at_start", "fold_epochs", "fold_times")
+                 "moved_weight", "at_start", "object_lines", "fold_epochs", "fold_times")
 
     def __init__(self, max_stacks: int = MAX_STACKS, max_threads: int = MAX_THREADS,
                  min_share: float = 0.0) -> None:
@@ -94,6 +94,9 @@ class SampleTally:
         self.address_born: dict[int, int] = {}
         self.moved_weight = 0
         self.at_start: set[int] = set()  # addresses found to be a function's first: not asked again
+        # kept by function: the lines that stand for their object's rare
+        # functions (q:other-functions), never judged themselves
+        self.object_lines: set[int] = set()
         # the epoch and monotonic time of the last FOLD_TIMES folds given a
         # time: how long ago a stack born at an epoch was first seen
         self.fold_epochs = array("q")
@@ -260,7 +263,7 @@ class SampleTally:
         return sum(self.hist.values())
 
     def fold_rare(self, start_of: StartOf | None = None, now: float | None = None,
-                  by_function: bool = False) -> int:
+                  by_function: bool = False, object_line: StartOf | None = None) -> int:
         """Fold into the remainder line every stack that is rare (``_rarity``)
         and was first seen before the last fold, so that each has had a
         whole interval to recur; returns how many were folded.
@@ -281,7 +284,9 @@ class SampleTally:
         first address of their function, where ``start_of`` knows it
         (``_fold_rare_addresses``); ``by_function``, every address as it
         is first judged, with the stacks of one frame at it (a set whose
-        stacks are all of one frame: the collector's own)."""
+        stacks are all of one frame: the collector's own); with
+        ``object_line`` too, a function that is rare by the rule of the
+        stacks then goes to its object's one line of rare functions."""
         if not self.min_share:
             return 0
         total, last, born = self.total, self.epoch, self.born
@@ -301,7 +306,7 @@ class SampleTally:
                 for key in [k for k in lines if k[0] == "cpu" and k[2] in rare]:
                     lines[("cpu", key[1], ())] += lines.pop(key)
         if start_of is not None:
-            self._fold_rare_addresses(start_of, under, seldom, last, by_function)
+            self._fold_rare_addresses(start_of, under, seldom, last, by_function, object_line)
         if now is not None:
             self._note_fold(total, now)
         return len(rare)
@@ -349,7 +354,8 @@ class SampleTally:
 
     def _fold_rare_addresses(self, start_of: StartOf, under: Callable[[int], float],
                              seldom: Callable[[int], float] | None, last: int,
-                             by_function: bool = False) -> None:
+                             by_function: bool = False,
+                             object_line: StartOf | None = None) -> None:
         """Move the weight of each rare `.hist` address (and the leaf of no
         stack kept) to its function's first address: the flat profile is
         unchanged, and the `.hist` holds the addresses that recur plus at
@@ -360,17 +366,32 @@ class SampleTally:
         functions, each a small share but met all the time, stay for
         ``q-view --annotate``. An address first seen since the last fold
         is only noted, to be judged at the next; ``by_function``, it is
-        moved at once, and the stack of one frame at it with it."""
+        moved at once, and the stack of one frame at it with it.
+
+        With ``object_line``, a function's first address that is rare by
+        the rule of the stacks goes on to its object's line of rare
+        functions (``object_lines``): a set kept by function otherwise
+        holds every function its code ever met, and meets new ones all day."""
         hist, born, kernel, settled = self.hist, self.address_born, self.kernel_from, self.at_start
         leaves = {s[0] for s in self.stacks}
         moved: dict[int, int] = {}
+        to_line: set[int] = set()  # of ``moved``: those that go to an object's line
         for a, w in hist.items():
             b = born.get(a)
             if b is None:
+                if a in self.object_lines:
+                    continue
                 born[a] = last
                 if not by_function:
                     continue
-            elif a in settled or not (b < last and a not in leaves and w < (
+            elif a in settled:
+                if object_line is not None and b < last and a not in leaves and w < under(b):
+                    f = object_line(a)
+                    if f is not None and f != a:
+                        moved[a] = f
+                        to_line.add(a)
+                continue
+            elif not (b < last and a not in leaves and w < (
                     under(b) if a >= kernel else seldom(b) if seldom is not None else 0)):
                 continue
             f = start_of(a)
@@ -382,8 +403,14 @@ class SampleTally:
             w = hist.pop(a)
             del born[a]
             hist[f] += w
-            born.setdefault(f, last)
-            settled.add(f)
+            if a in to_line:
+                settled.discard(a)  # met again, it is judged as a new function
+                self.object_lines.add(f)
+                born.pop(f, None)
+                settled.discard(f)
+            elif f not in self.object_lines:
+                born.setdefault(f, last)
+                settled.add(f)
             self.moved_weight += w
             if a >= self.kernel_from > f:
                 self.kernel_from = f
@@ -440,6 +467,7 @@ class SampleTally:
         self.kernel_from = min(self.kernel_from, other.kernel_from)
         self.folded_weight += other.folded_weight
         self.moved_weight += other.moved_weight
+        self.object_lines.update(tr(a) for a in other.object_lines)
         self.folded_samples += other.folded_samples
         if other.folded_stacks is not None:
             if self.folded_stacks is None:

@@ -500,3 +500,12 @@ def test_rare_addresses_go_to_their_functions_start_and_the_totals_stay(perf, tm
     r = q_view("--comm", "true", str(q))
     assert r.returncode == 0 and "disagree" not in r.stderr, r.stderr
     assert "first instruction of their function" in r.stdout
+    # ... and their functions under the share, one line per object
+    lined = [i for i in own if i.task.extra.get("q:other-functions")]
+    assert lined, [i.task.pid for i in own]
+    for info in lined:
+        hist = dict(read_hist(q / info.histogram.file))
+        assert all(hist.get(a) for a in info.task.extra["q:other-functions"]), info.task.pid
+    r = q_view("--pid", str(lined[0].task.pid), str(q))
+    assert r.returncode == 0 and "disagree" not in r.stderr, r.stderr
+    assert "(other functions)" in r.stdout

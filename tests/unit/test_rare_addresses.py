@@ -17,7 +17,8 @@ from elftools.elf.elffile import ELFFile
 from qtools.daemon.decode.records import Comm, Mmap, SampleId, Task
 from qtools.daemon.machine.tasks import Mapping, ObjectKey, Process, TaskTable
 from qtools.daemon.sets.aggregate import SetBook
-from qtools.daemon.sets.starts import FunctionStarts, KernelStarts, fde_start, start_finder, user_starts
+from qtools.daemon.sets.starts import (FunctionStarts, KernelStarts, fde_start, object_lines,
+                                       start_finder, user_starts)
 from qtools.daemon.sets.tally import NO_KERNEL, SampleTally
 from qtools.daemon.unwind import ObjectCFI
 from qtools.qformat import QDir
@@ -375,3 +376,79 @@ def test_a_functions_first_address_is_looked_up_once():
         tally.fold_rare(start_of)
     assert dict(tally.hist) == {0x401000: 5000 * PERIOD, K + 0x100: PERIOD, K + 0x200: 2 * PERIOD}
     assert sorted(asked) == [K + 0x100, K + 0x204, K + 0x208]
+
+
+def test_the_collectors_rare_functions_go_to_one_line_per_object(tmp_path):
+    """A set kept by function (the collector's own) would hold every
+    function its code ever met. A function rare by the rule of the stacks
+    goes on to one line for its object: the first address of the mapping
+    that holds it, or the kernel's first text symbol. Per object the weight
+    stays exact; a function met all the time keeps its line, and one that
+    comes back often gets its line again. An aggregate that the set is
+    folded into keeps those lines as they are."""
+    ks = KernelStarts.from_text(KALLSYMS)
+    a = Mapping(0x400000, 0x410000, 0x1000, ObjectKey("/a", (0, 1), 1))
+    b = Mapping(0x7F00_0000_0000, 0x7F00_0010_0000, 0, ObjectKey("/b", (0, 1), 2))
+    start_of = start_finder(ks.start, K, lambda x: x & ~0xFF)  # user functions: 256 bytes
+    line_of = object_lines(ks.first, K, [a, b])
+    clock, tally = Ticking(), SampleTally(min_share=0.001)
+    hot, back = 0x401234, 0x40F0F4
+    added: dict[int, int] = {}  # object line (or the kernel's) -> weight added
+
+    def add(pc: int, n: int = 1) -> None:
+        for _ in range(n):
+            tally.add(pc, PERIOD, (pc,), (), 1)
+        key = K if pc >= K else a.start if pc < b.start else b.start
+        added[key] = added.get(key, 0) + n * PERIOD
+    met_once: list[int] = []
+    for r in range(12):
+        add(hot, 1000)
+        for pc in (0x402004 + 0x100 * r, b.start + 0x1008 + 0x100 * r):
+            add(pc)
+            met_once.append(pc)
+        if r == 0:
+            add(K + 0x204)
+            tally.kernel_from = K + 0x204
+            met_once.append(K + 0x204)
+        if r in (1, 7, 8, 9, 10, 11):
+            add(back, 1 if r == 1 else 300)  # rare at first, then met all the time
+        clock.now += 25
+        tally.fold_rare(start_of, clock.now, True, line_of)
+    by_object: dict[int, int] = {}
+    for pc, w in tally.hist.items():
+        key = K if pc >= K else a.start if pc < b.start else b.start
+        by_object[key] = by_object.get(key, 0) + w
+    assert by_object == added  # exact, object by object
+    assert tally.object_lines == {a.start, b.start, K}
+    assert tally.kernel_from == K  # the kernel's line lies below every kernel pc met
+    recent = {pc & ~0xFF for pc in met_once[-2:]}  # the last round's: not judged yet
+    assert set(tally.hist) == {hot & ~0xFF, back & ~0xFF, a.start, b.start, K} | recent
+    assert tally.hist[hot & ~0xFF] == 12_000 * PERIOD
+    assert tally.hist[back & ~0xFF] == 1500 * PERIOD  # its first sample went to A's line
+    assert tally.hist[K] == PERIOD
+    assert sum(tally.stacks.values()) + tally.folded_weight == tally.total
+    # folded into an aggregate (kept by address), the lines stay where they are
+    agg = SampleTally(min_share=0.001)
+    agg.merge(tally)
+    lines = {pc: agg.hist[pc] for pc in tally.object_lines}
+    for _ in range(3):
+        clock.now += 25
+        agg.fold_rare(start_finder(ks.start, K, lambda x: x & ~0xFF), clock.now)
+    assert agg.object_lines == tally.object_lines
+    assert {pc: agg.hist[pc] for pc in agg.object_lines} == lines
+
+
+def test_object_lines_are_a_mappings_first_address_or_the_kernels(tmp_path):
+    obj, other = ObjectKey("/a", (0, 1), 1), ObjectKey("/b", (0, 1), 2)
+    one = Mapping(0x10000, 0x20000, 0, obj)
+    over = [Mapping(0x40000, 0x60000, 0, obj), Mapping(0x50000, 0x58000, 0, other)]
+    line = object_lines(lambda: K, K, [one, *over])
+    assert line(0x10400) == 0x10000 and line(K + 0x204) == K
+    assert line(0x8000) is None and line(0x30000) is None  # in no mapping
+    assert line(0x45000) is None and line(0x51000) is None  # two objects were there
+    with QDir.open(tmp_path) as q:
+        q.atomic_write(".kallsyms.crc32.1", KALLSYMS)
+        starts = FunctionStarts(q, 1 << 20, None)
+        assert starts.object_lines(".kallsyms.crc32.1", [one], K)(K + 0x404) == K
+        assert starts.object_lines(None, [one], K)(K + 0x404) is None
+        assert starts.object_lines(".kallsyms.crc32.1", [one], K)(0x10400) == 0x10000

@@ -335,3 +335,33 @@ def test_the_lowest_kernel_address_as_a_return_address_is_the_kernels(tmp_path, 
     assert space.lookup(lowest, is_return=True).name == "_stext"  # the call at its end
     assert space.locate(lowest, is_return=True).kernel
     assert not space.locate(lowest - 1).kernel  # below it, a leaf: user space
+
+
+def test_the_lines_of_an_objects_other_functions_are_named_for_it(tmp_path, calls_pie):
+    """q:other-functions (the collector's own sets, docs/q-format.md 5.2):
+    each of those addresses stands for its object's rare functions, and is
+    named so, in its object, whatever symbol lies there; other addresses
+    are named as ever. The `.info` holds them in hex and reads them back."""
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie, base=0x7F1234560000)
+    q.add_kallsyms(KALLSYMS)
+    first = o.ref.maps[0].addr
+    kernel = 0xFFFFFFFF81000000
+    lines = [first, kernel]
+    name = q.task("q-syscollect", 7, 0, hist={o.at("leaf1"): 1, first: 5, kernel: 3},
+                  extra_info={"extra": {"q:other-functions": lines}})
+    text = (tmp_path / ".q" / name).read_text()
+    assert f"(q:other-functions . (#x{first:x} #x{kernel:x}))" in text
+    assert read_info(q.info_path(name)).task.extra["q:other-functions"] == lines
+    space = _space(q, name, [])
+    got = space.lookup(first)
+    assert (got.name, got.object, got.kernel, got.start) == ("(other functions)", "calls", False,
+                                                          None)
+    assert (space.lookup(kernel).name, space.lookup(kernel).object) == ("(other functions)",
+                                                                        KERNEL_OBJECT)
+    assert space.lookup(o.at("leaf1")).name == "leaf1"
+    assert space.lookup(kernel + 0x1234).name == "do_syscall_64"
+    for bad in ("0x1", [str(first)], [1.5]):  # not a list of addresses: named as usual
+        name = q.task("q-syscollect", 8, 0, hist={first: 5},
+                      extra_info={"extra": {"q:other-functions": bad}})
+        assert _space(q, name, []).lookup(kernel).name == "_stext"

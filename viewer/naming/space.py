@@ -20,8 +20,8 @@ from qtools.qformat.jitaddr import is_synthetic
 from ..profile.model import Location
 from .demangle import demangle
 from .lines import InlineFrame, ObjectLines
-from .symbols import (JIT_OBJECT, KERNEL_OBJECT, KERNEL_UNKNOWN, MAX_MEMO, UNKNOWN_OBJECT,
-                      Symbolized, Symbols, _crc_of)
+from .symbols import (JIT_OBJECT, KERNEL_OBJECT, KERNEL_UNKNOWN, MAX_MEMO, OTHER_FUNCTIONS,
+                      UNKNOWN_OBJECT, Symbolized, Symbols, _crc_of)
 
 
 class _Mapping(NamedTuple):
@@ -63,6 +63,7 @@ class AddressSpace:
         self._info_pid = info.task.pid
         self._memo: dict[int, Symbolized] = {}
         self._has_lines: bool | None = None
+        self._other_functions = _addresses(info.task.extra.get("q:other-functions"))
 
     def locate(self, address: int, is_return: bool = False, set_index: int = 0) -> Location:
         """Where ``address`` is without naming it: its mapping and file offset
@@ -166,6 +167,12 @@ class AddressSpace:
         return (lines, vaddr) if lines is not None else None  # type: ignore[return-value]
 
     def _resolve(self, address: int) -> Symbolized:
+        if address in self._other_functions:  # its object's rare functions, as one line
+            loc = self._resolve_code(address)
+            return Symbolized(OTHER_FUNCTIONS, loc.object, loc.kernel, loc.offset, None)
+        return self._resolve_code(address)
+
+    def _resolve_code(self, address: int) -> Symbolized:
         if is_synthetic(address):
             return self._jit(address)
         # Mappings first: a recorded [vsyscall] page lies above kernel_start.
@@ -223,3 +230,12 @@ class AddressSpace:
             return Symbolized(f"0x{address:x}<{KERNEL_OBJECT}>", KERNEL_OBJECT, True, address, None)
         name, start, module = hit
         return Symbolized(name, f"[{module}]" if module else KERNEL_OBJECT, True, address, start)
+
+
+def _addresses(value: object) -> frozenset[int]:
+    """A list of addresses from a `.info` (anything else: none; a reader
+    names those addresses as usual)."""
+    if isinstance(value, list) and all(isinstance(a, int) and not isinstance(a, bool)
+                                       for a in value):
+        return frozenset(value)
+    return frozenset()

@@ -44,6 +44,9 @@ KERNEL_OBJECT = "[kernel.kallsyms]"
 KERNEL_UNKNOWN = "[kernel]"
 UNKNOWN_OBJECT = "[unknown]"
 JIT_OBJECT = "[jit]"
+# The line of an object's functions that the collector's own sets met too
+# rarely to keep one line each (q:other-functions, docs/q-format.md 5.2)
+OTHER_FUNCTIONS = "(other functions)"
 SYSTEM_DEBUG_ROOT = "/usr/lib/debug"
 MAX_MEMO = 1 << 20  # addresses remembered per task set; cleared when full
 
