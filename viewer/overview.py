@@ -127,8 +127,7 @@ def _process_row(group: list[StoredSet], default_unit: str | None = None,
     if latest.is_kernel:
         return label_kernel(Row(KERNEL, "-", cpu if cpus else "-", amount, unit, file,
                                 slices, {}, run_ids, host), group)
-    pids = {p for t in group for p in (t.info.task.pids or [])}
-    pid = str(latest.pid) if latest.pid is not None else (f"{len(pids)} pids" if pids else "-")
+    pid = str(latest.pid) if latest.pid is not None else _pids(group)
     stats = process_stats(list(by_set.values()))
     stats.update(wait_stats(group))
     return Row(escape(latest.comm or latest.name), pid, cpu if cpus else "-", amount,
@@ -290,11 +289,18 @@ def _same(text: str) -> str:
     return text
 
 
+def _pids(group: list[StoredSet]) -> str:
+    """An aggregate's pid column: how many pids its sets list, with a "+"
+    where they folded more than they list (q:pids-not-listed)."""
+    pids = {p for t in group for p in (t.info.task.pids or [])}
+    more = any(t.info.task.extra.get("q:pids-not-listed") for t in group)
+    return f"{len(pids)}{'+' if more else ''} pids" if pids else "-"
+
+
 def set_row(group: list[StoredSet], escape: Callable[[str], str]) -> Row:
     """The ``--per-cpu`` row of one set: its slices in the window."""
     ts = group[-1]  # the latest slice names the row
-    pids = {p for t in group for p in (t.info.task.pids or [])}
-    pid = str(ts.pid) if ts.pid is not None else (f"{len(pids)} pids" if pids else "-")
+    pid = str(ts.pid) if ts.pid is not None else _pids(group)
     cpu = str(ts.cpu) if ts.cpu is not None else "-"
     stats: dict[str, float] = {}
     for t in group:

@@ -15,7 +15,7 @@ from qtools.viewer.inputs.load import open_info
 
 ROUNDS = 20
 WARM_UP = 5  # rounds in which each program's repertoire (and the steady one's) is met
-GROWTH = 0.05  # room for the aggregates' pid lists (bounded: 1,024 pids each)
+GROWTH = 0.05  # room for the aggregates' pid lists (bounded: 256 pids each)
 
 
 def _set_bytes(q: Path) -> dict[str, int]:

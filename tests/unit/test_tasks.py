@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from qtools.daemon.machine import synthesize
-from qtools.daemon.sets.aggregate import SYNTHETIC_BASE, SetBook
+from qtools.daemon.sets.aggregate import MAX_PIDS, SYNTHETIC_BASE, SetBook
 from qtools.daemon.machine.host import HostProcess, StaticHost
 from qtools.daemon.machine.procfs import MapsLine, parse_cpu_list, parse_maps
 from qtools.daemon.decode.records import Comm, Mmap, SampleId, Task
@@ -128,6 +128,29 @@ def test_short_lived_tasks_fold_into_one_rebased_program_set():
     assert dict(agg.data.tally.hist) == {0x7f0000000123: 2000}
     assert dict(agg.data.tally.stacks) == {(0x7f0000000123, 0x7f0000000456): 2000}
     assert [(m.start, m.pgoff) for m in agg.data.tally.mappings] == [(0x7f0000000000, 0x1000)]
+
+
+def test_an_aggregate_lists_its_first_pids_and_counts_the_rest():
+    """q:pids is bounded (MAX_PIDS): a fork-heavy machine's aggregate lists
+    its first pids, counts the others (q:pids-not-listed), and a pid folded
+    again is not counted twice."""
+    table = TaskTable()
+    book = SetBook(cpu=0, min_samples=10)
+    n = MAX_PIDS + 40
+    for pid in range(1000, 1000 + n):
+        base = 0x7f0000000000 + (pid % 7) * 0x100000
+        proc = _proc(table, pid, base)
+        ts = book.process_set(proc)
+        ts.data.tally.add(base + 0x123, 1000, None)
+        ts.data.tally.mappings.add(proc.maps.find(base))
+        table.apply(Task(False, pid, 1, pid, 1, pid + 5))
+        book.plan(final=False)
+    (agg,) = book.aggregates.values()
+    assert agg.data.pids == list(range(1000, 1000 + MAX_PIDS))
+    assert agg.data.pids_dropped == 40
+    agg.data.add_pid(1000)
+    assert len(agg.data.pids) == MAX_PIDS and agg.data.pids_dropped == 40
+    assert sum(agg.data.tally.hist.values()) == 1000 * n
 
 
 def test_rebasing_moves_an_object_whose_place_is_taken():

@@ -89,3 +89,21 @@ def test_a_set_without_samples_keeps_the_shares(tmp_path):
     late = next(line for line in out.splitlines() if line.startswith("late"))
     assert late.split()[3:5] == ["0.00", "0.00"]  # seconds and %, not "0.00 events" and "-"
     assert "total                    0.100 100.00" in out
+
+
+def test_an_aggregate_that_folded_more_pids_than_it_lists_says_so(tmp_path):
+    """q:pids-not-listed: the overview's pid column says "+", and a --pid
+    that no set lists names the aggregates it may be among."""
+    q = QBuilder(tmp_path / ".q")
+    q.task("sh", None, 0, hist={0x1000: 2 * MS}, pids=[300, 301],
+           extra_info={"extra": {"q:pids-not-listed": 7}})
+    q.task("sh", None, 1, hist={0x1000: 3 * MS}, pids=[302])
+    q.task("ls", None, 0, hist={0x1000: 1 * MS}, pids=[400])
+    code, out, err = run(str(q.path))
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[2:5]}
+    assert rows["sh"][:3] == ["sh", "3+", "pids"] and rows["ls"][:3] == ["ls", "1", "pids"]
+    code, out, err = run(str(q.path), "--pid", "999")
+    assert code != 0 and err.count("\n") == 1, err
+    assert "no task set matches --pid 999; aggregates folded more pids than they list" in err
+    assert err.rstrip().endswith(": sh"), err
+    assert run(str(q.path), "--pid", "301")[0] == 0

@@ -227,5 +227,11 @@ def _nothing_matches(selection: Selection, run: str | None, inputs: list[Source]
         units = sorted({ts.service for ts in candidates if ts.service})
         near = near or (f"; units there: {', '.join(units[:20])}" if units
                         else "; no set there records its unit")
+    if selection.pid is not None:
+        unlisted = sorted({ts.set_name.prog for ts in candidates if ts.set_name
+                           and ts.info.task.extra.get("q:pids-not-listed")})
+        if unlisted:
+            near = near or (f"; aggregates folded more pids than they list (q:pids-not-listed): "
+                            f"{', '.join(unlisted[:10])}{', ...' if len(unlisted) > 10 else ''}")
     return ViewError(f"no task set matches {what or 'the selection'}{near}",
                      label(inputs[0]) if len(inputs) == 1 else None)
