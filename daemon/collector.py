@@ -453,11 +453,12 @@ class CpuCollector:
             self.jit.resolve_pending(final_all=final)
         kallsyms = self.kallsyms.current(self.copier) if self.kallsyms is not None else None
         starts = self.starts
-        sets, folded = self.book.plan(final, complete, *(() if starts is None else (
-            lambda ts: starts.for_set(kallsyms, ts.data.tally.mappings, ts.data.tally.kernel_from,
-                                      ts.data.process),
-            lambda ts: starts.object_lines(kallsyms, ts.data.tally.mappings,
-                                           ts.data.tally.kernel_from))))
+        sets, folded = self.book.plan(
+            final, complete,
+            None if starts is None else lambda ts: starts.for_set(
+                kallsyms, ts.data.tally.mappings, ts.data.tally.kernel_from, ts.data.process),
+            None if starts is None else lambda ts: starts.object_lines(
+                kallsyms, ts.data.tally.mappings, ts.data.tally.kernel_from))
         # those that lingered since the checkpoint before (the latest ones
         # may still have samples in the rings), or all at the end
         expired, self._lingered = self._lingered, list(self._lingering)

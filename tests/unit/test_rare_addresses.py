@@ -378,7 +378,7 @@ def test_a_functions_first_address_is_looked_up_once():
     assert sorted(asked) == [K + 0x100, K + 0x204, K + 0x208]
 
 
-def test_the_collectors_rare_functions_go_to_one_line_per_object(tmp_path):
+def test_the_collectors_rare_functions_go_to_one_line_per_object():
     """A set kept by function (the collector's own) would hold every
     function its code ever met. A function rare by the rule of the stacks
     goes on to one line for its object: the first address of the mapping
