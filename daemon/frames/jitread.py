@@ -3,15 +3,20 @@
 A jitdump sits in /tmp, which is everybody's, and the collector runs as
 root: only a regular file (not through a final symlink, no FIFO) with the
 inode the task mapped and owned by the task's user is read, through the
-descriptor that was checked. It is read as it grows, at most READ_BUDGET
-bytes per call, and whole records are kept up to ``limit`` bytes.
+descriptor that was checked. It is read as it grows, each call until the
+deadline its caller gives (what is left waits for the next call), and
+given up once reading it took MAX_READ_SECONDS; whole records are kept up
+to ``limit`` bytes.
 """
 
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import re
+import time
+from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -22,10 +27,11 @@ from ..machine.tasks import Mapping, Process
 from .jitindex import PlacementIndex
 
 if TYPE_CHECKING:  # the decoder is imported when a process has a dump (most runs: never)
-    from qtools.qformat.jitdump import JitdumpParser, Placements
+    from qtools.qformat.jitdump import JitdumpParser, Placements, Record
 
 DEFAULT_LIMIT = 64 << 20  # bytes of one dump kept (whole records)
-READ_BUDGET = 8 << 20  # bytes read from one dump per call: one process cannot stall a CPU
+CHUNK = 16 << 10  # bytes read and indexed between looks at the clock (about 250 records)
+MAX_READ_SECONDS = 10.0  # of one collector's time spent reading one dump; then it is given up
 DUMP_NAME = re.compile(r"(?:^|/)jit-(\d+)\.dump$")
 
 
@@ -140,52 +146,82 @@ class DumpReader:
         self.offset = 0  # bytes of the file read so far
         self.problem: str | None = None  # why reading stopped (said once)
         self.stopped = False
+        self.behind = False  # the last read stopped at its deadline, before the file's end
+        self.spent = 0.0  # seconds spent reading, by the clock of read_more
+        self.max_seconds = MAX_READ_SECONDS
         self.copied: tuple[int, str] | None = None  # (bytes kept, copy name) of the last copy
 
-    def read_more(self) -> int:
-        """Read what the file gained; returns the number of new placements."""
+    def read_more(self, deadline: float = math.inf,
+                  clock: Callable[[], float] = time.monotonic) -> int:
+        """Read and index what the file gained until ``deadline`` (by
+        ``clock``); what is left waits for the next call (``behind``).
+        Returns the number of new placements."""
         if self.stopped:
             return 0
+        began = clock()
         added = 0
-        budget = READ_BUDGET
-        while budget > 0:
+        at_end = False
+        while not self.stopped:
             try:
-                chunk = os.pread(self.fd, min(1 << 20, budget), self.offset)
+                chunk = os.pread(self.fd, CHUNK, self.offset)
             except OSError as e:
                 self.stop(f"cannot read: {e.strerror}")
                 break
             if not chunk:
+                at_end = True
                 break
             self.offset += len(chunk)
-            budget -= len(chunk)
-            records = self.parser.feed(chunk)
-            if not self.kept and self.parser.header is not None:
-                self.kept += self.parser.header_bytes
-            unknown = _jitdump().Unknown
-            for _off, size, rec, raw in records:
-                if isinstance(rec, unknown):
-                    continue
-                if len(self.kept) + size > self.limit:
-                    self.stop(f"larger than the {self.limit >> 20} MiB limit; code loads "
-                               "after it are not kept")
-                    break
-                self.kept += raw
-                p = self.placements.add(rec)
-                if p is not None:
-                    if not self.index.add(p):
-                        self.stop("too many overlapping code loads; later ones are not kept")
-                        break
-                    added += 1
-            error = self.parser.error
-            if error is not None and not self.stopped:
-                if self.parser.header is None:  # e.g. TSC timestamps: nothing is usable
-                    self.stop(f"{error.message}; not read")
-                else:
-                    self.stop(f"{error}; keeping {loads(len(self.placements.items))} "
-                               "before it")
-            if self.stopped:
+            added += self._take(self.parser.feed(chunk))
+            self._check_parser()
+            if clock() >= deadline:
                 break
+        self.spent += clock() - began
+        if not at_end and not self.stopped and self.spent > self.max_seconds:
+            self.stop(f"reading it took more than {self.max_seconds:g} s; code loads after "
+                      f"offset {self.parser.offset} are not kept")
+        self.behind = not at_end and not self.stopped
         return added
+
+    def _take(self, records: list[tuple[int, int, Record, bytes]]) -> int:
+        """Keep and index whole records, within ``limit`` and the index's
+        bound; returns the number of new placements."""
+        if not self.kept and self.parser.header is not None:
+            self.kept += self.parser.header_bytes
+        unknown = _jitdump().Unknown
+        added = 0
+        for _off, size, rec, raw in records:
+            if isinstance(rec, unknown):
+                continue
+            if len(self.kept) + size > self.limit:
+                self.stop(f"larger than the {self.limit >> 20} MiB limit; code loads "
+                          "after it are not kept")
+                break
+            self.kept += raw
+            p = self.placements.add(rec)
+            if p is not None:
+                if not self.index.add(p):
+                    self.stop(f"more than {self.index.max_entries} index entries (code loads "
+                              "over code loads); later ones are not kept")
+                    break
+                added += 1
+        return added
+
+    def _check_parser(self) -> None:
+        """Stop, saying why, at bytes the parser could not read."""
+        error = self.parser.error
+        if error is None or self.stopped:
+            return
+        if self.parser.header is None:  # e.g. TSC timestamps: nothing is usable
+            self.stop(f"{error.message}; not read")
+        else:
+            self.stop(f"{error}; keeping {loads(len(self.placements.items))} before it")
+
+    def unread(self) -> bool:
+        """Does the file hold bytes not read yet?"""
+        try:
+            return os.fstat(self.fd).st_size > self.offset
+        except OSError:
+            return False
 
     def stop(self, why: str) -> None:
         self.problem = why

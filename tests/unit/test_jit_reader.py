@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from qtools.daemon.machine.host import StaticHost
-from qtools.daemon.frames.jitread import DumpReader, open_dump
+from qtools.daemon.frames.jitread import CHUNK, DumpReader, open_dump
 from qtools.daemon.frames.jitindex import PlacementIndex
 from qtools.daemon.machine.tasks import Mapping, ObjectKey, Process
 from qtools.qformat.jitdump import CodeLoad, Header, encode, encode_header, parse
@@ -112,4 +112,58 @@ def test_a_dump_with_tsc_timestamps_is_refused_in_one_line(tmp_path):
     assert r.read_more() == 0 and not r.kept
     assert r.problem == ("TSC timestamps (JITDUMP_FLAGS_ARCH_TIMESTAMP) are not supported; "
                          "only CLOCK_MONOTONIC dumps; not read")
+    r.close()
+
+
+class Stepping:
+    """A clock that is ``step`` seconds later each time it is read: the
+    work between two looks at it takes time."""
+
+    def __init__(self, step: float) -> None:
+        self.now = 0.0
+        self.step = step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def _many_loads(path, n: int) -> bytes:
+    data = encode_header(HEADER) + b"".join(load(i, size=64) for i in range(n))
+    path.write_bytes(data)
+    return data
+
+
+def test_a_read_stops_at_its_deadline_and_the_next_goes_on_from_there(tmp_path):
+    path = tmp_path / "jit-1.dump"
+    data = _many_loads(path, 3000)
+    r = reader(path, limit=len(data))
+    clock = Stepping(0.001)
+    offsets = [0]
+    while True:
+        r.read_more(deadline=clock.now + 0.0015, clock=clock)
+        offsets.append(r.offset)
+        if not r.behind:
+            break
+    assert len(offsets) > 4  # deferred, chunk by chunk
+    assert all(0 < b - a <= CHUNK for a, b in zip(offsets, offsets[1:-1]))
+    assert len(r.placements.items) == 3000 and r.problem is None and bytes(r.kept) == data
+    r.close()
+
+
+def test_a_dump_that_takes_too_long_to_read_is_given_up_keeping_whole_records(tmp_path):
+    path = tmp_path / "jit-1.dump"
+    _many_loads(path, 3000)
+    r = reader(path, limit=64 << 20)
+    r.max_seconds = 0.005
+    clock = Stepping(0.001)
+    calls = 0
+    while not r.stopped and calls < 100:
+        r.read_more(deadline=clock.now + 0.0015, clock=clock)
+        calls += 1
+    assert r.problem == (f"reading it took more than 0.005 s; code loads after offset "
+                         f"{r.parser.offset} are not kept")
+    assert not r.behind and r.read_more(clock=clock) == 0
+    _h, records, pending = parse(bytes(r.kept))
+    assert 0 < len(records) == len(r.placements.items) < 3000 and pending == 0
     r.close()

@@ -8,12 +8,14 @@ import io
 import os
 import time
 
-from qtools.daemon.frames.jitdump import JitTracker
+from qtools.daemon.frames.jitdump import READ_BURST, READ_SHARE, JitTracker
+from qtools.daemon.frames.jitread import CHUNK
 from qtools.daemon.machine.tasks import AddressMap, Mapping, ObjectKey, Process
 from qtools.daemon.unwind.regs import X86_64
 from qtools.qformat import QDir
 from qtools.qformat.jitdump import (CodeLoad, Header, encode, encode_header, parse,
                                     split_synthetic)
+from tests.unit.test_jit_reader import Stepping
 
 CODE = 0x7F00_0000_0000  # the JIT's anonymous executable mapping
 LIB = 0x5555_0000_0000  # a file-backed mapping
@@ -130,3 +132,69 @@ def test_the_copy_is_the_kept_dump_and_is_made_again_only_when_it_grew(tmp_path)
         assert copy.read_bytes() == dump.read_bytes()
         assert os.stat(copy).st_mode & 0o077 == 0  # no wider than the dump
         assert tracker.copy(proc, q) == ref
+
+
+def _hidden_behind(dump, n: int) -> bytes:
+    """``n`` loads elsewhere, then "last" at CODE + 0x900: many chunks to read first."""
+    data = (encode_header(Header(1, 62, 7, 0))
+            + b"".join(_load(i, 1, f"filler{i}", at=0x1000 + 0x40 * (i % 900)) for i in range(n))
+            + _load(n, 2, "last", at=0x900))
+    dump.write_bytes(data)
+    return data
+
+
+def test_reading_a_dump_takes_a_slice_per_drain_within_the_budget(tmp_path):
+    dump = tmp_path / "jit-7.dump"
+    _hidden_behind(dump, 12000)
+    clock = Stepping(0.01)  # a chunk's work: a fifth of a burst
+    tracker = JitTracker(X86_64, out=io.StringIO(), clock=clock)
+    proc = _process(dump)
+    sink = Sink()
+    tracker.sample(proc, time.monotonic_ns(), CODE + 0x910, 1, [], [CODE + 0x910, LIB + 8], [],
+                   True, sink)
+    reader = proc.jit.dump
+    assert reader.behind and not sink.added  # held until "last" is read
+    steps = [reader.offset]
+    while not sink.added and len(steps) < 10_000:
+        tracker.resolve_pending()  # what each checkpoint (and sample) does
+        steps.append(reader.offset)
+    assert len(reader.placements.items) == 12001 and reader.problem is None
+    most = (READ_BURST / clock.step + 1) * CHUNK  # a burst, and the chunk it ends in
+    assert max(b - a for a, b in zip(steps, steps[1:])) <= most
+    assert sum(b == a for a, b in zip(steps, steps[1:])) > 0  # calls that found it spent
+    assert reader.spent <= 2 * READ_BURST + READ_SHARE * clock.now
+    assert [_names(dump, st) for _ip, st in sink.added] == [["last", hex(LIB + 8)]]
+
+
+def test_a_process_that_ends_before_its_dump_is_read_says_so_once(tmp_path):
+    dump = tmp_path / "jit-7.dump"
+    _hidden_behind(dump, 12000)
+    out = io.StringIO()
+    with QDir.open(tmp_path / "q", create=True) as q:
+        tracker = JitTracker(X86_64, out=out, qdir=q, clock=Stepping(0.01))
+        proc = _process(dump)
+        assert tracker.has_dump(proc) and proc.jit.dump.behind
+        tracker.budget.tokens = 0.0  # spent by other dumps
+        proc.ended = True
+        tracker.process_ended(proc)
+        ref = tracker._ended_refs[proc.pid]
+    kept = proc.jit.dump.placements.items
+    assert ref.truncated == 1 and ref.code_loads == len(kept) < 12001
+    assert out.getvalue() == (
+        f"q-syscollect: jitdump {dump} (pid {proc.pid}): not read past offset "
+        f"{proc.jit.dump.parser.offset} when its process ended (the collector's time for "
+        f"jitdumps was spent); keeping the {len(kept)} code loads before it\n")
+
+
+def test_a_sample_does_not_wait_for_a_dump_given_up(tmp_path):
+    dump = tmp_path / "jit-7.dump"
+    bad = b"\0\0\0\0\3\0\0\0" + bytes(8)  # a record of 3 bytes: reading stops there
+    dump.write_bytes(encode_header(Header(1, 62, 7, 0)) + _load(0, 1, "first") + bad)
+    out = io.StringIO()
+    tracker = JitTracker(X86_64, out=out)
+    proc = _process(dump)
+    sink = Sink()
+    tracker.sample(proc, time.monotonic_ns(), CODE + 0x910, 1, [], [CODE + 0x910, LIB + 8], [],
+                   True, sink)
+    assert "record size 3 is too small" in out.getvalue()
+    assert sink.added == [(CODE + 0x910, (CODE + 0x910, LIB + 8))]  # raw, at once: none will come

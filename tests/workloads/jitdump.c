@@ -7,6 +7,16 @@
  *                           N times (default 1), each a new load of each
  *   jitdump hostile A       "jit_first", then a record of size 3
  *   jitdump truncated A     "jit_first", then half a record
+ *   jitdump descending N A  "jit_first", then N CODE_MOVE records, each at an
+ *                           address below the one before, then A units
+ *   jitdump splits N M A    "jit_first", then N CODE_MOVE records over one
+ *                           16 MiB range and M one-byte moves inside it
+ *                           (each cuts the range's history in two), then A
+ *                           units
+ *
+ * descending and splits are what a hostile user may write: records cheap to
+ * write that cost a reader the most (a sorted insert at the front each; a
+ * long history copied at each cut).
  *
  * Work is counted, not timed (a unit is 1000 calls of a 200000-step loop:
  * about 0.1 s of one CPU), and both codes are the same loop on different
@@ -89,6 +99,26 @@ static void code_load(const char *name, void *addr, const unsigned char *code, s
     put(code, n);
 }
 
+/* CODE_MOVE records, written in batches: a dump of millions is written in a blink */
+static struct __attribute__((packed)) move {
+    uint32_t id, size; uint64_t ts; uint32_t pid, tid;
+    uint64_t vma, old_addr, new_addr, code_size, index;
+} moves[4096];
+static int nmoves;
+
+static void flush_moves(void) {
+    put(moves, nmoves * sizeof moves[0]);
+    nmoves = 0;
+}
+
+static void code_move(uint64_t addr, uint64_t size) {
+    struct move m = {1, sizeof m, mono_ns(), (uint32_t)getpid(), (uint32_t)getpid(), addr,
+                     addr, addr, size, ++code_index};
+    moves[nmoves++] = m;
+    if (nmoves == sizeof moves / sizeof moves[0])
+        flush_moves();
+}
+
 static void run(void *page, double units) {
     void (*spin)(void) = (void (*)(void))page;
     for (long n = (long)(units * 1000); n > 0; n--)
@@ -130,6 +160,26 @@ int main(int argc, char **argv) {
     }
     memcpy(page, first, sizeof first);
     code_load("jit_first", page, first, sizeof first, 0);
+    /* far from the page that runs: the samples there stay jit_first's */
+    const uint64_t far = 0x100000000000ull;
+    if (!strcmp(mode, "descending") && argc > 3) {
+        long n = atol(argv[2]);
+        for (long i = n; i > 0; i--)
+            code_move(far + (uint64_t)i * 64, 64);
+        flush_moves();
+        run(page, atof(argv[3]));
+        return 0;
+    }
+    if (!strcmp(mode, "splits") && argc > 4) {
+        long n = atol(argv[2]), m = atol(argv[3]);
+        for (long i = 0; i < n; i++)
+            code_move(far, 16 << 20);
+        for (long i = 0; i < m; i++)
+            code_move(far + 1 + 2 * (uint64_t)i, 1);
+        flush_moves();
+        run(page, atof(argv[4]));
+        return 0;
+    }
     if (!strcmp(mode, "hostile")) {
         struct { uint32_t id, size; uint64_t ts; } bad = {0, 3, mono_ns()};
         put(&bad, sizeof bad);
