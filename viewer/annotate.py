@@ -8,8 +8,8 @@ mapped at different places) add up instruction by instruction. Where the
 function is in several objects, the one with the most samples is shown
 (the others are named). The code comes from the object copy
 (``naming.disasm``), the lines from its DWARF (``naming.lines``), the
-source text from the paths the line table gives, or below
-``--source-root DIR``.
+source text from the files the line table names, where ``sources`` allows
+reading them.
 """
 
 from __future__ import annotations
@@ -18,22 +18,20 @@ import argparse
 import os
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import Iterator, TextIO
+from typing import TextIO
 
-from qtools.qformat import ObjectRef, open_regular
+from qtools.qformat import ObjectRef
 
 from .errors import ViewError
 from .inputs.load import StoredSet
 from .inputs.locations import locate
-from .naming.debuginfod import Debuginfod
 from .naming.disasm import DisasmProblem, Instruction, disassemble, read_code
 from .naming.lines import ObjectLines
 from .naming.symbols import Symbols, Warn
 from .profile.build import one_unit
 from .profile.model import printable
 from .profile.report import symbolizer
-
-MAX_SOURCE = 16 << 20  # bytes of one source file read
+from .sources import Roots, SourceFiles
 HOTTEST = 3  # source lines marked as the hottest
 
 
@@ -135,60 +133,6 @@ def _per_instruction(weights: dict[int, float], code: list[Instruction]) -> dict
     return out
 
 
-class SourceFiles:
-    """Source text by path, as the line table names it, or below
-    ``--source-root`` (the path's longest tail that exists there)."""
-
-    def __init__(self, roots: list[str], warn: Warn, fetcher: Debuginfod | None = None,
-                 build_id: str | None = None) -> None:
-        self.roots = roots
-        self.warn = warn
-        self.fetcher = fetcher  # sources not found here, by the object's build-id
-        self.build_id = build_id
-        self.files: dict[str, list[str] | None] = {}
-        self.missing: list[str] = []
-
-    def line(self, path: str, number: int) -> str | None:
-        text = self.files.get(path, False)
-        if text is False:
-            text = self.files[path] = self._read(path)
-        if text is None or not 1 <= number <= len(text):  # type: ignore[arg-type]
-            return None
-        return text[number - 1]  # type: ignore[index]
-
-    def _fetched(self, candidates: list[str], path: str) -> Iterator[str]:
-        yield from candidates
-        if self.fetcher is not None and self.build_id:
-            got = self.fetcher.source(self.build_id, path)
-            if got:
-                yield got
-
-    def _read(self, path: str) -> list[str] | None:
-        parts = [p for p in path.split("/") if p and p != ".."]
-        candidates = [os.path.join(root, *parts[i:]) for root in self.roots
-                      for i in range(len(parts))] + [path]
-        for candidate in self._fetched(candidates, path):
-            try:
-                # a regular file only: a FIFO named by hostile DWARF must not block
-                with os.fdopen(open_regular(candidate), "rb") as f:
-                    data = f.read(MAX_SOURCE + 1)
-            except OSError:
-                continue
-            if len(data) > MAX_SOURCE:
-                self.warn(f"{candidate}: larger than {MAX_SOURCE >> 20} MiB; not shown")
-                return None
-            return data.decode("utf-8", "replace").splitlines()
-        self.missing.append(path)
-        return None
-
-    def report(self) -> None:
-        """One warning for the source files not found."""
-        if self.missing:
-            more = f" and {len(self.missing) - 1} more" if len(self.missing) > 1 else ""
-            self.warn(f"{self.missing[0]}{more}: source file not found; their lines show "
-                      "without text (--source-root DIR looks for them below DIR)")
-
-
 def _range(symbols: Symbols, t: Target) -> tuple[int, int, str] | None:
     """The function's link-time [start, end) and a path reading its copy."""
     obj = symbols.object(t.directory, t.ref, t.copy)
@@ -239,9 +183,11 @@ def show(sets: list[StoredSet], args: argparse.Namespace, out: TextIO, warn: War
         if lines is None:
             warn(f"{t.object}: no line table (DWARF) for it or a debug file; "
                  "disassembly alone")
-        sources = SourceFiles(list(args.source_root), warn, symbols.debuginfod, t.ref.build_id)
+        sources = SourceFiles(Roots(list(args.source_root)),
+                              lambda: symbols.lines_named_here(t.directory, t.ref, t.copy),
+                              warn, symbols.debuginfod, t.ref.build_id)
         rows = rows_of(t, instructions, lines, sources)
-        sources.report()
+        sources.report(t.object)
     finally:
         symbols.close()
     events = ",".join(dict.fromkeys(ts.event for ts in sets))

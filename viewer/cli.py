@@ -121,7 +121,8 @@ def parser() -> argparse.ArgumentParser:
                      help="one function's disassembly, each instruction with its share of "
                           "the function's samples and source lines between them where the "
                           "DWARF line table and the source file are there (as perf annotate "
-                          "--stdio); NAME<object> picks among functions of one name")
+                          "--stdio; which source files it reads: --source-root); "
+                          "NAME<object> picks among functions of one name")
     rep.add_argument("--event", choices=METRICS, default=None,
                      help="what time to show: cpu (the samples, default), off-cpu (blocked, "
                           "by the stack at the switch-out), cpu-wait (runnable, waiting for "
@@ -173,9 +174,14 @@ def parser() -> argparse.ArgumentParser:
                           "call chains show inlined functions as 'NAME (inlined)' frames "
                           "either way")
     sym.add_argument("--source-root", action="append", default=[], metavar="DIR",
-                     help="with --annotate: look for source files below DIR (the longest "
-                          "tail of the path the line table gives that exists there) before "
-                          "the path itself")
+                     help="with --annotate: read source files below DIR (repeatable; the "
+                          "longest tail of the path the line table gives that exists there) "
+                          "before the path itself. A line table in a profile names any file "
+                          "it likes, so --annotate reads source files only below a "
+                          "--source-root or the current directory (not / or one holding a "
+                          "home directory), symlinks resolved, unless the object is the "
+                          "very file at its path on this machine and only you or root can "
+                          "change it")
     sym.add_argument("--no-cache", action="store_true",
                      help="do not read or write the symbol cache")
     p.add_argument("--limits", metavar="KEY=VALUE,...", type=_limits,

@@ -219,7 +219,55 @@ def test_debuglink_with_a_path_is_refused(tmp_path, calls_pie, debuglink):
     from qtools.qformat import ObjectRef
     symbols = Symbols(SymbolCache(None), [str(tmp_path)], [].append)
     ref = ObjectRef("x", None, "/usr/lib/x")
-    assert symbols._debug_candidates(str(tmp_path), ref, None, (debuglink, 0)) == []
+    # (even where the copy were the very file at its path)
+    assert symbols._debug_candidates(str(tmp_path), ref, None, (debuglink, 0),
+                                     lambda: True) == []
+
+
+def test_a_debuglink_beside_the_objects_path_is_read_only_where_the_copy_is_that_file(
+        tmp_path, stripped):
+    """The archive names the object's path: a debug file beside it is used
+    only where the file there is the copy itself (owned by the user or root,
+    nobody else may write it), not beside any path an archive names."""
+    full, bare, debug = stripped
+    pong = full.functions["pong"][0] + 1
+    names = {}
+    for where, content in (("same", bare.path), ("other", full.path)):
+        folder = tmp_path / where
+        folder.mkdir()
+        shutil.copy(content, folder / "calls-stripped")
+        shutil.copy(debug, folder / debug.name)
+        q = QBuilder(tmp_path / where / ".q")
+        o = q.load(bare, path=str(folder / "calls-stripped"))
+        name = q.task("calls", 1, 0, hist={})
+        names[where] = _space(q, name, []).lookup(o.link(pong)).name
+    assert names["same"] == "pong" and names["other"].startswith("0x"), names
+
+
+def test_debuglink_candidates_stay_inside_their_directories(tmp_path, stripped):
+    from qtools.qformat import ObjectRef
+    _full, _bare, debug = stripped
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.copy(debug, outside / debug.name)
+    root, qdir = tmp_path / "debugroot", tmp_path / ".q"
+    (root / "usr" / "lib").mkdir(parents=True)
+    qdir.mkdir()
+    symbols = Symbols(SymbolCache(None), [str(root)], [].append)
+    link = (debug.name, 0)
+    # a recorded path with .. does not lead out of the debug root
+    escape = ObjectRef("x", None, "/" + "/".join([".."] * 8) + f"{outside}/x")
+    assert symbols._debug_candidates(str(qdir), escape, None, link, lambda: False) == []
+    # nor does a symlink in the debug root or in the .q directory
+    (root / "usr" / "lib" / debug.name).symlink_to(outside / debug.name)
+    (qdir / debug.name).symlink_to(outside / debug.name)
+    ref = ObjectRef("x", None, "/usr/lib/x")
+    assert symbols._debug_candidates(str(qdir), ref, None, link, lambda: False) == []
+    # a file of the debug root is found
+    (root / "usr" / "lib" / debug.name).unlink()
+    shutil.copy(debug, root / "usr" / "lib" / debug.name)
+    found = symbols._debug_candidates(str(qdir), ref, None, link, lambda: False)
+    assert [(c.path, c.local) for c in found] == [(str(root / "usr" / "lib" / debug.name), True)]
 
 
 def test_object_without_a_copy_warns_once(tmp_path, calls_pie):

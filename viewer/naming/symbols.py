@@ -17,19 +17,20 @@ from __future__ import annotations
 
 import hashlib
 import os
-import zlib
 from array import array
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
-from qtools.qformat import Info, ObjectRef, QDir, check_plain_name, open_regular, parse_copy_name
+from qtools.qformat import Info, ObjectRef, QDir, open_regular, parse_copy_name
 from qtools.qformat.errors import QFormatError
 from qtools.qformat.stores import Store
 
+from .debugfiles import DebugFile, Here, candidates, matching
 from .debuginfod import Debuginfod
 from .elf import ElfObject, ElfProblem, Segment, read_elf
 from .fde import read_fde_ranges, read_root_ranges
 from .kallsyms import MAX_TEXT, KallsymsText, read_lines, read_plain
+from .localfiles import only_owner_can_change, same_file_here
 from .lines import (LineIndex, LineProblem, ObjectLines, has_lines, path_opener, path_tag,
                     read_index)
 from .perfmap import read_perf_map
@@ -48,6 +49,7 @@ JIT_OBJECT = "[jit]"
 # rarely to keep one line each (q:other-functions, docs/q-format.md 5.2)
 OTHER_FUNCTIONS = "(other functions)"
 SYSTEM_DEBUG_ROOT = "/usr/lib/debug"
+MAX_LOCAL = 4 << 30  # bytes of a local file compared with a copy (without --limits copy-size)
 MAX_MEMO = 1 << 20  # addresses remembered per task set; cleared when full
 
 Warn = Callable[[str], None]
@@ -120,6 +122,9 @@ class Symbols:
         self._jitdumps: dict[tuple[str, str], JitNames | None] = {}
         self._qdirs: dict[str, QDir] = {}
         self._lines: dict[tuple[str, str], ObjectLines | None] = {}
+        # where a copy's line table came from: None, the copy's own DWARF
+        self._lines_from: dict[tuple[str, str], DebugFile | None] = {}
+        self._here: dict[tuple[str, str], bool] = {}
         self.stores = stores or {}  # by label: directories inside archives (their owner closes them)
 
     def close(self) -> None:
@@ -167,6 +172,11 @@ class Symbols:
         crc32, which anyone can forge: an archive whose copy matched a real
         library's crc32 and size would have put its symbol names into the
         cache, for every later profile of the real library to show."""
+        digest = self._digest(path, copy)
+        return None if digest is None else f"{digest}-{kind}"
+
+    def _digest(self, path: str, copy: str) -> str | None:
+        """The SHA-256 (40 hex digits) of a verified copy's content, once."""
         try:
             with open(path, "rb") as f:
                 st = os.fstat(f.fileno())
@@ -177,7 +187,7 @@ class Symbols:
                         f, "sha256").hexdigest()[:40]
         except OSError:
             return None
-        return f"{digest}-{kind}"
+        return digest
 
     # ------------------------------------------------------------ ELF objects
 
@@ -205,7 +215,8 @@ class Symbols:
         cache_key = self._cache_key(source, copy, "elf")
         if cache_key:
             hit = self.cache.load(cache_key)
-            if hit is not None and not self._stale(hit[1], directory, ref):
+            if hit is not None and not self._stale(
+                    hit[1], directory, ref, self._here_of(directory, ref, copy, source)):
                 table, meta = hit
                 fdes = self._fdes(source, cache_key) if meta.get("stripped_without_debug") \
                     else None
@@ -218,7 +229,7 @@ class Symbols:
         debug = None
         if not elf.has_symtab:
             debug = self._debug_symbols(directory, ref, elf.build_id or ref.build_id,
-                                        elf.debuglink)
+                                        elf.debuglink, self._here_of(directory, ref, copy, source))
         table = _merge(elf.symbols, debug[1]) if debug else elf.symbols
         if cache_key:
             self.cache.store(cache_key, table, {
@@ -242,7 +253,7 @@ class Symbols:
             self.cache.store(key, table, {})
         return table
 
-    def _stale(self, meta: dict[str, Any], directory: str, ref: ObjectRef) -> bool:
+    def _stale(self, meta: dict[str, Any], directory: str, ref: ObjectRef, here: Here) -> bool:
         """A cached stripped table is stale once a debug file has appeared."""
         try:
             segments_ok = all(len(s) == 3 and all(isinstance(v, int) for v in s)
@@ -256,49 +267,37 @@ class Symbols:
         link = meta.get("debuglink")
         debuglink = (link[0], link[1]) if isinstance(link, list) and len(link) == 2 else None
         build_id = meta.get("build_id") if isinstance(meta.get("build_id"), str) else None
-        return bool(self._debug_candidates(directory, ref, build_id, debuglink))
+        return bool(self._debug_candidates(directory, ref, build_id, debuglink, here))
 
     def _debug_candidates(self, directory: str, ref: ObjectRef, build_id: str | None,
-                          debuglink: tuple[str, int] | None) -> list[tuple[str, str]]:
-        """(path, how) of files that may hold the debug info, existing ones only."""
-        out: list[tuple[str, str]] = []
-        if build_id and len(build_id) > 2 and all(c in "0123456789abcdef" for c in build_id):
-            rel = os.path.join(".build-id", build_id[:2], build_id[2:] + ".debug")
-            for root in [directory, *self.debug_roots]:
-                out.append((os.path.join(root, rel), "build-id"))
-        if debuglink:
-            try:
-                name = check_plain_name(debuglink[0])
-            except QFormatError:
-                name = None  # a debuglink with a path in it could point anywhere
-            if name:
-                dirs = [directory]
-                if ref.path and os.path.isabs(ref.path):
-                    orig = os.path.dirname(ref.path)
-                    dirs += [orig, os.path.join(orig, ".debug")]
-                    dirs += [root + orig for root in self.debug_roots]
-                out += [(os.path.join(d, name), "debuglink") for d in dirs]
-        found = [(p, how) for p, how in out if os.path.isfile(p)]
-        if not found and build_id and self.debuginfod is not None:
-            fetched = self.debuginfod.debuginfo(build_id, lambda p: _has_build_id(p, build_id))
-            if fetched:
-                found.append((fetched, "build-id"))
-        return found
+                          debuglink: tuple[str, int] | None, here: Here) -> list[DebugFile]:
+        """The files that may hold the debug info, existing ones only (debugfiles.py)."""
+        return candidates(directory, ref, build_id, debuglink, here, self.debug_roots,
+                          self.debuginfod)
+
+    def _here_of(self, directory: str, ref: ObjectRef, copy: str, source: str) -> Here:
+        """Whether the copy (verified, at ``source``) is the very file its
+        ``q:path`` names on this machine, one that only the user or root can
+        change (``localfiles.same_file_here``); asked only when it matters,
+        answered once per copy."""
+        def here() -> bool:
+            key = _content_key(directory, copy)
+            if key not in self._here:
+                digest = self._digest(source, copy)
+                try:
+                    size = os.stat(source).st_size
+                except OSError:
+                    size = -1
+                self._here[key] = size >= 0 and digest is not None and same_file_here(
+                    ref.path, size, digest, self.max_copy or MAX_LOCAL)
+            return self._here[key]
+        return here
 
     def _debug_symbols(self, directory: str, ref: ObjectRef, build_id: str | None,
-                       debuglink: tuple[str, int] | None) -> tuple[ElfObject, SymbolTable] | None:
-        for path, how in self._debug_candidates(directory, ref, build_id, debuglink):
-            try:
-                dbg = read_elf(path)
-            except ElfProblem:
-                continue
-            if how == "build-id" and dbg.build_id and dbg.build_id != build_id:
-                continue
-            if how == "debuglink" and debuglink and not _crc_matches(path, debuglink[1]):
-                if not (build_id and dbg.build_id == build_id):
-                    continue
-            return dbg, dbg.symbols
-        return None
+                       debuglink: tuple[str, int] | None,
+                       here: Here) -> tuple[ElfObject, SymbolTable] | None:
+        return matching(self._debug_candidates(directory, ref, build_id, debuglink, here),
+                        build_id, debuglink)
 
     # ------------------------------------------------------------ source lines
 
@@ -320,18 +319,22 @@ class Symbols:
         cache_key = self._cache_key(source, copy, "lines")
         opener: Any = None
         label = os.path.join(directory, copy)
+        key = _content_key(directory, copy)
         if has_lines(source):
             opener = lambda: self._verified(directory, copy)  # noqa: E731
+            self._lines_from[key] = None
         else:
             try:
                 elf = read_elf(source, symbols=False)
             except ElfProblem:
                 return None
-            for path, _how in self._debug_candidates(directory, ref, elf.build_id
-                                                     or ref.build_id, elf.debuglink):
-                if has_lines(path):
-                    opener, label = path_opener(path), path
-                    cache_key = cache_key and f"{cache_key}-{path_tag(path)}"
+            for debug in self._debug_candidates(directory, ref, elf.build_id or ref.build_id,
+                                                elf.debuglink,
+                                                self._here_of(directory, ref, copy, source)):
+                if has_lines(debug.path):
+                    opener, label = path_opener(debug.path), debug.path
+                    cache_key = cache_key and f"{cache_key}-{path_tag(debug.path)}"
+                    self._lines_from[key] = debug
                     break
         if opener is None:
             return None
@@ -352,6 +355,21 @@ class Symbols:
                 self.cache.store(cache_key + "-inl", ix.inlines, ix.meta())
                 self.cache.store(cache_key, ix.table, ix.meta())
         return ObjectLines(index, opener, label, store, self.warn)
+
+    def lines_named_here(self, directory: str, ref: ObjectRef, copy: str) -> bool:
+        """Whether the line table ``lines`` gave for the copy is that of a file
+        of this machine's that only the user or root can change: the object
+        at its ``q:path``, or a debug file in a debug directory or beside
+        it. The source files it names are then the user's own business, not
+        the archive's (docs/security.md 6)."""
+        key = _content_key(directory, copy)
+        if key not in self._lines_from:
+            return False
+        debug = self._lines_from[key]
+        if debug is not None:
+            return debug.local and only_owner_can_change(debug.path)
+        with self._verified(directory, copy) as source:
+            return source is not None and self._here_of(directory, ref, copy, source)()
 
     def roots(self, directory: str, copy: str) -> SymbolTable | None:
         """Where stacks end in the object ``copy`` (fde.read_root_ranges); None
@@ -474,24 +492,6 @@ def _merge(a: SymbolTable, b: SymbolTable) -> SymbolTable:
     order = sorted(by_start)
     return SymbolTable(array("Q", order), array("Q", [by_start[s][0] for s in order]),
                        [by_start[s][1] for s in order])
-
-
-def _has_build_id(path: str, build_id: str) -> bool:
-    try:
-        return read_elf(path, symbols=False).build_id == build_id
-    except ElfProblem:
-        return False
-
-
-def _crc_matches(path: str, expected: int) -> bool:
-    crc = 0
-    try:
-        with os.fdopen(open_regular(path), "rb") as f:
-            while chunk := f.read(1 << 20):
-                crc = zlib.crc32(chunk, crc)
-    except OSError:
-        return False
-    return crc == expected
 
 
 def _content_key(directory: str, copy: str) -> tuple[str, str]:
