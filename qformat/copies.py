@@ -12,7 +12,10 @@ neither fill the disk nor hold up the collector:
   into a temporary file, in chunks, until a deadline; called again, it goes
   on where it stopped. A 512 MiB byte copy took 0.8 s here (0.2 s of CPU:
   read, crc32, write; several seconds on a loaded machine or a slow disk),
-  so no caller waits for one in a single piece.
+  so no caller waits for one in a single piece. The holes of a sparse file
+  stay holes: only its data is read and written (a user's file of 480 MiB
+  that holds 20 KiB costs `.q` 20 KiB), and the crc32 is still that of the
+  whole content, zeros included, which a reader sees as before.
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ import errno
 import fcntl
 import os
 import stat
+import sys
 import time
 from typing import TYPE_CHECKING, NamedTuple
 
 from zlib_ng import zlib_ng
 
 from .errors import QFormatError
+from .files import crc32_zeros, data_extent
 from .names import copy_name
 
 if TYPE_CHECKING:
@@ -155,6 +160,10 @@ class CopyJob:
     truncated: an append-only text file such as a JIT's perf map keeps its
     whole lines within the first ``limit`` bytes, which no longer change
     (a file with no line end there keeps ``limit`` bytes).
+
+    A regular file is read a run of data at a time (``data_extent``): a
+    hole is summed as its zeros (``crc32_zeros``) and left a hole in the
+    copy.
     """
 
     def __init__(self, qdir: QDir, src_fd: int, basename: str, limit: int, *,
@@ -167,13 +176,16 @@ class CopyJob:
         self.tmp = tmp
         self.write_fd = write_fd
         self.symlink_to = symlink_to
+        # A dup shares the source's file position, which looking for data
+        # moves: every read is at an offset.
         self.read_fd = os.dup(src_fd)
         st = os.fstat(self.read_fd)
         # /proc files say size 0 and must be read in order from a fresh
-        # descriptor; real files are read at offsets (the source's own
-        # position is left alone).
+        # descriptor; real files are read at offsets, a run of data at a time.
         self.positional = st.st_size > 0
+        self.data_end = 0 if self.positional else sys.maxsize  # of the run of data being read
         self.offset = 0
+        self.written = 0
         self.synced = 0
         self.crc = 0
         self.line_end: tuple[int, int] | None = None  # (offset, crc) after the last b"\n"
@@ -211,11 +223,24 @@ class CopyJob:
             self.close()
             raise
 
+    def _skip_hole(self) -> None:
+        """Go to the next run of data, summing the hole before it as zeros
+        (none is written: the copy has the hole too)."""
+        try:
+            size = os.fstat(self.read_fd).st_size
+            start, self.data_end = data_extent(self.read_fd, self.offset, size)
+        except OSError as e:
+            raise SourceUnreadable(f"cannot read: {e.strerror}", self.basename) from None
+        start = min(start, self.limit)
+        self.crc = crc32_zeros(self.crc, start - self.offset)
+        self.offset = start
+
     def _advance(self, deadline: float | None) -> Stored | None:
         buf = bytearray(CHUNK)
         while True:
-            want = min(CHUNK, self.limit - self.offset)
-            if want <= 0:
+            if self.offset >= self.data_end and self.offset < self.limit:
+                self._skip_hole()
+            if self.offset >= self.limit:
                 if not self._read(bytearray(1), 1):
                     return self._finish(False)
                 if not self.truncate:
@@ -224,6 +249,9 @@ class CopyJob:
                     self.offset, self.crc = self.line_end
                     os.ftruncate(self.write_fd, self.offset)
                 return self._finish(True)
+            want = min(CHUNK, self.limit - self.offset, self.data_end - self.offset)
+            if want <= 0:  # only a hole followed
+                return self._finish(False)
             n = self._read(buf, want)
             if not n:
                 return self._finish(False)
@@ -236,16 +264,23 @@ class CopyJob:
             else:
                 self.crc = zlib_ng.crc32(chunk, self.crc)
             if self.write_fd is not None:
-                _write_all(self.write_fd, chunk)
+                self._write(chunk)
             self.offset += n
-            if self.write_fd is not None and self.offset - self.synced >= SYNC_EVERY:
-                os.fdatasync(self.write_fd)
-                self.synced = self.offset
             if deadline is not None and time.monotonic() >= deadline:
                 return None
 
+    def _write(self, chunk: memoryview) -> None:
+        """Write ``chunk`` at its offset."""
+        assert self.write_fd is not None
+        _write_all(self.write_fd, chunk, self.offset)
+        self.written += len(chunk)
+        if self.written - self.synced >= SYNC_EVERY:
+            os.fdatasync(self.write_fd)
+            self.synced = self.written
+
     def _finish(self, truncated: bool) -> Stored:
         if self.write_fd is not None:
+            os.ftruncate(self.write_fd, self.offset)  # its length, where a hole ends it
             os.fsync(self.write_fd)
         name = copy_name(self.basename, self.crc)
         if self.symlink_to is not None:
@@ -364,7 +399,8 @@ def _hard_link(qdir: QDir, src_fd: int) -> str | None:
     return tmp
 
 
-def _write_all(fd: int, data: bytes | memoryview) -> None:
+def _write_all(fd: int, data: bytes | memoryview, offset: int) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
