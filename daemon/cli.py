@@ -185,7 +185,8 @@ def parser() -> argparse.ArgumentParser:
                    help="start new versions of every set each SECS (or 90m, 1h, 1d): time "
                         "slices that q-view --since/--until select")
     p.add_argument("--max-size", type=_size, metavar="SIZE",
-                   help="keep .q under SIZE (e.g. 2G), removing the oldest closed slices")
+                   help="keep .q under SIZE (e.g. 2G), removing the oldest closed slices; "
+                        "a copy that would pass it is not made")
     p.add_argument("--max-age", type=_age, metavar="AGE",
                    help="remove closed slices older than AGE (e.g. 14d)")
     p.add_argument("--compress", action=argparse.BooleanOptionalAction, default=None,

@@ -16,6 +16,9 @@ neither fill the disk nor hold up the collector:
   stay holes: only its data is read and written (a user's file of 480 MiB
   that holds 20 KiB costs `.q` 20 KiB), and the crc32 is still that of the
   whole content, zeros included, which a reader sees as before.
+- ``Room``: where `.q` is bounded, the bytes a copy puts on the disk are
+  taken from what is left before they are written, and a copy that would
+  pass the bound is given up (``NoRoom``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import os
 import stat
 import sys
 import time
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from zlib_ng import zlib_ng
 
@@ -41,6 +44,7 @@ CHUNK = 1 << 20
 SYNC_EVERY = 16 << 20  # flush written data this often: no single fsync of a whole copy
 MAX_SYMLINKS = 40  # as the kernel's path walk allows
 FICLONE = 0x40049409  # _IOW(0x94, 9, int): reflink a whole file
+BLOCK = 4096  # a file system's allocation unit, as far as room is counted
 
 
 class TooLarge(QFormatError):
@@ -49,6 +53,50 @@ class TooLarge(QFormatError):
 
 class SourceUnreadable(QFormatError):
     """Reading the file being copied failed (not the writing of `.q`)."""
+
+
+class NoRoom(QFormatError):
+    """A copy that would take `.q` past its size bound, refused or given up."""
+
+
+class Room(Protocol):
+    """What is left of a bounded `.q`, shared by the writers that copy into it."""
+
+    @property
+    def limit(self) -> int:
+        """The bound, in bytes (0: none)."""
+        ...
+
+    def collections(self) -> int:
+        """How many times copies were removed from `.q` so far: a writer
+        that remembers copies looks again whether they are there."""
+        ...
+
+    def take(self, nbytes: int) -> bool:
+        """Reserve ``nbytes`` for a copy under way; False if they would
+        take `.q` past its bound (nothing is reserved then)."""
+        ...
+
+    def release(self, nbytes: int, kept: int = 0) -> None:
+        """A copy's reservation of ``nbytes`` ends: ``kept`` of them stay in
+        `.q` as a finished copy, the rest are free again."""
+        ...
+
+
+def _blocks(n: int) -> int:
+    """``n`` bytes as the whole blocks they take on a disk."""
+    return -(-n // BLOCK) * BLOCK
+
+
+def expected_bytes(st: os.stat_result, limit: int) -> int:
+    """What a byte copy of a file in state ``st`` puts on the disk, as far as
+    that state tells: its allocated blocks (holes stay holes; blocks
+    reserved past its end are not copied), within ``limit``, and a block
+    for the file system's own; for a file that does not say its size
+    (/proc) a first chunk."""
+    if not st.st_size:
+        return CHUNK
+    return min(st.st_blocks * 512, _blocks(st.st_size), _blocks(limit)) + BLOCK
 
 
 class Stored(NamedTuple):
@@ -163,12 +211,15 @@ class CopyJob:
 
     A regular file is read a run of data at a time (``data_extent``): a
     hole is summed as its zeros (``crc32_zeros``) and left a hole in the
-    copy.
+    copy. With a ``room``, the blocks a byte copy writes are reserved
+    before they are written (``taken``, of which ``used`` are on the disk),
+    and a copy that finds no room is given up with ``NoRoom``.
     """
 
     def __init__(self, qdir: QDir, src_fd: int, basename: str, limit: int, *,
                  truncate: bool = False, tmp: str | None = None, write_fd: int | None = None,
-                 symlink_to: str | None = None) -> None:
+                 symlink_to: str | None = None, room: Room | None = None,
+                 taken: int = 0) -> None:
         self.qdir = qdir
         self.basename = basename
         self.limit = limit
@@ -176,6 +227,9 @@ class CopyJob:
         self.tmp = tmp
         self.write_fd = write_fd
         self.symlink_to = symlink_to
+        self.room = room
+        self.taken = taken  # bytes of room reserved, released when the job ends
+        self.used = 0  # bytes the copy takes on the disk so far
         # A dup shares the source's file position, which looking for data
         # moves: every read is at an offset.
         self.read_fd = os.dup(src_fd)
@@ -270,18 +324,32 @@ class CopyJob:
                 return None
 
     def _write(self, chunk: memoryview) -> None:
-        """Write ``chunk`` at its offset."""
+        """Write ``chunk`` at its offset, within the room reserved for it."""
         assert self.write_fd is not None
+        if self.room is not None:
+            self._take(self.used + _blocks(len(chunk)) + BLOCK - self.taken)
         _write_all(self.write_fd, chunk, self.offset)
         self.written += len(chunk)
         if self.written - self.synced >= SYNC_EVERY:
             os.fdatasync(self.write_fd)
             self.synced = self.written
+        if self.room is not None:
+            self.used = os.fstat(self.write_fd).st_blocks * 512
+            self._take(self.used - self.taken)  # blocks of the file system's own, if any
+
+    def _take(self, nbytes: int) -> None:
+        if nbytes <= 0 or self.room is None:
+            return
+        if not self.room.take(nbytes):
+            raise NoRoom("no room left in .q under its size bound", self.basename)
+        self.taken += nbytes
 
     def _finish(self, truncated: bool) -> Stored:
         if self.write_fd is not None:
             os.ftruncate(self.write_fd, self.offset)  # its length, where a hole ends it
             os.fsync(self.write_fd)
+            if self.room is not None:
+                self.used = os.fstat(self.write_fd).st_blocks * 512
         name = copy_name(self.basename, self.crc)
         if self.symlink_to is not None:
             self.tmp = self.qdir.temp_name()
@@ -289,8 +357,14 @@ class CopyJob:
         if self.tmp is None:  # finished or given up already
             raise RuntimeError(f"copy of {self.basename} is closed")
         tmp, self.tmp = self.tmp, None
+        taken, self.taken = self.taken, 0
         self.close()
-        self.qdir.publish(tmp, name)
+        new = False
+        try:
+            new = self.qdir.publish(tmp, name)
+        finally:
+            if self.room is not None and taken:
+                self.room.release(taken, min(self.used, taken) if new else 0)
         stored = Stored(name, truncated)
         if self.identity is not None:
             if self.linked:
@@ -317,6 +391,9 @@ class CopyJob:
         if self.closed:
             return
         self.closed = True
+        if self.room is not None and self.taken:
+            self.room.release(self.taken)
+            self.taken = 0
         for fd in (self.read_fd, self.write_fd):
             if fd is not None:
                 os.close(fd)
@@ -327,7 +404,7 @@ class CopyJob:
 
 def start_copy(qdir: QDir, src_fd: int, basename: str, limit: int, *, truncate: bool = False,
                link: bool = True, symlink_to: str | None = None,
-               private: bool = False) -> CopyJob:
+               private: bool = False, room: Room | None = None) -> CopyJob:
     """Begin keeping the open file ``src_fd`` in ``qdir``.
 
     A symlink where ``symlink_to`` is a path only root can change and it
@@ -340,6 +417,11 @@ def start_copy(qdir: QDir, src_fd: int, basename: str, limit: int, *, truncate: 
     owner only, whatever the source's mode: /proc/kallsyms is mode 0444 but
     shows real kernel addresses only to privileged readers, and its copy
     must not hand them to everyone.
+
+    With a ``room``, a copy that brings bytes of its own to `.q` (a reflink,
+    a byte copy) reserves them first: those its source says it holds
+    (``expected_bytes``) before anything is read, so that a copy that could
+    not fit is refused with ``NoRoom`` at once; more as it writes them.
     """
     st = os.fstat(src_fd)
     if not stat.S_ISREG(st.st_mode):
@@ -355,7 +437,20 @@ def start_copy(qdir: QDir, src_fd: int, basename: str, limit: int, *, truncate: 
         if cloned is not None:
             tmp, fd = cloned
             try:
-                return CopyJob(qdir, fd, basename, limit, tmp=tmp)
+                used = os.fstat(fd).st_blocks * 512
+                if room is not None and not room.take(used):
+                    qdir.unlink_quietly(tmp)
+                    raise NoRoom("no room left in .q under its size bound", basename)
+                try:
+                    job = CopyJob(qdir, fd, basename, limit, tmp=tmp, room=room,
+                                  taken=used if room is not None else 0)
+                except BaseException:
+                    qdir.unlink_quietly(tmp)
+                    if room is not None:
+                        room.release(used)
+                    raise
+                job.used = used
+                return job
             finally:
                 os.close(fd)
         if link and not truncate and may_link(src_fd, st):  # a link would grow
@@ -364,12 +459,23 @@ def start_copy(qdir: QDir, src_fd: int, basename: str, limit: int, *, truncate: 
                 job = CopyJob(qdir, src_fd, basename, limit, truncate=truncate, tmp=linked)
                 job.linked = True
                 return job
-    tmp, fd = qdir.temp_file(mode)
+    expected = expected_bytes(st, limit)
+    if room is not None and not room.take(expected):
+        raise NoRoom("no room left in .q under its size bound", basename)
     try:
-        return CopyJob(qdir, src_fd, basename, limit, truncate=truncate, tmp=tmp, write_fd=fd)
+        tmp, fd = qdir.temp_file(mode)
+    except BaseException:
+        if room is not None:
+            room.release(expected)
+        raise
+    try:
+        return CopyJob(qdir, src_fd, basename, limit, truncate=truncate, tmp=tmp, write_fd=fd,
+                       room=room, taken=expected if room is not None else 0)
     except BaseException:
         os.close(fd)
         qdir.unlink_quietly(tmp)
+        if room is not None:
+            room.release(expected)
         raise
 
 

@@ -1,4 +1,5 @@
-"""Copies of sparse files keep their holes (qformat.copies, qformat.files)."""
+"""Copies of sparse files keep their holes, and copies keep within the room
+a bounded `.q` has left (qformat.copies, daemon.sets.diskroom)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ from pathlib import Path
 
 from hypothesis import given, strategies as st
 
-from qtools.qformat import QDir, crc32_of_fd
+from qtools.daemon.sets.diskroom import DiskRoom
+from qtools.qformat import NoRoom, QDir, crc32_of_fd
 from qtools.qformat.copies import CHUNK
 from qtools.qformat.files import crc32_zeros
 from qtools.qformat.names import parse_copy_name
+
+import pytest
 
 MiB = 1 << 20
 
@@ -41,6 +45,10 @@ def _plain_crc(path: Path) -> int:
 
 def _allocated(path: Path) -> int:
     return path.stat().st_blocks * 512
+
+
+def _temps(q: Path) -> list[str]:
+    return [n for n in os.listdir(q) if n.startswith(".tmp-")]
 
 
 def _copy(q: QDir, path: Path, deadline: float | None = None, **kw):
@@ -109,3 +117,76 @@ def test_crc32_of_fd_sums_holes_and_leaves_the_position(tmp_path):
         assert os.lseek(fd, 0, os.SEEK_CUR) == 1234  # a reader goes on where it was
     finally:
         os.close(fd)
+
+
+# ------------------------------------------------------------ room
+
+
+@pytest.fixture
+def room():
+    made = DiskRoom.create(8 * MiB, 2)
+    if made is None:
+        pytest.skip("no memfd here")
+    made.measured(0, 0)
+    return made
+
+
+def test_a_copy_within_the_room_counts_the_blocks_it_holds(tmp_path, room):
+    src = tmp_path / "dense"
+    src.write_bytes(os.urandom(3 * MiB))
+    with QDir.open(tmp_path / "q", create=True) as q:
+        q.room = room
+        done, _calls = _copy(q, src)
+        assert room.used() == _allocated(tmp_path / "q" / done.name)
+        twin = tmp_path / "twin"
+        twin.mkdir()
+        (twin / "dense").write_bytes(src.read_bytes())
+        again, _calls = _copy(q, twin / "dense")  # the same content: the one copy
+        assert again.name == done.name and room.used() == _allocated(tmp_path / "q" / done.name)
+
+
+def test_a_copy_that_would_pass_the_bound_is_refused_before_it_is_read(tmp_path, room):
+    src = tmp_path / "big"
+    src.write_bytes(os.urandom(9 * MiB))
+    with QDir.open(tmp_path / "q", create=True) as q:
+        q.room = room
+        with pytest.raises(NoRoom):
+            _copy(q, src)
+    assert _temps(tmp_path / "q") == [] and room.used() == 0
+    assert room.wanted() >= 9 * MiB  # upkeep is told how much was wanted
+
+
+def test_a_file_filled_while_it_is_copied_is_given_up_at_the_bound(tmp_path, room):
+    src = tmp_path / "grows"
+    _sparse(src, 12 * MiB, [0])  # a hole when the copy starts: it fits
+    with QDir.open(tmp_path / "q", create=True) as q:
+        q.room = room
+        fd = os.open(src, os.O_RDONLY)
+        try:
+            job = q.start_copy(fd, src.name, link=False)
+        finally:
+            os.close(fd)
+        with open(src, "r+b") as f:
+            f.write(os.urandom(12 * MiB))  # its owner fills it now
+        with pytest.raises(NoRoom):
+            while job.advance(None) is None:
+                pass
+    assert _temps(tmp_path / "q") == [] and room.used() == 0  # nothing written stays
+
+
+def test_the_ledger_is_shared_and_a_dead_writers_reservations_end(room):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a collector that keeps a copy and dies with another under way
+        ok = room.take(2 * MiB) and room.take(MiB)
+        room.release(MiB, kept=MiB)
+        os.write(w, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(w)
+    assert os.read(r, 1) == b"1"
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert room.used() == 3 * MiB  # seen from another process: its slot still counts
+    assert room.take(MiB)  # the next process to take a slot empties those of the dead
+    assert room.used() == 2 * MiB  # its finished copy still counts, what was under way not
+    assert room.take(6 * MiB) and not room.take(1)  # 8 MiB, the bound
