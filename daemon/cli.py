@@ -198,7 +198,8 @@ def parser() -> argparse.ArgumentParser:
                    help="do not copy an object larger than SIZE into .q (default 512M)")
     p.add_argument("--max-map-size", type=_positive_size, default=64 << 20, metavar="SIZE",
                    help="copy at most SIZE of a JIT's /tmp/perf-PID.map, marking the copy "
-                        "truncated (default 64M)")
+                        "truncated (default 64M); a map that changes is copied again when it "
+                        "grew by a quarter, at most once a minute")
     p.add_argument("--off-cpu", action="store_true",
                    help="also record, per thread, the time off the CPU (blocked, by the stack "
                         "at the switch-out) and waiting for a CPU (sched:sched_switch and "

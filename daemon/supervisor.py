@@ -292,8 +292,8 @@ class Supervisor:
         try:
             report = self.retention.maintain(
                 qdir, stale_after=cfg.stale_after, grace=cfg.stale_after,
-                max_size=max_size, max_age=cfg.max_age, compress=cfg.compress_closed,
-                push=cfg.push is not None)
+                copy_grace=cfg.copy_grace, max_size=max_size, max_age=cfg.max_age,
+                compress=cfg.compress_closed, push=cfg.push is not None)
             if room is not None:
                 room.measured(report.size if report.measured else retention.allocated(qdir),
                               mark)

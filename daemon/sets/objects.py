@@ -21,6 +21,7 @@ from ..machine.host import LIVE, Host
 from ..machine.tasks import Mapping, ObjectKey, Process
 from ..messages import write_line
 from .notices import shared_notices
+from .perfmaps import MapCopy, left_before, recopy_due
 
 RETRY_SECONDS = 30.0
 MAX_FAILED = 4096  # objects waiting to be tried again; past it the expired are forgotten
@@ -202,7 +203,7 @@ class ObjectCopier:
         self._refused: set[ObjectKey] = set()
         self._jobs: dict[object, _Pending] = {}
         self._files: dict[str, Stored] = {}  # the last copy of a plain file, by path
-        self._maps: dict[int, Stored] = {}  # the perf map copy, by Process.serial
+        self._maps: dict[int, MapCopy] = {}  # the perf map copy, by Process.serial
         self._collections = 0  # rounds of upkeep that removed copies, when last looked
         self.notices = shared_notices()
 
@@ -220,7 +221,7 @@ class ObjectCopier:
         self._collections = room.collections()
         there = self.qdir.exists
         self._done = {k: c for k, c in self._done.items() if c.name is None or there(c.name)}
-        self._maps = {k: m for k, m in self._maps.items() if there(m.name)}
+        self._maps = {k: m for k, m in self._maps.items() if there(m.stored.name)}
         self._files = {k: f for k, f in self._files.items() if there(f.name)}
 
     def _no_room(self, label: str, pid: int | None) -> None:
@@ -320,20 +321,22 @@ class ObjectCopier:
         self._advance(path, wait)
         return self._files.get(path)
 
-    def perf_map(self, proc: Process) -> Stored | None:
+    def perf_map(self, proc: Process, closing: bool = False) -> Stored | None:
         """The copy of the task's JIT symbol map (/tmp/perf-PID.map), if it
         has one that its own user wrote: the daemon runs as root and /tmp
         is everybody's. The owner is the one recorded when the task was
         first seen (and at exec), so the map of a task gone by now is still
         taken, but not one someone else put there after it. A map over
         --max-map-size keeps its first part, marked truncated, and is not
-        copied again."""
+        copied again; one that changed is copied again only as
+        ``perfmaps.recopy_due`` says (``closing``: the set is written for the
+        last time), the copy before named meanwhile."""
         self._recheck()
         kept = self._maps.get(proc.serial)
-        if (kept is not None and kept.truncated) or proc.serial in self._jobs:
+        if (kept is not None and kept.stored.truncated) or proc.serial in self._jobs:
             if proc.serial in self._jobs:
                 self._advance(proc.serial)
-            return self._maps.get(proc.serial)
+            return self._kept_map(proc)
         if not proc.ended:
             live = self.host.owner(proc.pid)
             proc.uid = live if live is not None else proc.uid
@@ -350,27 +353,30 @@ class ObjectCopier:
                 uid = st.st_uid
                 if proc.uid is None:
                     self.say(f"not using {label}: the owner of pid {proc.pid} was never seen")
-                    return kept
+                    return self._kept_map(proc)
                 if uid != proc.uid:
                     self.say(f"not using {label}: owned by uid {uid}, not by uid {proc.uid} "
                              f"that ran pid {proc.pid}")
                     continue
-                if _left_before(st, proc.began):
+                if left_before(st, proc.began):
                     self.say(f"not using {label}: last written before the program of pid "
                              f"{proc.pid} began (an earlier one left it)")
                     continue
+                if not recopy_due(kept, st.st_size, time.monotonic(), closing):
+                    return self._kept_map(proc)
                 # Not linked: the file grows while the JIT runs.
                 started = self.qdir.start_copy(fd, f"perf-{proc.pid}.map",
                                                limit=self.limits.map_size, truncate=True,
                                                link=False)
             except NoRoom:
                 self._no_room(label, proc.pid)
-                return kept
+                return self._kept_map(proc)
             finally:
                 os.close(fd)
 
-            def finished(stored: Stored, proc: Process = proc, label: str = label) -> None:
-                self._maps[proc.serial] = stored
+            def finished(stored: Stored, proc: Process = proc, label: str = label,
+                         size: int = st.st_size) -> None:
+                self._maps[proc.serial] = MapCopy(stored, size, time.monotonic())
                 if stored.truncated:
                     self.say(f"{label} (pid {proc.pid}) is larger than --max-map-size "
                              f"{_size(self.limits.map_size)}: keeping its first "
@@ -380,8 +386,12 @@ class ObjectCopier:
             else:
                 self._jobs[proc.serial] = _Pending(started, label, proc.pid, finished)
                 self._advance(proc.serial)
-            return self._maps.get(proc.serial)
-        return kept
+            return self._kept_map(proc)
+        return self._kept_map(proc)
+
+    def _kept_map(self, proc: Process) -> Stored | None:
+        kept = self._maps.get(proc.serial)
+        return kept.stored if kept is not None else None
 
     def _fail(self, key: object) -> None:
         """Try ``key`` again in RETRY_SECONDS: the objects of processes
@@ -459,17 +469,3 @@ class ObjectCopier:
                      ": not finished when the run ended")
         self._jobs.clear()
 
-
-STALE_SLACK_NS = 1_000_000_000
-"""How much older than a process's fork or exec its perf map may look:
-file times come from the kernel's coarse clock, and a map is written
-after the program began (a pid is reused far less often than this)."""
-
-
-def _left_before(st: os.stat_result, began: int) -> bool:
-    """Was a file last changed before perf time ``began`` (CLOCK_MONOTONIC ns;
-    0: unknown)? Its change time, which no user can set back, says."""
-    if not began:
-        return False
-    began_wall = began + time.time_ns() - time.monotonic_ns()
-    return st.st_ctime_ns < began_wall - STALE_SLACK_NS

@@ -310,7 +310,8 @@ class Index:
 
     def unreferenced_copies(self, mono: float, grace: float) -> list[str]:
         """Copies no known `.info` names, older than ``grace`` (a collector
-        may have just made one for a set it has not written yet)."""
+        may have just made one for a set it has not written yet: it names
+        it at that set's next write, within a few checkpoints)."""
         if self.unreadable or self.pending:
             return []  # an .info not read may refer to anything
         return sorted(n for n, c in self.copies.items()
@@ -347,9 +348,12 @@ class Index:
 
     def maintain(self, qdir: QDir, *, stale_after: float, grace: float,
                  max_size: int | None = None, max_age: float | None = None,
-                 compress: bool = False, push: bool = False) -> Report:
+                 compress: bool = False, push: bool = False,
+                 copy_grace: float | None = None) -> Report:
         """One round of upkeep; raises OSError only from writing (a full disk).
-        ``push``: keep slices q-push has not delivered (see ``removals``)."""
+        ``push``: keep slices q-push has not delivered (see ``removals``).
+        Data files without their `.info` go after ``grace``, copies no set
+        names after ``copy_grace`` (``grace`` unless given)."""
         self.refresh(qdir)
         if push:
             self.read_push_state(qdir)
@@ -366,7 +370,8 @@ class Index:
             self._forget(removals, [])
             self.refresh(qdir)  # copies only the removed sets named are unreferenced now
         orphans = sorted(n for n, t in self.orphans.items() if mono - t > grace)
-        unreferenced = self.unreferenced_copies(mono, grace)
+        copy_grace = grace if copy_grace is None else copy_grace
+        unreferenced = self.unreferenced_copies(mono, copy_grace)
         for name in unreferenced + orphans:
             if qdir.remove(name):
                 report.collected.append(name)

@@ -1,6 +1,7 @@
 """What a user can make q-syscollect, running as root, put on the disk:
-sparse binaries keep their holes, and a --max-size run's copies never
-pass it, not even between two rounds of upkeep. The directory is measured as du does
+sparse binaries keep their holes, a perf map rewritten all the time is not
+copied again and again, and a --max-size run's copies never pass it, not
+even between two rounds of upkeep. The directory is measured as du does
 (st_blocks), many times a second while the run goes on. The runs profile
 the attacker's command alone (-i): system-wide, the copies of whatever
 else the machine runs meanwhile would share the room."""
@@ -17,8 +18,8 @@ import pytest
 
 from tests.conftest import q_syscollect_popen
 from tests.integration.test_collect import infos
-from tests.integration.test_hostile_copies import AS_NOBODY, MiB, _program, \
-    shared  # noqa: F401 (a fixture)
+from tests.integration.test_hostile_copies import AS_NOBODY, MiB, _program, perf_maps, \
+    shared  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
                                 reason="needs root and setpriv to act as another user")
@@ -110,6 +111,44 @@ def test_sparse_binaries_of_a_user_are_copied_with_their_holes(perf, build, shar
         assert st.st_size >= 480 * MiB and st.st_blocks * 512 < MiB, (copy, st)
     named = {o.file for _n, i in infos(q).items() for o in i.objects if o.file}
     assert {c.name for c in copies} <= named
+
+
+PERF_MAP_WRITER = """
+import os, time
+print(os.getpid(), flush=True)
+with open(f"/tmp/perf-{os.getpid()}.map", "wb") as f:
+    f.write(b"7f0000001000 10 jitted\\n")
+    f.truncate(60 << 20)
+    end, i = time.monotonic() + 9, 0
+    while time.monotonic() < end:
+        f.seek(4096 * (1 + i * 7919 % 15000))
+        f.write(b"x")  # a byte a second: a new content, a new copy at each checkpoint
+        f.flush()
+        i += 1
+        spin = time.monotonic() + 1
+        while time.monotonic() < spin:
+            pass
+"""
+
+
+def test_a_sparse_perf_map_rewritten_every_second_is_copied_once(perf, tmp_path, perf_maps):
+    """A 60 MiB sparse map with a byte written every second: with --checkpoint 2
+    each collector copied it at every checkpoint (13 copies, 847 MB in a
+    26-second run)."""
+    python = "/usr/bin/python3"
+    if not os.access(python, os.X_OK):
+        pytest.skip(f"{python} is not installed")
+    q = tmp_path / "q"
+    out, err, peak = _attack(q, [python, "-c", PERF_MAP_WRITER])
+    pid = int(out.split()[0])
+    perf_maps.append(pid)
+    assert peak <= MAX_SIZE, peak
+    copies = _copies_of(q, f"perf-{pid}.map")
+    sets = [i for _n, i in infos(q).items() if i.task.pid == pid and i.perf_maps]
+    assert sets and copies, err
+    # one a collector (each met it first on its own), not one a checkpoint
+    assert len(copies) <= len(os.sched_getaffinity(0)), copies
+    assert all(c.stat().st_blocks * 512 < MiB for c in copies)  # its holes kept
 
 
 def test_copies_past_max_size_are_refused_during_the_run(perf, build, shared, tmp_path):
