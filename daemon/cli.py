@@ -185,7 +185,8 @@ def parser() -> argparse.ArgumentParser:
                    help="start new versions of every set each SECS (or 90m, 1h, 1d): time "
                         "slices that q-view --since/--until select")
     p.add_argument("--max-size", type=_size, metavar="SIZE",
-                   help="keep .q under SIZE (e.g. 2G), removing the oldest closed slices")
+                   help="keep .q under SIZE (e.g. 2G), removing the oldest closed slices; "
+                        "a copy that would pass it is not made")
     p.add_argument("--max-age", type=_age, metavar="AGE",
                    help="remove closed slices older than AGE (e.g. 14d)")
     p.add_argument("--compress", action=argparse.BooleanOptionalAction, default=None,
@@ -197,7 +198,8 @@ def parser() -> argparse.ArgumentParser:
                    help="do not copy an object larger than SIZE into .q (default 512M)")
     p.add_argument("--max-map-size", type=_positive_size, default=64 << 20, metavar="SIZE",
                    help="copy at most SIZE of a JIT's /tmp/perf-PID.map, marking the copy "
-                        "truncated (default 64M)")
+                        "truncated (default 64M); a map that changes is copied again when it "
+                        "grew by a quarter, at most once a minute")
     p.add_argument("--off-cpu", action="store_true",
                    help="also record, per thread, the time off the CPU (blocked, by the stack "
                         "at the switch-out) and waiting for a CPU (sched:sched_switch and "

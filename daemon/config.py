@@ -75,3 +75,10 @@ class Config(NamedTuple):
     def stale_after(self) -> float:
         """An open set not rewritten for this long has lost its writer."""
         return 3 * self.checkpoint + (self.rotate or 0) + 60
+
+    @property
+    def copy_grace(self) -> float:
+        """A copy no set names is kept this long after it appeared: a set
+        names the copies made for it at its next write, within three
+        checkpoints (an idle CPU's kernel set), whatever --rotate is."""
+        return 3 * self.checkpoint + 60

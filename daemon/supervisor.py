@@ -15,7 +15,6 @@ import gc
 import os
 import select
 import signal
-import stat
 import sys
 import time
 from typing import TextIO
@@ -35,7 +34,9 @@ from .kernel.source import SourceSpec
 from .notify import Notifier
 from .pusher import PushChild
 from .plan import CollectError, plan
+from .sets.diskroom import DiskRoom
 from .sets.kallsyms import KallsymsCache, KallsymsCopy
+from .sets.notices import shared_notices
 from .sets.objects import ObjectCopier
 from .sets.sharedcopies import SharedCopies
 
@@ -78,6 +79,7 @@ class Supervisor:
         self.kallsyms = KallsymsCopy(cache=KallsymsCache.default())
         self.collectors = Collectors(cfg, self.out, host, self.kallsyms, self._note)
         self.retention = retention.Index()  # what upkeep knows of .q between rounds
+        self.room: DiskRoom | None = None  # with upkeep: the copies' ledger (QDir.room)
         self.pusher: PushChild | None = None  # --push: q-push, beside the collectors
 
     # ------------------------------------------------------------ setup
@@ -102,6 +104,9 @@ class Supervisor:
                 os.close(fd)
         except OSError as e:
             self._note(f"cannot copy the vdso into {qdir.path}: {e.strerror or e}")
+            return None
+        except QFormatError as e:  # no room left under --max-size
+            self._note(f"cannot copy the vdso into {qdir.path}: {e.message}")
             return None
 
     def _kallsyms_copy(self, qdir: QDir) -> None:
@@ -142,7 +147,12 @@ class Supervisor:
             raise CollectError(str(e)) from None
         qdir.remove_stale_temps()
         qdir.shared = SharedCopies.create()  # one copy per object for all collectors
+        shared_notices()  # and each refusal said once, not once per collector
         self.retention.begin(qdir)
+        if cfg.upkeep:  # copies within --max-size from the start; upkeep's collections told
+            self.room = qdir.room = DiskRoom.create(cfg.max_size, len(cfg.cpus) + 1)
+            if self.room is not None:
+                self.room.measured(retention.allocated(qdir), 0)
         source = plan(cfg, self._note, self.host)
         # kallsyms: copied once sampling runs (_kallsyms_copy)
         run = run_info(cfg, source.event, source, None, self._vdso_copy(qdir), self.host)
@@ -272,17 +282,30 @@ class Supervisor:
 
     def _upkeep(self, qdir: QDir, source: SourceSpec) -> None:
         cfg = self.cfg
+        room = self.room
+        max_size = cfg.max_size
+        if room is not None and max_size is not None:
+            # room for the copies refused since the last round, from the oldest slices
+            max_size -= min(room.wanted(), max_size // 4)
+        mark = room.mark() if room is not None else 0
+        collected = self.retention.copies_collected
         try:
             report = self.retention.maintain(
                 qdir, stale_after=cfg.stale_after, grace=cfg.stale_after,
-                max_size=cfg.max_size, max_age=cfg.max_age, compress=cfg.compress_closed,
-                push=cfg.push is not None)
+                copy_grace=cfg.copy_grace, max_size=max_size, max_age=cfg.max_age,
+                compress=cfg.compress_closed, push=cfg.push is not None)
+            if room is not None:
+                room.measured(report.size if report.measured else retention.allocated(qdir),
+                              mark)
         except OSError as e:
             text = f"cannot tend {qdir.path}: {e.strerror or e}"
             if text != self.upkeep_error:
                 self._note(text)
                 self.upkeep_error = text
             return
+        finally:
+            if room is not None and self.retention.copies_collected != collected:
+                room.collected()
         self.upkeep_error = None
         if report.unsent_removed:
             n = len(report.unsent_removed)
@@ -351,20 +374,13 @@ class Supervisor:
 
 
 def _size_of(qdir: QDir) -> int | None:
-    """Bytes in the regular files of ``qdir`` (None: it cannot be listed)."""
+    """Bytes on the disk that ``qdir`` alone holds (a sparse copy's holes
+    and a link to a file that is still elsewhere cost none); None: it
+    cannot be listed."""
     try:
-        names = qdir.names()
+        return retention.allocated(qdir)
     except OSError:
         return None
-    total = 0
-    for name in names:
-        try:
-            st = os.stat(name, dir_fd=qdir.fd, follow_symlinks=False)
-        except OSError:
-            continue  # removed meanwhile
-        if stat.S_ISREG(st.st_mode):
-            total += st.st_size
-    return total
 
 
 def _drain(fd: int) -> None:

@@ -15,7 +15,7 @@ from .names import QName, SetName, check_plain_name, copy_name, info_versions, p
     parse_name, parse_set, sanitize, sanitize_prog
 from .threads import (ThreadName, ThreadWeight, read_threads, rest_thread, thread_lines,
                       with_cpu_rest)
-from .copies import CopyJob, Stored, TooLarge
+from .copies import CopyJob, NoRoom, Room, Stored, TooLarge
 from .sexp import Form, Symbol
 from .files import MissingFile, crc32_of_fd, open_in_directory, open_regular
 from .store import CopyProblem, QDir, UnsafeDirectory, resolve_info
@@ -23,11 +23,11 @@ from .store import CopyProblem, QDir, UnsafeDirectory, resolve_info
 __all__ = [
     "Arc", "CallCounts", "CallStacks", "CopyJob", "CopyProblem", "FORMAT_VERSION", "Form",
     "Histogram", "Info", "MapRange", "ObjectRef", "QDir", "QFormatError", "QName", "SetName",
-    "Stack", "Stored", "Symbol", "TaskInfo", "TooLarge", "UnsafeDirectory", "check_plain_name",
-    "copy_name", "crc32_of_fd", "dump_info", "edge_lines", "hist_lines", "info_versions",
-    "iter_lines", "open_regular", "parse_copy_name", "parse_info", "parse_name", "parse_set",
-    "read_edges", "read_hist", "read_info", "read_stacks", "resolve_info", "sanitize",
-    "sanitize_prog", "stack_lines",
+    "NoRoom", "Room", "Stack", "Stored", "Symbol", "TaskInfo", "TooLarge", "UnsafeDirectory",
+    "check_plain_name", "copy_name", "crc32_of_fd", "dump_info", "edge_lines", "hist_lines",
+    "info_versions", "iter_lines", "open_regular", "parse_copy_name", "parse_info", "parse_name",
+    "parse_set", "read_edges", "read_hist", "read_info", "read_stacks", "resolve_info",
+    "sanitize", "sanitize_prog", "stack_lines",
 ]
 __all__ += [  # reading untrusted input: caps, and files that must be there
     "DEFAULT_LIMITS", "LimitExceeded", "Limits", "MissingFile", "data_expected",

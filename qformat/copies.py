@@ -12,7 +12,13 @@ neither fill the disk nor hold up the collector:
   into a temporary file, in chunks, until a deadline; called again, it goes
   on where it stopped. A 512 MiB byte copy took 0.8 s here (0.2 s of CPU:
   read, crc32, write; several seconds on a loaded machine or a slow disk),
-  so no caller waits for one in a single piece.
+  so no caller waits for one in a single piece. The holes of a sparse file
+  stay holes: only its data is read and written (a user's file of 480 MiB
+  that holds 20 KiB costs `.q` 20 KiB), and the crc32 is still that of the
+  whole content, zeros included, which a reader sees as before.
+- ``Room``: where `.q` is bounded, the bytes a copy puts on the disk are
+  taken from what is left before they are written, and a copy that would
+  pass the bound is given up (``NoRoom``).
 """
 
 from __future__ import annotations
@@ -21,12 +27,14 @@ import errno
 import fcntl
 import os
 import stat
+import sys
 import time
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from zlib_ng import zlib_ng
 
 from .errors import QFormatError
+from .files import crc32_zeros, data_extent
 from .names import copy_name
 
 if TYPE_CHECKING:
@@ -36,6 +44,7 @@ CHUNK = 1 << 20
 SYNC_EVERY = 16 << 20  # flush written data this often: no single fsync of a whole copy
 MAX_SYMLINKS = 40  # as the kernel's path walk allows
 FICLONE = 0x40049409  # _IOW(0x94, 9, int): reflink a whole file
+BLOCK = 4096  # a file system's allocation unit, as far as room is counted
 
 
 class TooLarge(QFormatError):
@@ -44,6 +53,50 @@ class TooLarge(QFormatError):
 
 class SourceUnreadable(QFormatError):
     """Reading the file being copied failed (not the writing of `.q`)."""
+
+
+class NoRoom(QFormatError):
+    """A copy that would take `.q` past its size bound, refused or given up."""
+
+
+class Room(Protocol):
+    """What is left of a bounded `.q`, shared by the writers that copy into it."""
+
+    @property
+    def limit(self) -> int:
+        """The bound, in bytes (0: none)."""
+        ...
+
+    def collections(self) -> int:
+        """How many times copies were removed from `.q` so far: a writer
+        that remembers copies looks again whether they are there."""
+        ...
+
+    def take(self, nbytes: int) -> bool:
+        """Reserve ``nbytes`` for a copy under way; False if they would
+        take `.q` past its bound (nothing is reserved then)."""
+        ...
+
+    def release(self, nbytes: int, kept: int = 0) -> None:
+        """A copy's reservation of ``nbytes`` ends: ``kept`` of them stay in
+        `.q` as a finished copy, the rest are free again."""
+        ...
+
+
+def _blocks(n: int) -> int:
+    """``n`` bytes as the whole blocks they take on a disk."""
+    return -(-n // BLOCK) * BLOCK
+
+
+def expected_bytes(st: os.stat_result, limit: int) -> int:
+    """What a byte copy of a file in state ``st`` puts on the disk, as far as
+    that state tells: its allocated blocks (holes stay holes; blocks
+    reserved past its end are not copied), within ``limit``, and a block
+    for the file system's own; for a file that does not say its size
+    (/proc) a first chunk."""
+    if not st.st_size:
+        return CHUNK
+    return min(st.st_blocks * 512, _blocks(st.st_size), _blocks(limit)) + BLOCK
 
 
 class Stored(NamedTuple):
@@ -155,11 +208,18 @@ class CopyJob:
     truncated: an append-only text file such as a JIT's perf map keeps its
     whole lines within the first ``limit`` bytes, which no longer change
     (a file with no line end there keeps ``limit`` bytes).
+
+    A regular file is read a run of data at a time (``data_extent``): a
+    hole is summed as its zeros (``crc32_zeros``) and left a hole in the
+    copy. With a ``room``, the blocks a byte copy writes are reserved
+    before they are written (``taken``, of which ``used`` are on the disk),
+    and a copy that finds no room is given up with ``NoRoom``.
     """
 
     def __init__(self, qdir: QDir, src_fd: int, basename: str, limit: int, *,
                  truncate: bool = False, tmp: str | None = None, write_fd: int | None = None,
-                 symlink_to: str | None = None) -> None:
+                 symlink_to: str | None = None, room: Room | None = None,
+                 taken: int = 0) -> None:
         self.qdir = qdir
         self.basename = basename
         self.limit = limit
@@ -167,13 +227,19 @@ class CopyJob:
         self.tmp = tmp
         self.write_fd = write_fd
         self.symlink_to = symlink_to
+        self.room = room
+        self.taken = taken  # bytes of room reserved, released when the job ends
+        self.used = 0  # bytes the copy takes on the disk so far
+        # A dup shares the source's file position, which looking for data
+        # moves: every read is at an offset.
         self.read_fd = os.dup(src_fd)
         st = os.fstat(self.read_fd)
         # /proc files say size 0 and must be read in order from a fresh
-        # descriptor; real files are read at offsets (the source's own
-        # position is left alone).
+        # descriptor; real files are read at offsets, a run of data at a time.
         self.positional = st.st_size > 0
+        self.data_end = 0 if self.positional else sys.maxsize  # of the run of data being read
         self.offset = 0
+        self.written = 0
         self.synced = 0
         self.crc = 0
         self.line_end: tuple[int, int] | None = None  # (offset, crc) after the last b"\n"
@@ -211,11 +277,24 @@ class CopyJob:
             self.close()
             raise
 
+    def _skip_hole(self) -> None:
+        """Go to the next run of data, summing the hole before it as zeros
+        (none is written: the copy has the hole too)."""
+        try:
+            size = os.fstat(self.read_fd).st_size
+            start, self.data_end = data_extent(self.read_fd, self.offset, size)
+        except OSError as e:
+            raise SourceUnreadable(f"cannot read: {e.strerror}", self.basename) from None
+        start = min(start, self.limit)
+        self.crc = crc32_zeros(self.crc, start - self.offset)
+        self.offset = start
+
     def _advance(self, deadline: float | None) -> Stored | None:
         buf = bytearray(CHUNK)
         while True:
-            want = min(CHUNK, self.limit - self.offset)
-            if want <= 0:
+            if self.offset >= self.data_end and self.offset < self.limit:
+                self._skip_hole()
+            if self.offset >= self.limit:
                 if not self._read(bytearray(1), 1):
                     return self._finish(False)
                 if not self.truncate:
@@ -224,6 +303,9 @@ class CopyJob:
                     self.offset, self.crc = self.line_end
                     os.ftruncate(self.write_fd, self.offset)
                 return self._finish(True)
+            want = min(CHUNK, self.limit - self.offset, self.data_end - self.offset)
+            if want <= 0:  # only a hole followed
+                return self._finish(False)
             n = self._read(buf, want)
             if not n:
                 return self._finish(False)
@@ -236,17 +318,38 @@ class CopyJob:
             else:
                 self.crc = zlib_ng.crc32(chunk, self.crc)
             if self.write_fd is not None:
-                _write_all(self.write_fd, chunk)
+                self._write(chunk)
             self.offset += n
-            if self.write_fd is not None and self.offset - self.synced >= SYNC_EVERY:
-                os.fdatasync(self.write_fd)
-                self.synced = self.offset
             if deadline is not None and time.monotonic() >= deadline:
                 return None
 
+    def _write(self, chunk: memoryview) -> None:
+        """Write ``chunk`` at its offset, within the room reserved for it."""
+        assert self.write_fd is not None
+        if self.room is not None:
+            self._take(self.used + _blocks(len(chunk)) + BLOCK - self.taken)
+        _write_all(self.write_fd, chunk, self.offset)
+        self.written += len(chunk)
+        if self.written - self.synced >= SYNC_EVERY:
+            os.fdatasync(self.write_fd)
+            self.synced = self.written
+        if self.room is not None:
+            self.used = os.fstat(self.write_fd).st_blocks * 512
+            self._take(self.used - self.taken)  # blocks of the file system's own, if any
+
+    def _take(self, nbytes: int) -> None:
+        if nbytes <= 0 or self.room is None:
+            return
+        if not self.room.take(nbytes):
+            raise NoRoom("no room left in .q under its size bound", self.basename)
+        self.taken += nbytes
+
     def _finish(self, truncated: bool) -> Stored:
         if self.write_fd is not None:
+            os.ftruncate(self.write_fd, self.offset)  # its length, where a hole ends it
             os.fsync(self.write_fd)
+            if self.room is not None:
+                self.used = os.fstat(self.write_fd).st_blocks * 512
         name = copy_name(self.basename, self.crc)
         if self.symlink_to is not None:
             self.tmp = self.qdir.temp_name()
@@ -254,8 +357,14 @@ class CopyJob:
         if self.tmp is None:  # finished or given up already
             raise RuntimeError(f"copy of {self.basename} is closed")
         tmp, self.tmp = self.tmp, None
+        taken, self.taken = self.taken, 0
         self.close()
-        self.qdir.publish(tmp, name)
+        new = False
+        try:
+            new = self.qdir.publish(tmp, name)
+        finally:
+            if self.room is not None and taken:
+                self.room.release(taken, min(self.used, taken) if new else 0)
         stored = Stored(name, truncated)
         if self.identity is not None:
             if self.linked:
@@ -282,6 +391,9 @@ class CopyJob:
         if self.closed:
             return
         self.closed = True
+        if self.room is not None and self.taken:
+            self.room.release(self.taken)
+            self.taken = 0
         for fd in (self.read_fd, self.write_fd):
             if fd is not None:
                 os.close(fd)
@@ -292,7 +404,7 @@ class CopyJob:
 
 def start_copy(qdir: QDir, src_fd: int, basename: str, limit: int, *, truncate: bool = False,
                link: bool = True, symlink_to: str | None = None,
-               private: bool = False) -> CopyJob:
+               private: bool = False, room: Room | None = None) -> CopyJob:
     """Begin keeping the open file ``src_fd`` in ``qdir``.
 
     A symlink where ``symlink_to`` is a path only root can change and it
@@ -305,6 +417,11 @@ def start_copy(qdir: QDir, src_fd: int, basename: str, limit: int, *, truncate: 
     owner only, whatever the source's mode: /proc/kallsyms is mode 0444 but
     shows real kernel addresses only to privileged readers, and its copy
     must not hand them to everyone.
+
+    With a ``room``, a copy that brings bytes of its own to `.q` (a reflink,
+    a byte copy) reserves them first: those its source says it holds
+    (``expected_bytes``) before anything is read, so that a copy that could
+    not fit is refused with ``NoRoom`` at once; more as it writes them.
     """
     st = os.fstat(src_fd)
     if not stat.S_ISREG(st.st_mode):
@@ -320,7 +437,20 @@ def start_copy(qdir: QDir, src_fd: int, basename: str, limit: int, *, truncate: 
         if cloned is not None:
             tmp, fd = cloned
             try:
-                return CopyJob(qdir, fd, basename, limit, tmp=tmp)
+                used = os.fstat(fd).st_blocks * 512
+                if room is not None and not room.take(used):
+                    qdir.unlink_quietly(tmp)
+                    raise NoRoom("no room left in .q under its size bound", basename)
+                try:
+                    job = CopyJob(qdir, fd, basename, limit, tmp=tmp, room=room,
+                                  taken=used if room is not None else 0)
+                except BaseException:
+                    qdir.unlink_quietly(tmp)
+                    if room is not None:
+                        room.release(used)
+                    raise
+                job.used = used
+                return job
             finally:
                 os.close(fd)
         if link and not truncate and may_link(src_fd, st):  # a link would grow
@@ -329,12 +459,23 @@ def start_copy(qdir: QDir, src_fd: int, basename: str, limit: int, *, truncate: 
                 job = CopyJob(qdir, src_fd, basename, limit, truncate=truncate, tmp=linked)
                 job.linked = True
                 return job
-    tmp, fd = qdir.temp_file(mode)
+    expected = expected_bytes(st, limit)
+    if room is not None and not room.take(expected):
+        raise NoRoom("no room left in .q under its size bound", basename)
     try:
-        return CopyJob(qdir, src_fd, basename, limit, truncate=truncate, tmp=tmp, write_fd=fd)
+        tmp, fd = qdir.temp_file(mode)
+    except BaseException:
+        if room is not None:
+            room.release(expected)
+        raise
+    try:
+        return CopyJob(qdir, src_fd, basename, limit, truncate=truncate, tmp=tmp, write_fd=fd,
+                       room=room, taken=expected if room is not None else 0)
     except BaseException:
         os.close(fd)
         qdir.unlink_quietly(tmp)
+        if room is not None:
+            room.release(expected)
         raise
 
 
@@ -364,7 +505,8 @@ def _hard_link(qdir: QDir, src_fd: int) -> str | None:
     return tmp
 
 
-def _write_all(fd: int, data: bytes | memoryview) -> None:
+def _write_all(fd: int, data: bytes | memoryview, offset: int) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n

@@ -116,8 +116,73 @@ def read_at_most(f: BinaryIO, limit: int, chunk: int = 1 << 16) -> bytes:
 
 
 def crc32_of_fd(fd: int) -> int:
-    """Streaming zlib crc32 of a whole file."""
+    """Streaming zlib crc32 of a whole file; the holes of a sparse file are
+    summed as the zeros they read as, without reading them."""
     crc = 0
-    for chunk in _chunks(fd):
-        crc = zlib_ng.crc32(chunk, crc)
+    for piece in _pieces(fd):
+        crc = crc32_zeros(crc, piece) if isinstance(piece, int) else zlib_ng.crc32(piece, crc)
     return crc
+
+
+def _pieces(fd: int) -> Iterator[memoryview | int]:
+    """The whole content of ``fd`` as ``_chunks`` gives it, but a hole of a
+    sparse regular file as the number of zero bytes it holds. The position
+    of ``fd`` is left where it was (seeking for data moves it)."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or not st.st_size:
+        yield from _chunks(fd)
+        return
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    position = os.lseek(fd, 0, os.SEEK_CUR)
+    try:
+        offset = 0
+        while True:
+            start, end = data_extent(fd, offset, os.fstat(fd).st_size)
+            if start > offset:
+                yield start - offset
+                offset = start
+            if start >= end:  # only a hole followed: the end, unless the file grew
+                end = offset + CHUNK
+            n = os.preadv(fd, [view[:min(CHUNK, end - offset)]], offset)
+            if not n:
+                return
+            yield view[:n]
+            offset += n
+    finally:
+        os.lseek(fd, position, os.SEEK_SET)
+
+
+def data_extent(fd: int, offset: int, size: int) -> tuple[int, int]:
+    """The next run of data of the regular file ``fd`` (``size`` bytes long)
+    at or after ``offset``: (start, end). Bytes between ``offset`` and
+    ``start`` are a hole, zeros that take no disk; (size, size) where only a
+    hole follows. Where the file system cannot tell, everything is data.
+    Moves the position of ``fd`` (read at offsets)."""
+    try:
+        start = os.lseek(fd, offset, os.SEEK_DATA)
+        return start, max(start, os.lseek(fd, start, os.SEEK_HOLE))
+    except OSError as e:
+        if e.errno == errno.ENXIO:  # nothing but a hole past offset
+            return max(offset, size), max(offset, size)
+        if e.errno in (errno.EINVAL, errno.EOPNOTSUPP):
+            return offset, max(offset, size)
+        raise
+
+
+_ZERO_CRCS = [zlib_ng.crc32(b"\0")]  # the crc32 of 2**i zero bytes, at i
+
+
+def crc32_zeros(crc: int, n: int) -> int:
+    """The crc32 of what ``crc`` summed followed by ``n`` zero bytes, in
+    log(n) steps: a hole of terabytes is summed without a byte read."""
+    if n <= 0:
+        return crc
+    zeros = 0
+    for i in range(n.bit_length()):
+        while len(_ZERO_CRCS) <= i:
+            half = _ZERO_CRCS[-1]
+            _ZERO_CRCS.append(zlib_ng.crc32_combine(half, half, 1 << (len(_ZERO_CRCS) - 1)))
+        if n >> i & 1:
+            zeros = zlib_ng.crc32_combine(zeros, _ZERO_CRCS[i], 1 << i)
+    return zlib_ng.crc32_combine(crc, zeros, n)

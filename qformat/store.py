@@ -22,7 +22,7 @@ import os
 import stat
 from typing import Callable, Iterable, NamedTuple, Protocol
 
-from .copies import CopyJob, Stored, identity_of, start_copy
+from .copies import CopyJob, Room, Stored, identity_of, start_copy
 from .errors import QFormatError
 from .files import crc32_of_fd, open_regular
 from .names import SetName, check_plain_name, info_versions, parse_copy_name, \
@@ -67,6 +67,8 @@ class QDir:
         self._copies: dict[tuple[int, ...], Stored] = {}
         #: the copies other writers of the run made (q-syscollect's collectors)
         self.shared: CopyIndex | None = None
+        #: what is left under the directory's size bound (q-syscollect --max-size)
+        self.room: Room | None = None
 
     # ------------------------------------------------------------ opening
 
@@ -294,7 +296,7 @@ class QDir:
         if known and self.exists(known.name):
             return known
         job = start_copy(self, src_fd, basename, limit, truncate=truncate, link=link,
-                         symlink_to=symlink_to, private=private)
+                         symlink_to=symlink_to, private=private, room=self.room)
         if identity[2]:
             job.identity = identity
         return job
@@ -326,15 +328,19 @@ class QDir:
         assert done is not None  # narrowing: without a deadline a copy runs to its end
         return done.name
 
-    def publish(self, tmp: str, name: str) -> None:
-        """Give ``tmp`` its final name unless that exists already; drop ``tmp``."""
+    def publish(self, tmp: str, name: str) -> bool:
+        """Give ``tmp`` its final name unless that exists already; drop
+        ``tmp``. False if the name was there (the same content, copied before)."""
+        new = False
         try:
             os.link(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd, follow_symlinks=False)
+            new = True
         except FileExistsError:
             pass
         finally:
             self.unlink_quietly(tmp)
         self.sync()
+        return new
 
     # ------------------------------------------------------------ reading
 

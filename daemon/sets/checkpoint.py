@@ -176,9 +176,10 @@ def worth_writing(info: Info) -> bool:
 
 def perf_map_copy(ts: CollectedSet, copier: ObjectCopier) -> Stored | None:
     """The copy of the task's JIT symbol map (/tmp/perf-PID.map), if it has
-    one its own user wrote (``ObjectCopier.perf_map``)."""
+    one its own user wrote (``ObjectCopier.perf_map``; a set written for
+    the last time takes what the map grew by since its last copy)."""
     proc = ts.data.process
-    return copier.perf_map(proc) if proc is not None else None
+    return copier.perf_map(proc, closing=ts.writer.finished) if proc is not None else None
 
 
 def write_sets(qdir: QDir, sets: list[CollectedSet], run: RunInfo, copier: ObjectCopier,

@@ -141,6 +141,7 @@ class KallsymsCopy:
         # before the first byte that marks it complete.
         self._shared = mmap.mmap(-1, SHARED_NAME_BYTES)
         self._pending_modules: frozenset[tuple[str, str]] | None = None
+        self._collections = 0  # rounds of upkeep that removed copies, when last looked
 
     def expect(self, host: Host) -> None:
         """Before forking the collectors that will ``adopt`` the copy made
@@ -173,6 +174,7 @@ class KallsymsCopy:
         failure to write raises OSError; otherwise it passes in silence (the
         start of the run has said it, and the sets' own writes say it again)."""
         self._adopt()
+        self._recheck(copier)
         modules = copier.host.loaded_modules(self.modules)
         if (self.name is None or modules != self._modules) and \
                 (report or time.monotonic() >= self._retry_at):
@@ -194,6 +196,16 @@ class KallsymsCopy:
             if name is not None:
                 self.name, self._modules = name, modules
         return self.name
+
+    def _recheck(self, copier: ObjectCopier) -> None:
+        """Copy again if upkeep collected the copy (sets left unwritten
+        longer than its grace, a full disk): no set may name a missing one."""
+        room = copier.qdir.room
+        if room is None or self.name is None or room.collections() == self._collections:
+            return
+        self._collections = room.collections()
+        if not copier.qdir.exists(self.name):
+            self.name = None
 
     def _cached(self, copier: ObjectCopier, key: str | None) -> str | None:
         """The cache's entry for ``key``, copied into `.q` now: its name there."""

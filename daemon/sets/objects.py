@@ -9,19 +9,19 @@ those the kernel reported for the mapping.
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 import sys
 import time
 from typing import Callable, NamedTuple, TextIO
 
-from qtools.qformat import CopyJob, QDir, QFormatError, Stored, TooLarge
-from qtools.qformat.blake import blake2b
+from qtools.qformat import CopyJob, NoRoom, QDir, QFormatError, Stored, TooLarge
 
 from ..machine.host import LIVE, Host
 from ..machine.tasks import Mapping, ObjectKey, Process
 from ..messages import write_line
+from .notices import shared_notices
+from .perfmaps import MapCopy, left_before, recopy_due
 
 RETRY_SECONDS = 30.0
 MAX_FAILED = 4096  # objects waiting to be tried again; past it the expired are forgotten
@@ -167,40 +167,6 @@ class CopyBudget:
         self.tokens -= seconds
 
 
-class Notices:
-    """Which warnings the collectors of a run have given: a bitmap of
-    message hashes in memory shared with every process forked after it was
-    made. The supervisor makes its copier before it forks the collectors,
-    so a refusal is said once per run, not once per CPU. (Two collectors
-    racing on one bit may both say it; a hash collision silences one: with
-    a thousand messages said, a new one in about 8000.)"""
-
-    BITS = 1 << 23
-
-    def __init__(self) -> None:
-        self._map = mmap.mmap(-1, self.BITS // 8)  # anonymous and MAP_SHARED
-
-    def first(self, text: str) -> bool:
-        """Has nobody said ``text`` yet? It counts as said from now on."""
-        digest = int.from_bytes(blake2b(text.encode(), digest_size=8).digest(), "little")
-        byte, bit = divmod(digest % self.BITS, 8)
-        old = self._map[byte]
-        if old & (1 << bit):
-            return False
-        self._map[byte] = old | (1 << bit)
-        return True
-
-
-_notices: Notices | None = None
-
-
-def _shared_notices() -> Notices:
-    global _notices
-    if _notices is None:
-        _notices = Notices()
-    return _notices
-
-
 class _Pending(NamedTuple):
     """A copy under way, and what to do with it once made."""
 
@@ -216,8 +182,11 @@ class ObjectCopier:
 
     Copies are bounded (``CopyLimits``) in size and in time: one that does
     not finish within its slice stays pending and goes on at the next call, or
-    from ``work`` between drains of the rings. Each refusal is said once,
-    naming the file and the pid, on ``out``.
+    from ``work`` between drains of the rings; and by the room left in a
+    bounded `.q` (``QDir.room``): one that does not fit is refused, and
+    tried again RETRY_SECONDS later, when upkeep may have made room. Each
+    refusal is said once, naming the file and the pid, on ``out`` (one for
+    want of room in a run).
     """
 
     def __init__(self, qdir: QDir, symlink: bool = False,
@@ -234,11 +203,36 @@ class ObjectCopier:
         self._refused: set[ObjectKey] = set()
         self._jobs: dict[object, _Pending] = {}
         self._files: dict[str, Stored] = {}  # the last copy of a plain file, by path
-        self._maps: dict[int, Stored] = {}  # the perf map copy, by Process.serial
-        self.notices = _shared_notices()
+        self._maps: dict[int, MapCopy] = {}  # the perf map copy, by Process.serial
+        self._collections = 0  # rounds of upkeep that removed copies, when last looked
+        self.notices = shared_notices()
 
     def known(self, obj: ObjectKey) -> Copy | None:
+        self._recheck()
         return self._done.get(obj)
+
+    def _recheck(self) -> None:
+        """Forget the copies upkeep collected since the last look: one no
+        set had named yet for a while (a set left unwritten, a full disk)
+        would otherwise be named by the next set and be missing."""
+        room = self.qdir.room
+        if room is None or room.collections() == self._collections:
+            return
+        self._collections = room.collections()
+        there = self.qdir.exists
+        self._done = {k: c for k, c in self._done.items() if c.name is None or there(c.name)}
+        self._maps = {k: m for k, m in self._maps.items() if there(m.stored.name)}
+        self._files = {k: f for k, f in self._files.items() if there(f.name)}
+
+    def _no_room(self, label: str, pid: int | None) -> None:
+        """Say, once a run, that copies are left out for want of room."""
+        if not self.notices.first("no room left in .q"):
+            return
+        limit = self.qdir.room.limit if self.qdir.room is not None else 0
+        write_line(self.out or sys.stderr,
+                   f"q-syscollect: not copying {label}" + (f" (pid {pid})" if pid else "") +
+                   f": it would take {self.qdir.path} past --max-size {_size(limit)}; copies "
+                   "that do not fit are left out (their symbols are missing)")
 
     def say(self, text: str) -> None:
         """Print ``text`` once per run (``Notices``)."""
@@ -255,7 +249,7 @@ class ObjectCopier:
         caller can retry at the next checkpoint.
         """
         obj = mapping.obj
-        done = self._done.get(obj)
+        done = self.known(obj)
         if done is not None:
             return done
         if obj.special or obj in self._refused or time.monotonic() < self._failed.get(obj, 0.0):
@@ -280,6 +274,10 @@ class ObjectCopier:
                          f"--max-object-size {_size(self.limits.object_size)}; its symbols "
                          "will be missing")
                 return NO_COPY
+            except NoRoom:
+                self._fail(obj)
+                self._no_room(obj.path, proc.pid)
+                return NO_COPY
             finally:
                 os.close(fd)
 
@@ -297,6 +295,7 @@ class ObjectCopier:
         """The latest copy of a plain file that is not a mapping (kallsyms):
         made now (at once with ``wait``), or the one before while a new one
         is under way; None if there is none."""
+        self._recheck()
         if path not in self._jobs:
             fd = self.host.open_plain(path)
             if fd is None:
@@ -306,6 +305,9 @@ class ObjectCopier:
                                                private=private)
             except TooLarge:
                 self.say(f"not copying {path}: larger than {_size(limit)}")
+                return self._files.get(path)
+            except NoRoom:
+                self._no_room(path, None)
                 return self._files.get(path)
             finally:
                 os.close(fd)
@@ -319,19 +321,22 @@ class ObjectCopier:
         self._advance(path, wait)
         return self._files.get(path)
 
-    def perf_map(self, proc: Process) -> Stored | None:
+    def perf_map(self, proc: Process, closing: bool = False) -> Stored | None:
         """The copy of the task's JIT symbol map (/tmp/perf-PID.map), if it
         has one that its own user wrote: the daemon runs as root and /tmp
         is everybody's. The owner is the one recorded when the task was
         first seen (and at exec), so the map of a task gone by now is still
         taken, but not one someone else put there after it. A map over
         --max-map-size keeps its first part, marked truncated, and is not
-        copied again."""
+        copied again; one that changed is copied again only as
+        ``perfmaps.recopy_due`` says (``closing``: the set is written for the
+        last time), the copy before named meanwhile."""
+        self._recheck()
         kept = self._maps.get(proc.serial)
-        if (kept is not None and kept.truncated) or proc.serial in self._jobs:
+        if (kept is not None and kept.stored.truncated) or proc.serial in self._jobs:
             if proc.serial in self._jobs:
                 self._advance(proc.serial)
-            return self._maps.get(proc.serial)
+            return self._kept_map(proc)
         if not proc.ended:
             live = self.host.owner(proc.pid)
             proc.uid = live if live is not None else proc.uid
@@ -348,24 +353,30 @@ class ObjectCopier:
                 uid = st.st_uid
                 if proc.uid is None:
                     self.say(f"not using {label}: the owner of pid {proc.pid} was never seen")
-                    return kept
+                    return self._kept_map(proc)
                 if uid != proc.uid:
                     self.say(f"not using {label}: owned by uid {uid}, not by uid {proc.uid} "
                              f"that ran pid {proc.pid}")
                     continue
-                if _left_before(st, proc.began):
+                if left_before(st, proc.began):
                     self.say(f"not using {label}: last written before the program of pid "
                              f"{proc.pid} began (an earlier one left it)")
                     continue
+                if not recopy_due(kept, st.st_size, time.monotonic(), closing):
+                    return self._kept_map(proc)
                 # Not linked: the file grows while the JIT runs.
                 started = self.qdir.start_copy(fd, f"perf-{proc.pid}.map",
                                                limit=self.limits.map_size, truncate=True,
                                                link=False)
+            except NoRoom:
+                self._no_room(label, proc.pid)
+                return self._kept_map(proc)
             finally:
                 os.close(fd)
 
-            def finished(stored: Stored, proc: Process = proc, label: str = label) -> None:
-                self._maps[proc.serial] = stored
+            def finished(stored: Stored, proc: Process = proc, label: str = label,
+                         size: int = st.st_size) -> None:
+                self._maps[proc.serial] = MapCopy(stored, size, time.monotonic())
                 if stored.truncated:
                     self.say(f"{label} (pid {proc.pid}) is larger than --max-map-size "
                              f"{_size(self.limits.map_size)}: keeping its first "
@@ -375,8 +386,12 @@ class ObjectCopier:
             else:
                 self._jobs[proc.serial] = _Pending(started, label, proc.pid, finished)
                 self._advance(proc.serial)
-            return self._maps.get(proc.serial)
-        return kept
+            return self._kept_map(proc)
+        return self._kept_map(proc)
+
+    def _kept_map(self, proc: Process) -> Stored | None:
+        kept = self._maps.get(proc.serial)
+        return kept.stored if kept is not None else None
 
     def _fail(self, key: object) -> None:
         """Try ``key`` again in RETRY_SECONDS: the objects of processes
@@ -409,6 +424,11 @@ class ObjectCopier:
             self.say(f"not copying {pending.label}" +
                      (f" (pid {pending.pid})" if pending.pid else "") +
                      ": it grew larger than its limit while being copied")
+            return
+        except NoRoom:
+            del self._jobs[key]
+            self._fail(key)
+            self._no_room(pending.label, pending.pid)
             return
         except QFormatError:  # the source cannot be read (any more): later
             del self._jobs[key]
@@ -449,17 +469,3 @@ class ObjectCopier:
                      ": not finished when the run ended")
         self._jobs.clear()
 
-
-STALE_SLACK_NS = 1_000_000_000
-"""How much older than a process's fork or exec its perf map may look:
-file times come from the kernel's coarse clock, and a map is written
-after the program began (a pid is reused far less often than this)."""
-
-
-def _left_before(st: os.stat_result, began: int) -> bool:
-    """Was a file last changed before perf time ``began`` (CLOCK_MONOTONIC ns;
-    0: unknown)? Its change time, which no user can set back, says."""
-    if not began:
-        return False
-    began_wall = began + time.time_ns() - time.monotonic_ns()
-    return st.st_ctime_ns < began_wall - STALE_SLACK_NS

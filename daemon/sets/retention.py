@@ -103,7 +103,8 @@ class Copy(NamedTuple):
 class Report:
     """What one round of upkeep did."""
 
-    __slots__ = ("compressed", "removed", "unsent_removed", "collected", "size", "sets")
+    __slots__ = ("compressed", "removed", "unsent_removed", "collected", "size", "sets",
+                 "measured")
 
     def __init__(self) -> None:
         self.compressed = 0
@@ -112,6 +113,7 @@ class Report:
         self.collected: list[str] = []
         self.size = 0
         self.sets = 0
+        self.measured = False  # every .info is known: ``size`` is the directory's
 
 
 class Index:
@@ -135,6 +137,7 @@ class Index:
         self.size = 0
         self.sent: set[str] | None = None  # with --push: the slices q-push delivered
         self._sent_key: Key | None = None
+        self.copies_collected = 0  # copies removed so far, no set naming them
 
     # ------------------------------------------------------------ looking
 
@@ -307,7 +310,8 @@ class Index:
 
     def unreferenced_copies(self, mono: float, grace: float) -> list[str]:
         """Copies no known `.info` names, older than ``grace`` (a collector
-        may have just made one for a set it has not written yet)."""
+        may have just made one for a set it has not written yet: it names
+        it at that set's next write, within a few checkpoints)."""
         if self.unreadable or self.pending:
             return []  # an .info not read may refer to anything
         return sorted(n for n, c in self.copies.items()
@@ -344,9 +348,12 @@ class Index:
 
     def maintain(self, qdir: QDir, *, stale_after: float, grace: float,
                  max_size: int | None = None, max_age: float | None = None,
-                 compress: bool = False, push: bool = False) -> Report:
+                 compress: bool = False, push: bool = False,
+                 copy_grace: float | None = None) -> Report:
         """One round of upkeep; raises OSError only from writing (a full disk).
-        ``push``: keep slices q-push has not delivered (see ``removals``)."""
+        ``push``: keep slices q-push has not delivered (see ``removals``).
+        Data files without their `.info` go after ``grace``, copies no set
+        names after ``copy_grace`` (``grace`` unless given)."""
         self.refresh(qdir)
         if push:
             self.read_push_state(qdir)
@@ -363,9 +370,12 @@ class Index:
             self._forget(removals, [])
             self.refresh(qdir)  # copies only the removed sets named are unreferenced now
         orphans = sorted(n for n, t in self.orphans.items() if mono - t > grace)
-        for name in self.unreferenced_copies(mono, grace) + orphans:
+        copy_grace = grace if copy_grace is None else copy_grace
+        unreferenced = self.unreferenced_copies(mono, copy_grace)
+        for name in unreferenced + orphans:
             if qdir.remove(name):
                 report.collected.append(name)
+                self.copies_collected += name in unreferenced
         if report.collected:
             self._forget([], report.collected)
             self.refresh(qdir)
@@ -373,7 +383,23 @@ class Index:
             report.compressed = self.compress_closed(qdir, mono, stale_after)
         report.sets = len(self.sets)
         report.size = self.size
+        report.measured = not self.pending
         return report
+
+
+def allocated(qdir: QDir) -> int:
+    """Bytes on the disk that `.q` alone holds (no temporary file of a
+    writer at work), by listing it: what upkeep's index knows once every
+    `.info` is read."""
+    total = 0
+    for name in qdir.names():
+        if name.startswith(TEMP_PREFIX):
+            continue
+        try:
+            total += _own_bytes(qdir.lstat(name))
+        except OSError:
+            pass  # removed meanwhile
+    return total
 
 
 def _size(qdir: QDir, names: list[str]) -> int:
