@@ -35,7 +35,7 @@ from typing import Callable
 from urllib.parse import urlencode
 
 from qtools.qformat import QDir, QFormatError
-from qtools.qformat.helptext import HelpFormatter
+from qtools.qformat.helptext import HelpFormatter, positive_float, positive_int
 from qtools.qformat.limits import DEFAULT_LIMITS, LimitExceeded
 from qtools.qformat.pushstate import STATE_NAME, check_url, read_sent, write_sent
 
@@ -341,21 +341,21 @@ def parser() -> argparse.ArgumentParser:
                         "SIGTERM")
     p.add_argument("--app", default="q-tools", help="application name (default q-tools)")
     p.add_argument("--service", help="a service label for every series")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="SECS",
+    p.add_argument("--timeout", type=positive_float, default=10.0, metavar="SECS",
                    help="give up on a request after SECS (default 10)")
-    p.add_argument("--max-backoff", type=float, default=300.0, metavar="SECS",
+    p.add_argument("--max-backoff", type=positive_float, default=300.0, metavar="SECS",
                    help="longest wait between retries (default 300)")
-    p.add_argument("--retries", type=int, default=5, metavar="N",
+    p.add_argument("--retries", type=positive_int, default=5, metavar="N",
                    help="without --follow: give up after N failures in a row (default 5)")
-    p.add_argument("--settled", type=float, default=86400.0, metavar="SECS",
+    p.add_argument("--settled", type=positive_float, default=86400.0, metavar="SECS",
                    help="push an open set not rewritten for SECS: its writer is gone (a "
                         "killed run; default 86400: a live collector leaves an idle set "
                         "alone until its slice ends)")
-    p.add_argument("--interval", type=float, default=5.0, metavar="SECS",
+    p.add_argument("--interval", type=positive_float, default=5.0, metavar="SECS",
                    help="--follow: look for closed slices every SECS (default 5)")
-    p.add_argument("--drain", type=float, default=20.0, metavar="SECS",
+    p.add_argument("--drain", type=positive_float, default=20.0, metavar="SECS",
                    help="on SIGTERM: keep pushing what is closed for up to SECS (default 20)")
-    p.add_argument("--queue", type=int, default=1000, metavar="N",
+    p.add_argument("--queue", type=positive_int, default=1000, metavar="N",
                    help="set versions read per pass at most (default 1000)")
     p.add_argument("-q", dest="quiet", action="store_true", help="no summary line")
     p.add_argument("--parent", type=int, help=argparse.SUPPRESS)
@@ -368,11 +368,6 @@ def main(argv: list[str] | None = None) -> int:
         url = check_url(args.url)
     except ValueError as e:
         print(f"{PROG}: {e}", file=sys.stderr)
-        return 2
-    numbers = (args.timeout, args.max_backoff, args.settled, args.interval, args.drain)
-    if not all(math.isfinite(n) and n > 0 for n in numbers) or args.retries < 1 \
-            or args.queue < 1:
-        print(f"{PROG}: times, --retries and --queue must be positive", file=sys.stderr)
         return 2
     opts = Options(url, args.directory, args.app, args.service, args.timeout,
                    args.max_backoff, args.settled, args.queue, args.retries, args.drain,

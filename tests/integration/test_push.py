@@ -273,3 +273,11 @@ def test_the_unit_with_the_push_drop_in_verifies(tmp_path):
                                                                  script))
     r = subprocess.run([tool, "verify", str(unit)], capture_output=True, text=True)
     assert r.returncode == 0 and r.stderr.strip() == "", r.stderr
+
+
+def test_bad_option_values_say_which_option(tmp_path):
+    for option, value in (("--timeout", "0"), ("--drain", "nan"), ("--retries", "-1"),
+                          ("--queue", "x")):
+        r = q_push(option, value, "http://127.0.0.1:9", str(tmp_path))
+        assert r.returncode == 2
+        assert f"argument {option}: not a positive" in r.stderr, r.stderr
