@@ -18,6 +18,8 @@ slice: a redirect is not followed but retried, like a 5xx; a 4xx leaves
 the slice unsent for the next q-push. Failures are retried with
 exponential backoff (capped, with jitter). Each request has one deadline
 from its connection to the last byte of its answer (viewer.pushhttp).
+SIGTERM and SIGINT end q-push at once, a request in flight abandoned;
+SIGUSR1 asks for a drain (q-syscollect's, at the end of its run).
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ class Options:
     settled: float  # an open set not rewritten this long counts as closed (writer gone)
     queue: int  # set versions read per pass at most (the rest wait on disk)
     retries: int  # without --follow: consecutive failures before giving up
-    drain: float  # after SIGTERM: seconds to send what is left
+    drain: float  # after SIGUSR1: seconds to send what is left
     interval: float  # --follow: seconds between looks at the directory
     parent: int | None
     quiet: bool
@@ -296,9 +298,12 @@ class RequestWatch:
 
 
 class Waker:
-    """SIGTERM and SIGINT ask for a drain: what is closed is pushed for up
-    to ``drain`` seconds more, requests in flight included, and then
-    q-push ends. Each signal also ends a wait at once."""
+    """The signals q-push answers. SIGTERM and SIGINT stop it at once: a
+    request in flight is abandoned (its slice stays unsent). SIGUSR1 asks
+    for a drain: what is closed is pushed for up to ``drain`` seconds
+    more, requests in flight included, and then q-push ends (q-syscollect
+    asks so once its collectors wrote their final checkpoint). Each signal
+    also ends a wait at once."""
 
     def __init__(self, drain: float) -> None:
         self.stop = False
@@ -307,7 +312,14 @@ class Waker:
         self.fd, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(w)
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._on_drain)
+            signal.signal(sig, self._on_stop)
+        signal.signal(signal.SIGUSR1, self._on_drain)
+        # they are how q-push is ended: blocked by whoever started it, they would not be
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT,
+                                                    signal.SIGUSR1})
+
+    def _on_stop(self, signum: int, frame: object) -> None:
+        self.stop = True
 
     def _on_drain(self, signum: int, frame: object) -> None:
         self.begin_drain()
@@ -401,7 +413,9 @@ def parser() -> argparse.ArgumentParser:
         prog=PROG, formatter_class=HelpFormatter, description="Send the closed slices of a .q "
         "directory to a Pyroscope-compatible /ingest endpoint as pprof profiles, each once (at "
         "least). Only a 2xx answer delivers a slice: a redirect is not followed but retried, "
-        "like a 5xx or no answer in time; a 4xx leaves the slice for the next q-push.",
+        "like a 5xx or no answer in time; a 4xx leaves the slice for the next q-push. SIGTERM "
+        "or SIGINT ends q-push at once (a request in flight is abandoned: its slice stays "
+        "unsent).",
         epilog="exit status: 0 every closed slice pushed (for --follow: when it ended), 1 "
         "slices left unsent (the last line says how many and why) or a directory problem, 2 a "
         "usage error")
@@ -426,8 +440,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=positive_float, default=5.0, metavar="SECS",
                    help="--follow: look for closed slices every SECS (default 5)")
     p.add_argument("--drain", type=positive_float, default=20.0, metavar="SECS",
-                   help="on SIGTERM: keep pushing what is closed for up to SECS, requests in "
-                        "flight included (default 20)")
+                   help="on SIGUSR1 (q-syscollect sends it at the end of its run): push what "
+                        "is closed for up to SECS more, requests in flight included, then end "
+                        "(default 20)")
     p.add_argument("--queue", type=positive_int, default=1000, metavar="N",
                    help="set versions read per pass at most (default 1000)")
     p.add_argument("-q", dest="quiet", action="store_true", help="no summary line")

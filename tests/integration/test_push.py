@@ -20,7 +20,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 from urllib.parse import parse_qs, urlsplit
 
 import psutil
@@ -284,6 +284,7 @@ def test_the_unit_with_the_push_drop_in_verifies(tmp_path):
 # ---------------------------------------------------------------- hostile servers
 
 HANG_GUARD = 60  # seconds: only a q-push that hangs takes this long
+Answerer = Callable[[socket.socket, threading.Event], None]
 
 
 class RawServer:
@@ -292,7 +293,7 @@ class RawServer:
     connection). ``requests``: the head of each request read;
     ``connections``: how many it accepted."""
 
-    def __init__(self, answer: Callable[[socket.socket, threading.Event], None] | None,
+    def __init__(self, answer: Answerer | None,
                  tls: ssl.SSLContext | None = None) -> None:
         self.answer = answer
         self.tls = tls
@@ -350,8 +351,10 @@ def _read_request(conn: socket.socket) -> bytes:
             raise ConnectionError("closed mid-request")
         data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
-    length = int(re.search(rb"(?im)^content-length: *(\d+)", head)[1])
-    while len(body) < length:
+    length = re.search(rb"(?im)^content-length: *(\d+)", head)
+    assert length is not None, head
+    body_size = int(length[1])
+    while len(body) < body_size:
         chunk = conn.recv(65536)
         if not chunk:
             raise ConnectionError("closed mid-body")
@@ -359,7 +362,7 @@ def _read_request(conn: socket.socket) -> bytes:
     return head
 
 
-def _sends(data: bytes) -> Callable[[socket.socket, threading.Event], None]:
+def _sends(data: bytes) -> Answerer:
     return lambda conn, stop: conn.sendall(data)
 
 
@@ -383,11 +386,14 @@ def _endless_body(conn: socket.socket, stop: threading.Event) -> None:
         conn.sendall(b"\0" * 65536)
 
 
+MakeServer = Callable[..., RawServer]
+
+
 @pytest.fixture
-def raw_servers():
+def raw_servers() -> Iterator[MakeServer]:
     made: list[RawServer] = []
 
-    def make(answer: Callable[[socket.socket, threading.Event], None] | None,
+    def make(answer: Answerer | None,
              tls: ssl.SSLContext | None = None) -> RawServer:
         made.append(RawServer(answer, tls))
         return made[-1]
@@ -435,7 +441,8 @@ ANSWERS = {
 
 
 @pytest.mark.parametrize("kind", ANSWERS)
-def test_only_a_2xx_answer_delivers_a_slice(raw_servers, tmp_path, kind):
+def test_only_a_2xx_answer_delivers_a_slice(raw_servers: MakeServer, tmp_path: Path,
+                                            kind: str) -> None:
     answer, delivered, said = ANSWERS[kind]
     server = raw_servers(_sends(answer))
     q = QBuilder(tmp_path / "q")
@@ -459,7 +466,7 @@ def test_only_a_2xx_answer_delivers_a_slice(raw_servers, tmp_path, kind):
         assert len(server.requests) == 2
 
 
-def test_a_redirect_elsewhere_is_not_followed(raw_servers, tmp_path):
+def test_a_redirect_elsewhere_is_not_followed(raw_servers: MakeServer, tmp_path: Path) -> None:
     elsewhere = raw_servers(_sends(_status(200, "OK")))
     server = raw_servers(_sends(_status(302, "Found", f"Location: {elsewhere.url}/ingest")))
     q = QBuilder(tmp_path / "q")
@@ -480,7 +487,9 @@ def test_a_redirect_elsewhere_is_not_followed(raw_servers, tmp_path):
     (None, "no whole answer within 2 s (--timeout)"),  # nothing at all
     (_endless_head, "an answer whose head is over 64 KiB"),  # the read is bounded in size too
 ])
-def test_one_deadline_and_one_bound_for_a_whole_answer(raw_servers, tmp_path, answer, said):
+def test_one_deadline_and_one_bound_for_a_whole_answer(raw_servers: MakeServer, tmp_path: Path,
+                                                      answer: Answerer | None,
+                                                      said: str) -> None:
     server = raw_servers(answer)
     q = QBuilder(tmp_path / "q")
     _slices(q, "app", 0, 1)
@@ -491,7 +500,8 @@ def test_one_deadline_and_one_bound_for_a_whole_answer(raw_servers, tmp_path, an
     assert len(server.requests) == 1 and _delivered(q.path) == set()
 
 
-def test_a_2xx_with_an_endless_body_delivers_without_reading_it_all(raw_servers, tmp_path):
+def test_a_2xx_with_an_endless_body_delivers_without_reading_it_all(raw_servers: MakeServer,
+                                                                   tmp_path: Path) -> None:
     server = raw_servers(_endless_body)
     q = QBuilder(tmp_path / "q")
     slices = _slices(q, "app", 0, 2)
@@ -500,8 +510,71 @@ def test_a_2xx_with_an_endless_body_delivers_without_reading_it_all(raw_servers,
     assert _delivered(q.path) == set(slices)
 
 
+@pytest.mark.parametrize("follow", [False, True])
+def test_sigterm_ends_an_open_request_at_once(raw_servers: MakeServer, tmp_path: Path,
+                                              follow: bool) -> None:
+    server = raw_servers(_trickle)
+    q = QBuilder(tmp_path / "q")
+    _slices(q, "app", 0, 1)
+    args = ["--follow", "--interval", "0.2"] if follow else []
+    push = subprocess.Popen([command("q-push"), *args, "--timeout", "600", server.url,
+                             str(q.path)], stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.got_request.wait(HANG_GUARD)  # the request is open
+        push.send_signal(signal.SIGTERM)
+        _out, err = push.communicate(timeout=HANG_GUARD)
+        assert push.returncode == 1  # not the 600 s deadline's end
+    finally:
+        if push.poll() is None:
+            push.kill()
+            push.wait()
+    assert "1 closed slice of" in err and "not pushed" in err, err
+    assert _delivered(q.path) == set()
+
+
+def test_a_drain_ends_an_open_request_when_the_drain_time_runs_out(raw_servers: MakeServer,
+                                                                   tmp_path: Path) -> None:
+    """What q-syscollect asks (SIGUSR1) at the end of its run."""
+    server = raw_servers(None)
+    q = QBuilder(tmp_path / "q")
+    _slices(q, "app", 0, 1)
+    push = subprocess.Popen([command("q-push"), "--follow", "--interval", "0.2", "--drain", "1",
+                             "--timeout", "600", server.url, str(q.path)],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.got_request.wait(HANG_GUARD)
+        push.send_signal(signal.SIGUSR1)
+        _out, err = push.communicate(timeout=HANG_GUARD)
+        assert push.returncode == 1
+    finally:
+        if push.poll() is None:
+            push.kill()
+            push.wait()
+    assert "the drain time (--drain) ran out" in err, err
+    assert _delivered(q.path) == set()
+
+
+def test_q_syscollect_ends_its_q_push_by_the_drain_when_a_server_trickles(
+        perf: None, raw_servers: MakeServer, tmp_path: Path) -> None:
+    """At the end of a run q-syscollect asks its q-push to drain: a request
+    held open by a server that trickles its answer ends by its deadline
+    within the drain time, and q-push ends by itself, not killed."""
+    server = raw_servers(_trickle)
+    q = tmp_path / "q"
+    run = subprocess.run([command("q-syscollect"), "-d", str(q), "-t", "2", "--cpus", "0",
+                          "--push", server.url, *OWN_SETS], capture_output=True, text=True,
+                         timeout=HANG_GUARD * 4)
+    assert run.returncode == 0, run.stderr
+    assert server.requests, run.stderr  # a request was open when the drain began
+    assert re.search(r"q-push: \d+ closed slices? of .* not pushed to", run.stderr), run.stderr
+    assert "killing it" not in run.stderr
+    assert not [p for p in psutil.process_iter(["cmdline"])
+                if str(q) in " ".join(p.info["cmdline"] or ())]
+    assert _delivered(q) == set()
+
+
 @pytest.fixture
-def certificate(tmp_path):
+def certificate(tmp_path: Path) -> tuple[Path, ssl.SSLContext]:
     """A self-signed certificate for 127.0.0.1 (openssl's command) and its key."""
     tool = shutil.which("openssl")
     if tool is None:
@@ -522,7 +595,8 @@ def certificate(tmp_path):
     (_sends(_status(302, "Found", "Location: http://127.0.0.1:9/")), "redirects are not "
      "followed", False),
 ])
-def test_https_the_same(raw_servers, certificate, tmp_path, answer, said, delivered):
+def test_https_the_same(raw_servers: MakeServer, certificate: tuple[Path, ssl.SSLContext],
+                        tmp_path: Path, answer: Answerer, said: str, delivered: bool) -> None:
     cert, context = certificate
     server = raw_servers(answer, context)
     q = QBuilder(tmp_path / "q")
@@ -534,7 +608,7 @@ def test_https_the_same(raw_servers, certificate, tmp_path, answer, said, delive
     assert (r.returncode, _delivered(q.path)) == ((0, set(slices)) if delivered else (1, set()))
 
 
-def test_https_a_handshake_a_byte_a_second(tmp_path):
+def test_https_a_handshake_a_byte_a_second(tmp_path: Path) -> None:
     """The TLS handshake is under the request's deadline too: a server hello
     record 16 KiB long, sent a byte a second."""
     listener = socket.create_server(("127.0.0.1", 0))
@@ -562,7 +636,7 @@ def test_https_a_handshake_a_byte_a_second(tmp_path):
     assert _delivered(q.path) == set()
 
 
-def test_the_proxy_the_environment_names_is_used(raw_servers, tmp_path):
+def test_the_proxy_the_environment_names_is_used(raw_servers: MakeServer, tmp_path: Path) -> None:
     proxy = raw_servers(_sends(_status(200, "OK")))
     q = QBuilder(tmp_path / "q")
     slices = _slices(q, "app", 0, 1)
@@ -574,7 +648,7 @@ def test_the_proxy_the_environment_names_is_used(raw_servers, tmp_path):
     assert _delivered(q.path) == set(slices)
 
 
-def test_bad_option_values_say_which_option(tmp_path):
+def test_bad_option_values_say_which_option(tmp_path: Path) -> None:
     for option, value in (("--timeout", "0"), ("--drain", "nan"), ("--retries", "-1"),
                           ("--queue", "x")):
         r = q_push(option, value, "http://127.0.0.1:9", str(tmp_path))
