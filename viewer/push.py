@@ -412,8 +412,9 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG, formatter_class=HelpFormatter, description="Send the closed slices of a .q "
         "directory to a Pyroscope-compatible /ingest endpoint as pprof profiles, each once (at "
-        "least). Only a 2xx answer delivers a slice: a redirect is not followed but retried, "
-        "like a 5xx or no answer in time; a 4xx leaves the slice for the next q-push. SIGTERM "
+        "least). Only a 2xx answer delivers a slice: a redirect (3xx) is not followed but "
+        "retried, like a 5xx or no whole answer by the --timeout deadline; a 4xx leaves the "
+        "slice unsent for the next q-push. SIGTERM "
         "or SIGINT ends q-push at once (a request in flight is abandoned: its slice stays "
         "unsent).",
         epilog="exit status: 0 every closed slice pushed (for --follow: when it ended), 1 "
