@@ -14,7 +14,8 @@ try:
     import os
     import sys
 
-    from qtools.qformat.helptext import RawDescriptionHelpFormatter
+    from qtools.qformat.helptext import (RawDescriptionHelpFormatter, positive_float,
+                                         positive_int)
     from qtools.qformat.pushstate import check_url
     from qtools.qformat.version import package_version
 
@@ -53,16 +54,6 @@ class UsageError(CollectError):
     """Options that do not go together: exit status 2, as for argparse's own."""
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"not a positive number of seconds: {text!r}")
-    return value
-
-
 def _share(text: str) -> float:
     try:
         value = float(text)
@@ -70,16 +61,6 @@ def _share(text: str) -> float:
         value = math.nan
     if not (math.isfinite(value) and 0 <= value < 1):
         raise argparse.ArgumentTypeError(f"not a share from 0 up to 1 (e.g. 0.001): {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"not a positive whole number: {text!r}")
     return value
 
 
@@ -130,7 +111,7 @@ def _age_us(text: str) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="q-syscollect", description=DESCRIPTION, epilog=EPILOG,
                                 formatter_class=RawDescriptionHelpFormatter)
-    p.add_argument("-t", dest="duration", type=_positive_float, metavar="SECS",
+    p.add_argument("-t", dest="duration", type=positive_float, metavar="SECS",
                    help="collect for SECS seconds, then stop")
     p.add_argument("-v", dest="verbose", action="store_true",
                    help="report progress per CPU once a second")
@@ -140,7 +121,7 @@ def parser() -> argparse.ArgumentParser:
     mode.add_argument("-k", dest="kernel_only", action="store_true",
                       help="kernel only, into per-CPU kernel-cpuN sets")
     mode.add_argument("-u", dest="user_only", action="store_true", help="user space only")
-    p.add_argument("-c", dest="frequency", type=_positive_int, default=997, metavar="HZ",
+    p.add_argument("-c", dest="frequency", type=positive_int, default=997, metavar="HZ",
                    help="sampling frequency per CPU (default 997: a prime, so sampling does "
                         "not fall into step with periodic work)")
     p.add_argument("-e", dest="event", metavar="EVENT",
@@ -153,7 +134,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cpus", metavar="LIST", help="CPUs to collect, e.g. 0-3,6 (default: all)")
     p.add_argument("-i", dest="inherit_only", action="store_true",
                    help="only the command and the tasks it creates (works unprivileged)")
-    p.add_argument("--checkpoint", type=_positive_float, default=10.0, metavar="SECS",
+    p.add_argument("--checkpoint", type=positive_float, default=10.0, metavar="SECS",
                    help="write everything collected every SECS seconds (default 10)")
     p.add_argument("--call-graph", choices=("dwarf", "fp", "none"), default="dwarf",
                    help="user stacks: unwound with DWARF CFI from a copy of the stack "
@@ -161,10 +142,10 @@ def parser() -> argparse.ArgumentParser:
                         "or none; the kernel part is always the kernel's callchain")
     p.add_argument("--stack-size", type=_stack_size, default=16384, metavar="BYTES",
                    help="user stack bytes copied per sample for dwarf (default 16384)")
-    p.add_argument("--min-samples", type=_positive_int, default=100, metavar="N",
+    p.add_argument("--min-samples", type=positive_int, default=100, metavar="N",
                    help="a task needs N samples for a set of its own; tasks that end with "
                         "fewer go into their program's PROG-cpuN set (default 100)")
-    p.add_argument("--max-stacks", type=_positive_int, default=MAX_STACKS, metavar="N",
+    p.add_argument("--max-stacks", type=positive_int, default=MAX_STACKS, metavar="N",
                    help="distinct call stacks kept per set and time slice; the rest are "
                         f"counted in one remainder line (default {MAX_STACKS})")
     p.add_argument("--min-stack-share", type=_share, default=0.0, metavar="SHARE",
@@ -179,7 +160,7 @@ def parser() -> argparse.ArgumentParser:
                         "and address)")
     p.add_argument("--symlink", action="store_true",
                    help="symlink objects into .q instead of copying them")
-    p.add_argument("--mmap-pages", dest="ring_pages", type=_positive_int, metavar="PAGES",
+    p.add_argument("--mmap-pages", dest="ring_pages", type=positive_int, metavar="PAGES",
                    help="ring buffer data pages per CPU, a power of two")
     p.add_argument("--rotate", type=_age, metavar="SECS",
                    help="start new versions of every set each SECS (or 90m, 1h, 1d): time "

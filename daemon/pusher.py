@@ -4,10 +4,12 @@ q-push is a reader of `.q` (it builds pprof profiles with the viewer's
 code, which the daemon never imports), so it runs as a program of its own:
 started after the collectors, in a session of its own (a Ctrl-C meant for
 q-syscollect does not end it before the final checkpoint), restarted with
-a growing delay when it dies, and asked to drain (SIGTERM) only after
-every collector has written its final checkpoint, which closes the last
-slices. Nothing it does can stop or slow collection: it is never waited
-for except at the end, and then for a bounded time.
+a growing delay when it dies, and asked to drain (SIGUSR1: push what is
+closed for DRAIN_SECONDS, then end) only after every collector has written
+its final checkpoint, which closes the last slices. SIGTERM would end it
+at once, a request in flight abandoned. Nothing it does can stop or slow
+collection: it is never waited for except at the end, and then for a
+bounded time.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 from typing import Callable
 
 DRAIN_SECONDS = 20.0  # q-push --drain: pushing the last slices at the end of a run
+DRAIN_SIGNAL = signal.SIGUSR1  # q-push's "drain, then end"
 EXIT_GRACE = 10.0  # beyond the drain, before SIGKILL
 MAX_DELAY = 300.0  # between restarts of a q-push that keeps dying
 
@@ -104,7 +107,7 @@ class PushChild:
         pid, self.pid, self.restart_at = self.pid, None, None
         if pid is None:
             return
-        _kill(pid, signal.SIGTERM)
+        _kill(pid, DRAIN_SIGNAL)
         give_up = time.monotonic() + DRAIN_SECONDS + EXIT_GRACE
         while True:
             try:
@@ -115,7 +118,7 @@ class PushChild:
                 return
             if time.monotonic() > give_up:
                 self.note(f"q-push did not end {DRAIN_SECONDS + EXIT_GRACE:g} s after "
-                          "SIGTERM; killing it (what it had not sent stays queued)")
+                          "it was asked to; killing it (what it had not sent stays queued)")
                 _kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
                 return

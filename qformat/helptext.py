@@ -1,10 +1,12 @@
 """argparse's help laid out for the terminal without the imports argparse
 makes to find its width: shutil, and through it bz2 and lzma, about 2 ms
-of every start of every tool, for help that is rarely printed."""
+of every start of every tool, for help that is rarely printed; and the
+option types the tools share."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -36,3 +38,25 @@ class HelpFormatter(argparse.HelpFormatter):
 
 class RawDescriptionHelpFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
     """The description and epilog as written (line breaks kept)."""
+
+
+def positive_float(text: str) -> float:
+    """An option's number of seconds: finite and above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"not a positive number of seconds: {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An option's count: a whole number above 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"not a positive whole number: {text!r}")
+    return value

@@ -60,6 +60,9 @@ def check_url(url: str) -> str:
     saying why, in one line."""
     if len(url) > MAX_URL or any(c.isspace() or ord(c) < 32 for c in url):
         raise ValueError(f"not a URL: {url[:80]!r}")
+    if not url.isascii():  # a request line and Host header are ASCII
+        raise ValueError(f"not an ASCII URL (percent-encode the rest, punycode a host name): "
+                         f"{url[:80]!r}")
     from urllib.parse import urlsplit  # only with --push: not imported at every start
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https"):

@@ -13,8 +13,13 @@ series labels they would make one series per thread).
 Delivery is at least once. What was delivered is named in ``.push-state``
 in the directory (qformat.pushstate), rewritten after each delivery; a
 slice not named there is sent (again) by the next q-push, so a crash
-sends at most the slice in flight twice. Failures are retried with
-exponential backoff (capped, with jitter); each request has a timeout.
+sends at most the slice in flight twice. Only a 2xx answer delivers a
+slice: a redirect is not followed but retried, like a 5xx; a 4xx leaves
+the slice unsent for the next q-push. Failures are retried with
+exponential backoff (capped, with jitter). Each request has one deadline
+from its connection to the last byte of its answer (viewer.pushhttp).
+SIGTERM and SIGINT end q-push at once, a request in flight abandoned;
+SIGUSR1 asks for a drain (q-syscollect's, at the end of its run).
 """
 
 from __future__ import annotations
@@ -28,17 +33,16 @@ import select
 import signal
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from typing import Callable
 from urllib.parse import urlencode
 
 from qtools.qformat import QDir, QFormatError
-from qtools.qformat.helptext import HelpFormatter
+from qtools.qformat.helptext import HelpFormatter, positive_float, positive_int
 from qtools.qformat.limits import DEFAULT_LIMITS, LimitExceeded
 from qtools.qformat.pushstate import STATE_NAME, check_url, read_sent, write_sent
 
+from . import pushhttp
 from .errors import ViewError
 from .inputs.load import StoredSet, _set_name, read_set
 from .naming.symbols import Symbols
@@ -50,6 +54,7 @@ PROG = "q-push"
 SPY_NAME = "q-syscollect"
 _LABEL_UNSAFE = re.compile(r"[^A-Za-z0-9_.:/@+-]")
 RETRY_STATUSES = (408, 425, 429)  # and every 5xx: the server may take it later
+HEADERS = {"Content-Type": "application/octet-stream", "User-Agent": PROG}
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,7 @@ class Options:
     settled: float  # an open set not rewritten this long counts as closed (writer gone)
     queue: int  # set versions read per pass at most (the rest wait on disk)
     retries: int  # without --follow: consecutive failures before giving up
-    drain: float  # after SIGTERM: seconds to send what is left
+    drain: float  # after SIGUSR1: seconds to send what is left
     interval: float  # --follow: seconds between looks at the directory
     parent: int | None
     quiet: bool
@@ -78,7 +83,7 @@ class Candidate:
 
 
 class Outcome:
-    SENT, RETRY, REJECTED = "sent", "retry", "rejected"
+    SENT, RETRY, REJECTED, STOPPED = "sent", "retry", "rejected", "stopped"
 
 
 def _label(value: str) -> str:
@@ -109,11 +114,14 @@ def ingest_query(app: str, ts: StoredSet, tables: export.Tables, service: str | 
 
 
 class Pusher:
-    def __init__(self, opts: Options, qdir: QDir, say: Callable[[str], None]) -> None:
+    def __init__(self, opts: Options, qdir: QDir, say: Callable[[str], None],
+                 waker: Waker) -> None:
         self.opts = opts
         self.qdir = qdir
         self.say = say
+        self.waker = waker
         self.sent: set[str] = read_sent(qdir) or set()
+        self.refused: dict[str, str] = {}  # by the server (a 4xx): not again in this run
         self.known: dict[str, Candidate] = {}
         self.said: set[str] = set()  # warnings shown once each
         self.last_error: str | None = None
@@ -132,16 +140,18 @@ class Pusher:
     # ------------------------------------------------------------ finding
 
     def pending(self) -> list[str]:
-        """Closed set versions not sent yet, oldest first; at most
-        ``queue`` new `.info` files are read a pass."""
+        """Closed set versions not sent yet (nor refused in this run),
+        oldest first; at most ``queue`` new `.info` files are read a pass."""
         names = set(self.qdir.names())
         self.sent &= names  # retention removed the rest
+        self.refused = {n: why for n, why in self.refused.items() if n in names}
         self.known = {n: c for n, c in self.known.items() if n in names}
         reads = 0
         now = time.time()
         ready = []
         for name in sorted(names):
-            if ".info#" not in name or name.startswith(".") or name in self.sent:
+            if ".info#" not in name or name.startswith(".") or name in self.sent \
+                    or name in self.refused:
                 continue
             try:
                 st = self.qdir.lstat(name)
@@ -180,7 +190,8 @@ class Pusher:
             return None
 
     def _skip(self, name: str, why: str) -> None:
-        """A slice that will never go: named as done, so it blocks nothing."""
+        """A slice that will never go (its files cannot make a profile):
+        named as done, so it blocks nothing."""
         self.say(f"{os.path.join(self.opts.directory, name)}: not pushed: {why}")
         self._delivered(name)
 
@@ -192,6 +203,8 @@ class Pusher:
 
     def push(self, name: str) -> str:
         """Send one set version; its outcome (a retry leaves it unsent)."""
+        if self.waker.stop:
+            return Outcome.STOPPED
         ts = self._read(name)
         if ts is None:
             return Outcome.REJECTED
@@ -208,6 +221,8 @@ class Pusher:
             return Outcome.SENT
         outcome, error = self._post(ingest_query(self.opts.app, ts, tables, self.opts.service),
                                     body)
+        if outcome == Outcome.STOPPED:
+            return outcome
         if outcome == Outcome.RETRY:
             if error != self.last_error:
                 self.say(f"cannot push to {self.opts.url}: {error}; will retry")
@@ -217,58 +232,127 @@ class Pusher:
             self.say(f"pushing to {self.opts.url} again")
             self.last_error = None
         if outcome == Outcome.REJECTED:
-            self._skip(name, f"{self.opts.url} refused it: {error}")
+            self.refused[name] = error
+            self.say(f"{os.path.join(self.opts.directory, name)}: not pushed: {self.opts.url} "
+                     f"refused it: {error}; the next q-push tries it again")
         else:
             self._delivered(name)
         return outcome
 
     def _post(self, query: str, body: bytes) -> tuple[str, str]:
-        request = urllib.request.Request(f"{self.opts.url}/ingest?{query}", data=body,
-                                         method="POST", headers={
-                                             "Content-Type": "application/octet-stream",
-                                             "User-Agent": f"{PROG}"})
+        watch = self.waker.watch(self.opts.timeout)
         try:
-            with urllib.request.urlopen(request, timeout=self.opts.timeout) as response:
-                response.read(1 << 16)
-                return Outcome.SENT, ""
-        except urllib.error.HTTPError as e:
-            why = f"HTTP {e.code} {e.reason}"
-            e.close()
-            if e.code >= 500 or e.code in RETRY_STATUSES:
-                return Outcome.RETRY, why
-            return Outcome.REJECTED, why
-        except urllib.error.URLError as e:
-            reason = e.reason
-            return Outcome.RETRY, str(getattr(reason, "strerror", None) or reason)
-        except (TimeoutError, OSError) as e:
-            return Outcome.RETRY, f"{type(e).__name__}: {e}" if str(e) else "timed out"
+            answer = pushhttp.post(self.opts.url, f"/ingest?{query}", body, HEADERS, watch)
+        except pushhttp.Stopped:
+            return Outcome.STOPPED, ""
+        except pushhttp.TimedOut:
+            if watch.ends_at() < watch.deadline:
+                return Outcome.RETRY, "the drain time (--drain) ran out"
+            return Outcome.RETRY, f"no whole answer within {self.opts.timeout:g} s (--timeout)"
+        except pushhttp.Failed as e:
+            return Outcome.RETRY, str(e)
+        return judge(answer)
+
+    def unsent(self) -> int:
+        """Closed slices left unsent: pending, or refused in this run."""
+        return len(self.pending()) + len(self.refused)
+
+    def why_unsent(self) -> str | None:
+        return self.last_error or next(reversed(self.refused.values()), None)
+
+
+
+def judge(answer: pushhttp.Answer) -> tuple[str, str]:
+    """A final answer's outcome, and what to say of it: only a 2xx
+    delivers. A redirect is retried, not followed: the body would go
+    where the server says (another host or port), and as a GET, without
+    it, whose 200 would count a slice as delivered that nobody took."""
+    why = f"HTTP {answer.status} {answer.reason}".rstrip()
+    if 200 <= answer.status < 300:
+        return Outcome.SENT, ""
+    if 300 <= answer.status < 400:
+        to = f" to {answer.location}" if answer.location else ""
+        return Outcome.RETRY, f"{why}{to}: redirects are not followed"
+    if 400 <= answer.status < 500 and answer.status not in RETRY_STATUSES:
+        return Outcome.REJECTED, why
+    return Outcome.RETRY, why  # a 5xx, 408, 425, 429, a final 1xx or no status HTTP has
+
+
+@dataclass(frozen=True)
+class RequestWatch:
+    """What one request answers to (pushhttp.Watch): its own deadline, or
+    the end of a drain if that comes first; a stop."""
+    waker: Waker
+    deadline: float
+    fd: int
+
+    def ends_at(self) -> float:
+        drain_until = self.waker.drain_until
+        return self.deadline if drain_until is None else min(self.deadline, drain_until)
+
+    def stopped(self) -> bool:
+        return self.waker.stop
+
+    def clear(self) -> None:
+        self.waker.clear()
 
 
 class Waker:
-    """SIGTERM and SIGINT end the wait at once (the pass then drains)."""
+    """The signals q-push answers. SIGTERM and SIGINT stop it at once: a
+    request in flight is abandoned (its slice stays unsent). SIGUSR1 asks
+    for a drain: what is closed is pushed for up to ``drain`` seconds
+    more, requests in flight included, and then q-push ends (q-syscollect
+    asks so once its collectors wrote their final checkpoint). Each signal
+    also ends a wait at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, drain: float) -> None:
         self.stop = False
-        self.r, self.w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        signal.set_wakeup_fd(self.w)
+        self.drain = drain
+        self.drain_until: float | None = None
+        self.fd, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(w)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_stop)
+        signal.signal(signal.SIGUSR1, self._on_drain)
+        # they are how q-push is ended: blocked by whoever started it, they would not be
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT,
+                                                    signal.SIGUSR1})
 
     def _on_stop(self, signum: int, frame: object) -> None:
         self.stop = True
+
+    def _on_drain(self, signum: int, frame: object) -> None:
+        self.begin_drain()
+
+    def begin_drain(self) -> None:
+        if self.drain_until is None:
+            self.drain_until = time.monotonic() + self.drain
+
+    def draining(self) -> bool:
+        return self.drain_until is not None
+
+    def drained(self) -> bool:
+        return self.drain_until is not None and time.monotonic() >= self.drain_until
+
+    def watch(self, seconds: float) -> RequestWatch:
+        """For a request that may last ``seconds``, from now."""
+        return RequestWatch(self, time.monotonic() + seconds, self.fd)
+
+    def clear(self) -> None:
+        try:
+            while os.read(self.fd, 256):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
 
     def wait(self, seconds: float) -> None:
         if self.stop or seconds <= 0:
             return
         try:
-            select.select([self.r], [], [], seconds)
+            select.select([self.fd], [], [], seconds)
         except InterruptedError:
             pass
-        try:
-            while os.read(self.r, 256):
-                pass
-        except (BlockingIOError, InterruptedError):
-            pass
+        self.clear()
 
 
 def backoff(failures: int, cap: float) -> float:
@@ -280,47 +364,43 @@ def backoff(failures: int, cap: float) -> float:
 def run(opts: Options, pusher: Pusher, waker: Waker) -> int:
     failures = 0
     sent = 0
-    drain_until: float | None = None
-    while True:
-        if waker.stop and drain_until is None:
-            drain_until = time.monotonic() + opts.drain
-        if opts.parent is not None and os.getppid() != opts.parent and drain_until is None:
-            drain_until = time.monotonic() + opts.drain  # q-syscollect is gone
-        queue = pusher.pending()
+    while not waker.stop:
+        if opts.parent is not None and os.getppid() != opts.parent:
+            waker.begin_drain()  # q-syscollect is gone
         progress = False
-        for name in queue:
-            if drain_until is not None and time.monotonic() > drain_until:
+        for name in pusher.pending():
+            if waker.stop or waker.drained():
                 break
             outcome = pusher.push(name)
+            if outcome == Outcome.STOPPED:
+                break
             if outcome == Outcome.RETRY:
                 failures += 1
                 break
             failures, progress = 0, True
             sent += outcome == Outcome.SENT
-            if waker.stop and drain_until is None:
-                break
         pusher.end_pass()
-        left = len(pusher.pending()) if (drain_until is not None or not opts.interval) else 0
-        if drain_until is not None and (not left or time.monotonic() > drain_until
-                                        or failures):
-            return _end(opts, pusher, sent, left)
-        if not opts.interval:  # one pass over a directory written earlier
-            if not left:
-                return _end(opts, pusher, sent, 0)
-            if failures >= opts.retries:
-                return _end(opts, pusher, sent, left)
+        if waker.stop:
+            break
+        if waker.draining() or not opts.interval:
+            to_try = len(pusher.pending())
+            if not to_try or (waker.draining() and (waker.drained() or failures)) \
+                    or (not opts.interval and failures >= opts.retries):
+                break
         if failures:
             waker.wait(backoff(failures, opts.backoff_cap))
         elif not progress:
             waker.wait(opts.interval)
+    return _end(opts, pusher, sent)
 
 
-def _end(opts: Options, pusher: Pusher, sent: int, left: int) -> int:
+def _end(opts: Options, pusher: Pusher, sent: int) -> int:
+    left = pusher.unsent()
     if left:
-        why = f" ({pusher.last_error})" if pusher.last_error else ""
+        why = pusher.why_unsent()
         pusher.say(f"{left} closed slice{'s' if left != 1 else ''} of {opts.directory} not "
-                   f"pushed to {opts.url}{why}; the next q-push sends them ({STATE_NAME} "
-                   "names what went)")
+                   f"pushed to {opts.url}{f': {why}' if why else ''}; the next q-push tries "
+                   f"again ({STATE_NAME} names what went)")
         return 1
     if not opts.quiet and not opts.interval:
         pusher.say(f"pushed {sent} slice{'s' if sent != 1 else ''} of {opts.directory} "
@@ -330,10 +410,16 @@ def _end(opts: Options, pusher: Pusher, sent: int, left: int) -> int:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=PROG, formatter_class=HelpFormatter, description="Send the closed slices of a .q directory to a "
-        "Pyroscope-compatible /ingest endpoint as pprof profiles, each once (at least).",
-        epilog="exit status: 0 all closed slices pushed (or --follow ended as asked), "
-        "1 slices left unsent or a directory problem, 2 a usage error")
+        prog=PROG, formatter_class=HelpFormatter, description="Send the closed slices of a .q "
+        "directory to a Pyroscope-compatible /ingest endpoint as pprof profiles, each once (at "
+        "least). Only a 2xx answer delivers a slice: a redirect (3xx) is not followed but "
+        "retried, like a 5xx or no whole answer by the --timeout deadline; a 4xx leaves the "
+        "slice unsent for the next q-push. SIGTERM "
+        "or SIGINT ends q-push at once (a request in flight is abandoned: its slice stays "
+        "unsent).",
+        epilog="exit status: 0 every closed slice pushed (for --follow: when it ended), 1 "
+        "slices left unsent (the last line says how many and why) or a directory problem, 2 a "
+        "usage error")
     p.add_argument("url", metavar="URL", help="the server, e.g. http://pyroscope:4040")
     p.add_argument("directory", metavar="DIR", help="a .q directory")
     p.add_argument("--follow", action="store_true",
@@ -341,21 +427,24 @@ def parser() -> argparse.ArgumentParser:
                         "SIGTERM")
     p.add_argument("--app", default="q-tools", help="application name (default q-tools)")
     p.add_argument("--service", help="a service label for every series")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="SECS",
-                   help="give up on a request after SECS (default 10)")
-    p.add_argument("--max-backoff", type=float, default=300.0, metavar="SECS",
+    p.add_argument("--timeout", type=positive_float, default=10.0, metavar="SECS",
+                   help="one deadline for each request, from connecting to the last byte of "
+                        "the answer (default 10)")
+    p.add_argument("--max-backoff", type=positive_float, default=300.0, metavar="SECS",
                    help="longest wait between retries (default 300)")
-    p.add_argument("--retries", type=int, default=5, metavar="N",
+    p.add_argument("--retries", type=positive_int, default=5, metavar="N",
                    help="without --follow: give up after N failures in a row (default 5)")
-    p.add_argument("--settled", type=float, default=86400.0, metavar="SECS",
+    p.add_argument("--settled", type=positive_float, default=86400.0, metavar="SECS",
                    help="push an open set not rewritten for SECS: its writer is gone (a "
                         "killed run; default 86400: a live collector leaves an idle set "
                         "alone until its slice ends)")
-    p.add_argument("--interval", type=float, default=5.0, metavar="SECS",
+    p.add_argument("--interval", type=positive_float, default=5.0, metavar="SECS",
                    help="--follow: look for closed slices every SECS (default 5)")
-    p.add_argument("--drain", type=float, default=20.0, metavar="SECS",
-                   help="on SIGTERM: keep pushing what is closed for up to SECS (default 20)")
-    p.add_argument("--queue", type=int, default=1000, metavar="N",
+    p.add_argument("--drain", type=positive_float, default=20.0, metavar="SECS",
+                   help="on SIGUSR1 (q-syscollect sends it at the end of its run): push what "
+                        "is closed for up to SECS more, requests in flight included, then end "
+                        "(default 20)")
+    p.add_argument("--queue", type=positive_int, default=1000, metavar="N",
                    help="set versions read per pass at most (default 1000)")
     p.add_argument("-q", dest="quiet", action="store_true", help="no summary line")
     p.add_argument("--parent", type=int, help=argparse.SUPPRESS)
@@ -369,11 +458,6 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
-    numbers = (args.timeout, args.max_backoff, args.settled, args.interval, args.drain)
-    if not all(math.isfinite(n) and n > 0 for n in numbers) or args.retries < 1 \
-            or args.queue < 1:
-        print(f"{PROG}: times, --retries and --queue must be positive", file=sys.stderr)
-        return 2
     opts = Options(url, args.directory, args.app, args.service, args.timeout,
                    args.max_backoff, args.settled, args.queue, args.retries, args.drain,
                    args.interval if args.follow else 0.0, args.parent, args.quiet)
@@ -383,13 +467,13 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.parent is not None:
         os.nice(10)  # beside q-syscollect: its collectors come first
-    waker = Waker()
+    waker = Waker(opts.drain)
     try:
         with QDir.open(args.directory) as qdir:
             if not os.access(".", os.W_OK | os.X_OK, dir_fd=qdir.fd):  # the state file goes there
                 say(f"{args.directory}: cannot write {STATE_NAME} there (permission denied)")
                 return 1
-            return run(opts, Pusher(opts, qdir, say), waker)
+            return run(opts, Pusher(opts, qdir, say, waker), waker)
     except (QFormatError, ViewError) as e:
         say(str(e))
         return 1

@@ -28,7 +28,8 @@ def test_state_round_trip_drops_removed_sets_and_refuses_links(tmp_path):
 
 def test_urls():
     assert check_url("http://pyroscope:4040/") == "http://pyroscope:4040"
-    for bad in ("ftp://h", "http://", "http://h:0", "http://h/?a=b", "http://h h"):
+    for bad in ("ftp://h", "http://", "http://h:0", "http://h/?a=b", "http://h h",
+                "http://h/пример", "http://bücher.example"):
         with pytest.raises(ValueError):
             check_url(bad)
 
