@@ -42,7 +42,7 @@ from ..naming.space import AddressSpace
 from ..naming.symbols import KERNEL_OBJECT, Symbolized, Symbols, Warn
 from ..render.units import SECONDS
 from .build import one_unit
-from .model import printable
+from ..escape import printable
 from .report import symbolizer, thread_view
 
 NANOSECONDS = "nanoseconds"
