@@ -19,7 +19,8 @@ Two layers, one function (``printable``):
 JSON is exact instead: names go into it unescaped, and ``write_json``
 writes every control character (and every non-ASCII one) as a ``\\uXXXX``
 escape, which the second layer leaves as it is. The binary exports (pprof,
-OpenTelemetry) are bytes, written around this stream.
+OpenTelemetry) are data for other tools, written as bytes around this
+stream: they hold names as the `.q` gives them.
 """
 
 from __future__ import annotations

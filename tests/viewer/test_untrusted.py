@@ -688,3 +688,28 @@ def test_a_report_written_to_a_file_escapes_names(hostile_q, tmp_path):
     text = report.read_text()
     assert H.raw_controls(text) == [] and printable(H.THREADS[1]) in text
 
+
+def _otlp_strings(path: Path) -> set[str]:
+    from opentelemetry.proto.profiles.v1development import profiles_pb2 as pb
+    data = pb.ProfilesData()
+    data.ParseFromString(path.read_bytes())
+    d = data.dictionary
+    values = [a.value for a in d.attribute_table]
+    values += [a.value for r in data.resource_profiles for a in r.resource.attributes]
+    return set(d.string_table) | {v.string_value for v in values}
+
+
+@pytest.mark.parametrize("fmt", ["pprof", "otlp"])
+@pytest.mark.parametrize("event", ["cpu", "wall"])
+def test_exports_hold_the_names_as_they_are(hostile_q, tmp_path, fmt, event):
+    """pprof and OpenTelemetry are data for other tools, never shown by
+    q-view: they keep each name exactly (whatever prints them escapes it)."""
+    from exports import pprof_profile
+    q, names, _source = hostile_q
+    path = tmp_path / "profile"
+    code, out, err = run(q.info_path(names[0]), "--format", fmt, "--event", event,
+                         "-o", str(path))
+    assert (code, out, err) == (0, "", "")
+    strings = set(pprof_profile(path).string_table) if fmt == "pprof" else _otlp_strings(path)
+    assert {H.LEAF, H.CALLER, H.KERNEL_SYMBOL, H.EXE_PATH, HOST} <= strings
+    assert set(H.THREADS) <= strings  # each stack under its thread
