@@ -150,6 +150,8 @@ _names = st.from_regex(r"[a-zA-Z0-9_][a-zA-Z0-9_.+-]{0,20}", fullmatch=True).fil
 _opt = lambda s: st.none() | s  # noqa: E731
 _u64 = st.integers(min_value=0, max_value=(1 << 64) - 1)
 _extra = st.dictionaries(_keys, _values, max_size=2)
+_dates = st.floats(min_value=0.0, max_value=253402300799.0)  # the range of the time keys
+_factors = st.floats(min_value=0.0, max_value=1e9, exclude_min=True)
 
 _infos = st.builds(
     Info,
@@ -159,11 +161,11 @@ _infos = st.builds(
         comm=_opt(_text), exe=_opt(_text), pid=_opt(st.integers(0, 1 << 22)),
         pids=_opt(st.lists(st.integers(0, 1 << 22), max_size=5)), cpu=_opt(st.integers(0, 4096)),
         hostname=_opt(_text), run_id=_opt(st.from_regex(r"[0-9a-f]{12}", fullmatch=True)),
-        run_start=_opt(_floats), start_time=_opt(_floats), end_time=_opt(_floats),
+        run_start=_opt(_dates), start_time=_opt(_dates), end_time=_opt(_dates),
         samples=_opt(_u64), lost_samples=_opt(_u64),
         task_stats=_opt(st.dictionaries(_keys, _ints, min_size=1, max_size=3)), extra=_extra),
     histogram=_opt(st.builds(Histogram, file=_names, event_name=_opt(_text),
-                             y_unit_conversion_factor=_opt(_floats), extra=_extra)),
+                             y_unit_conversion_factor=_opt(_factors), extra=_extra)),
     call_counts=_opt(st.builds(CallCounts, file=_names)),
     call_stacks=_opt(st.builds(CallStacks, file=_names, unwinder=_opt(st.sampled_from(
         ["fp", "dwarf", "lbr"])))),
@@ -214,6 +216,13 @@ BAD = {
     "decimal of 65 bits": ("\n(q:x " + str(1 << 64) + ")", 2, "beyond 64 bits"),
     "huge decimal": ("(q:info '((q:pid . " + "9" * 4000 + ")))", 1, "beyond 64 bits"),
     "decimal past the digit limit": ("(q:info '((q:pid . " + "9" * 5000 + ")))", 1, "range"),
+    "negative pid": ("(q:info '((q:pid . -5)))", 1, "q:pid: out of range (want not negative)"),
+    "negative pid listed": ("(q:info '((q:pids . (1 -2))))", 1, "q:pids: out of range"),
+    "date past 9999": ("(q:info '((q:start-time . 1e300)))", 1, "q:start-time: out of range"),
+    "negative factor": ("(q:histogram '((q:file . \"a\") (q:y-unit-conversion-factor . -1)))",
+                        1, "q:y-unit-conversion-factor: out of range (want above 0"),
+    "factor too large": ("(q:threads '((q:file . \"a\") (q:time-conversion-factor . 1e10)))",
+                         1, "at most 1e9"),
     "quote before nothing": ("(q:info\n '((q:pid . 1)) ')", 1, "quote"),
     "backslash outside a string": ("\n(q:info '((q:comm . a\\ b)))", 2, "'\\\\'"),
     "string between forms": ("(q:info '((q:pid . 1)))\n\"x\"", 2, "outside"),
