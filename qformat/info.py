@@ -41,6 +41,26 @@ def _key(field_name: str) -> str:
 _T = TypeVar("_T")
 _FILE_FIELDS = {"file"}
 
+# What a known number may be, beyond its type (docs/q-format.md, section 4):
+# a value outside is an error, as a value of the wrong type is, so that no
+# reader need guard each use (a pid of -5; a conversion factor of -1 made
+# times negative; a start time of 1e300 is no date).
+_LAST_DATE = 253402300799.0  # 9999-12-31 23:59:59 UTC, the last a date can show
+_NOT_NEGATIVE = ("not negative", lambda v: v >= 0)
+# a count (at most 2^64) times a factor, summed over every line a reader
+# takes in, stays a finite float for any factor up to 1e9
+_FACTOR = ("above 0, at most 1e9", lambda v: 0 < v <= 1e9)
+_A_DATE = ("a time from 1970 to 9999", lambda v: 0 <= v <= _LAST_DATE)
+_RANGES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    **dict.fromkeys(("q:pid", "q:pids", "q:cpu", "q:samples", "q:lost-samples",
+                     "q:samples-folded", "q:stacks-folded", "q:off-cpu", "q:min-stack-ns",
+                     "q:switches", "q:switch-records-lost", "q:cpu-rest", "q:code-loads",
+                     "q:truncated", "q:y-granularity", "q:off-cpu-seconds",
+                     "q:cpu-wait-seconds"), _NOT_NEGATIVE),
+    **dict.fromkeys(("q:start-time", "q:end-time", "q:run-start"), _A_DATE),
+    **dict.fromkeys(("q:y-unit-conversion-factor", "q:time-conversion-factor"), _FACTOR),
+}
+
 
 def _check(value: Any, hint: Any, key: str, line: int | None) -> Any:
     """Validate ``value`` against a field's type hint; return it normalised."""
@@ -69,6 +89,14 @@ def _check(value: Any, hint: Any, key: str, line: int | None) -> Any:
         raise QFormatError(f"{key}: expected {_type_text(hint)}, found {_describe(value)}",
                            line=line)
     return value
+
+
+def _check_range(value: Any, key: str, line: int | None) -> None:
+    """Refuse a number (or a list's element) that ``_RANGES[key]`` does not allow."""
+    want, allowed = _RANGES[key]
+    for v in value if isinstance(value, list) else [value]:
+        if not allowed(v):
+            raise QFormatError(f"{key}: out of range (want {want}): {v!r}"[:120], line=line)
 
 
 def _type_text(hint: Any) -> str:
@@ -107,6 +135,8 @@ def _from_alist(cls: type[_T], alist: Any, tag: str, line: int | None,
                 kwargs[name] = None  # absent: unknown (a default of the writer's is not)
             continue  # else the field's own default
         value = _check(rest.pop(key), hints[name], key, line)
+        if key in _RANGES and value is not None:
+            _check_range(value, key, line)
         if name in _FILE_FIELDS and value is not None:
             value = _plain(value, line)
         kwargs[name] = value

@@ -34,6 +34,12 @@ MAX_DEPTH = 64
 
 MAX_INFO_BYTES = 64 << 20
 
+INT_LIMIT = 1 << 64
+"""Integers are read and written within -INT_LIMIT < n < INT_LIMIT: every
+integer the format holds (an address, a size, a count, an id) fits 64
+bits, and a larger one is no value but a way to make a reader build a
+number of megabytes (which Python then refuses to print)."""
+
 
 class Symbol(str):
     """A bare symbol used as a value (``t``, ``nil``, ``q:whatever``)."""
@@ -173,12 +179,17 @@ def _atom(s: str) -> Any:
     if s[0] == "#":
         m = _HEX.match(s)
         if not m:
-            return _Bad(f"bad hex integer {s!r}")
-        v = int(m.group(2), 16)
+            return _Bad(f"bad hex integer {s[:40]!r}")
+        digits = m.group(2).lstrip("0") or "0"
+        if len(digits) > 16:  # checked before a number of that size is made
+            return _Bad(_too_large(s))
+        v = int(digits, 16)
         return -v if m.group(1) == "-" else v
     n = _number(s)
     if isinstance(n, float) and not math.isfinite(n):
         return _Bad("number out of range")
+    if isinstance(n, int) and not -INT_LIMIT < n < INT_LIMIT:
+        return _Bad(_too_large(s))
     if n is not None:
         return n
     if s == ".":
@@ -186,6 +197,11 @@ def _atom(s: str) -> Any:
     if _NUMBERLIKE.match(s):
         return _Bad(f"bad number {s!r}")
     return Symbol(s)
+
+
+def _too_large(s: str) -> str:
+    shown = s if len(s) <= 24 else f"{s[:20]}... ({len(s)} characters)"
+    return f"integer out of range (beyond 64 bits): {shown}"
 
 
 def _string(body: str) -> str:
@@ -396,6 +412,8 @@ def _is_int(v: Any) -> bool:
 
 
 def _hex(v: int) -> str:
+    if not -INT_LIMIT < v < INT_LIMIT:
+        raise ValueError(f"integer beyond 64 bits: {v:#x}")
     return f"#x{v:x}" if v >= 0 else f"#x-{-v:x}"
 
 
@@ -410,6 +428,8 @@ def dump_value(v: Any, indent: int = 0, hex_keys: frozenset[str] = frozenset()) 
     if isinstance(v, bool) or v is None:
         raise TypeError(f"no s-expression for {v!r}")
     if isinstance(v, int):
+        if not -INT_LIMIT < v < INT_LIMIT:
+            raise ValueError(f"integer beyond 64 bits: {v:#x}")
         return str(v)
     if isinstance(v, float):
         if not math.isfinite(v):

@@ -29,7 +29,7 @@ from .naming.disasm import DisasmProblem, Instruction, disassemble, read_code
 from .naming.lines import ObjectLines
 from .naming.symbols import Symbols, Warn
 from .profile.build import one_unit
-from .profile.model import printable
+from .escape import printable
 from .profile.report import symbolizer
 from .sources import Roots, SourceFiles
 HOTTEST = 3  # source lines marked as the hottest
@@ -110,10 +110,10 @@ def rows_of(t: Target, code: list[Instruction], lines: ObjectLines | None,
         line = where[i.address]
         if line is not None and line != last:
             text = source.line(line[0], line[1])
-            tag = f"{os.path.basename(line[0])}:{line[1]}"
+            tag = f"{printable(os.path.basename(line[0]))}:{line[1]}"
             share = per_line.get(line, 0.0) / total * 100
             rows.append(Row(share if line in per_line else None,
-                            f"{tag:<20} {printable(text.rstrip()) if text is not None else ''}",
+                            f"{tag:<20} {printable(text.rstrip().expandtabs()) if text is not None else ''}",
                             line in hottest))
         last = line
         w = weights.get(i.address, 0.0)

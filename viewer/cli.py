@@ -36,7 +36,8 @@ try:
     from .inputs import hints, runs
     from .profile import diff, filters, processes
     from .profile.build import BY_CHOICES
-    from .profile.model import CallGraph, InconsistentGraph, printable
+    from .escape import escaped, printable, unescaped
+    from .profile.model import CallGraph, InconsistentGraph
     from .inputs.load import Source, StoredSet, close_inputs, default_directory, is_directory, \
         open_inputs
     from .inputs.select import Selection
@@ -234,8 +235,10 @@ def _limits(text: str) -> object:
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
          err: TextIO | None = None) -> int:
-    out = out or sys.stdout
-    err = err or sys.stderr
+    # Every text written from here on goes through the one escaping
+    # function (escape.py): names from a .q cannot reach the terminal raw
+    out = escaped(out or sys.stdout)
+    err = escaped(err or sys.stderr)
     try:
         args = parser().parse_args(argv)
     except SystemExit as e:  # argparse has printed the usage message
@@ -257,7 +260,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
     try:
         if args.output and FORMATS[args.format].export is None:
             with open(args.output, "w", encoding="utf-8") as to_file:
-                return _run(args, to_file, err)
+                return _run(args, escaped(to_file), err)
         return _run(args, out, err)
     except LimitExceeded as e:
         err.write(f"{PROG}: {printable(str(e))}; raise it with --limits {e.key}=N\n")
@@ -326,7 +329,9 @@ def _show(args: argparse.Namespace, inputs: list[Source], selection: Selection,
         args.watch = False
         if not (args.overview or args.flat or args.graph or args.stack_quality):
             args.flat = True  # what a screen holds; the call graph is one --graph away
-        return watch([i for i in inputs if isinstance(i, str)], lambda o, rows: _run(args, o, o, rows), out)
+        # the screen control is watch's own; each screen's report is escaped
+        return watch([i for i in inputs if isinstance(i, str)],
+                     lambda o, rows: _run(args, escaped(o), escaped(o), rows), unescaped(out))
     if args.overview and all(is_directory(i) for i in inputs):
         overview.show(inputs, selection, run, args.limits, args.per_cpu, args.format == "json",
                       out, lambda sets, hint: _note_runs(sets, hint, err), rows, args.group)
@@ -387,6 +392,7 @@ def _export_target(args: argparse.Namespace, out: TextIO) -> str | BinaryIO | No
     check_options(args)
     if args.output:
         return str(args.output)
+    out = unescaped(out)  # bytes, written as they are: names stay the .q's (escape.py)
     binary = getattr(out, "buffer", None)
     if out.isatty() or binary is None:
         raise UsageError(f"--format {args.format} is binary: give -o FILE (or redirect "

@@ -27,7 +27,10 @@ def _mantissa(m: float) -> str:
 def _round3(x: float) -> float:
     """``x`` rounded to three significant digits (so 999.6 becomes 1000)."""
     exponent = math.floor(math.log10(x))
-    return round(x, 2 - exponent)
+    try:
+        return round(x, 2 - exponent)
+    except OverflowError:  # within a rounding of the largest float: no digit to round
+        return x
 
 
 def si(value: float | None) -> str:

@@ -25,7 +25,6 @@ row, and the rest is the ``kernel`` row.
 
 from __future__ import annotations
 
-import json
 from typing import Callable, Iterable, TextIO
 
 from qtools.qformat import Limits
@@ -34,7 +33,7 @@ from .errors import ViewError
 from .inputs import hints, runs
 from .inputs.load import SetRemoved, Source, StoredSet, label, sets_in
 from .inputs.select import Selection, pick_run
-from .profile.model import printable
+from .escape import printable, write_json
 from .render import overview as table
 from .render.overview import CpuRow, Row
 
@@ -271,9 +270,8 @@ def _show(directory: str, found: list[StoredSet], source: Source | None, selecti
         cpus += [c for key, group in groups.items() if key[0] == host and group[-1].is_kernel
                  if (c := cpu_row(group, idle)) is not None]
     if as_json:
-        json.dump({"directory": directory, "sets": [r._asdict() for r in rows],
-                   "cpus": [c._asdict() for c in cpus]}, out, indent=1)
-        out.write("\n")
+        write_json({"directory": directory, "sets": [r._asdict() for r in rows],
+                    "cpus": [c._asdict() for c in cpus]}, out)
         return
     if not rows:
         if isinstance(source, str) and not selection.windowed and hints.sets_below(source):

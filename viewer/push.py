@@ -44,6 +44,7 @@ from qtools.qformat.pushstate import STATE_NAME, check_url, read_sent, write_sen
 
 from . import pushhttp
 from .errors import ViewError
+from .escape import printable
 from .inputs.load import StoredSet, _set_name, read_set
 from .naming.symbols import Symbols
 from .naming.symcache import SymbolCache
@@ -462,8 +463,8 @@ def main(argv: list[str] | None = None) -> int:
                    args.max_backoff, args.settled, args.queue, args.retries, args.drain,
                    args.interval if args.follow else 0.0, args.parent, args.quiet)
 
-    def say(text: str) -> None:
-        print(f"{PROG}: {text}", file=sys.stderr, flush=True)
+    def say(text: str) -> None:  # one line, whatever names of the .q it quotes
+        print(f"{PROG}: {printable(text)}", file=sys.stderr, flush=True)
 
     if args.parent is not None:
         os.nice(10)  # beside q-syscollect: its collectors come first

@@ -31,7 +31,7 @@ from watchdog.observers.api import BaseObserver
 from qtools.qformat import QFormatError
 
 from .errors import ViewError
-from .profile.model import printable
+from .escape import printable
 from .render.fit import fit_text
 
 CLEAR = "\x1b[H\x1b[2J"

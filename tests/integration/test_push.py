@@ -218,6 +218,21 @@ def test_bad_urls_get_one_clear_line(tmp_path):
     assert "1 closed slice of" in r.stderr
 
 
+def test_messages_name_hostile_sets_escaped(ingest, tmp_path):
+    """A set's name may hold C1 controls (U+009B is the terminal's CSI):
+    q-push's lines about it show them escaped, one line each."""
+    q = QBuilder(tmp_path / "q")
+    unreadable, damaged = _slices(q, "ev\u009b2J\u0085x", 0, 2)
+    (q.path / unreadable).write_text("(q:info ((q:comm . \"x\")")
+    (q.path / damaged.replace(".info#", ".hist#")).unlink()
+    r = q_push(ingest.url, str(q.path))
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 3 and all(line.startswith("q-push: ") for line in lines), lines
+    assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]", r.stderr), r.stderr
+    assert "ev\\x9b2J\\x85x" in lines[0] and "not pushed" in lines[0], lines
+
+
 def test_q_syscollect_push_sends_every_closed_slice(perf, build, ingest, tmp_path):
     pfan = build("p-fan")
     q = tmp_path / "q"

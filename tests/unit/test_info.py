@@ -77,9 +77,11 @@ def test_kernel_from_is_an_address_written_in_hex():
     assert info.task.kernel_from == 0xFF11_0000_0040_0000 and info.task.extra == {}
     assert "(q:kernel-from . #xff11000000400000)" in dump_info(info)
     assert parse_info("(q:info '((q:arch . \"x86_64\")))").task.kernel_from is None
-    for bad in ("#x-10", "#x10000000000000000", '"ffff"'):
+    for bad in ("#x-10", '"ffff"'):
         with pytest.raises(QFormatError, match="q:kernel-from"):
             parse_info(f"(q:info '((q:kernel-from . {bad})))")
+    with pytest.raises(QFormatError, match="beyond 64 bits"):  # no integer is that large
+        parse_info("(q:info '((q:kernel-from . #x10000000000000000)))")
 
 
 def test_one_map_written_loosely_is_one_map():
@@ -126,7 +128,7 @@ _symbol_text = st.from_regex(r"[a-z][a-z0-9:-]{0,12}", fullmatch=True).filter(
     lambda s: s not in ("nan", "inf", "infinity"))
 _keys = _symbol_text.map(lambda s: "q:x-" + s)
 _text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
-_ints = st.integers(min_value=-(1 << 70), max_value=1 << 70)
+_ints = st.integers(min_value=-(1 << 64) + 1, max_value=(1 << 64) - 1)  # sexp.INT_LIMIT
 _floats = st.floats(allow_nan=False, allow_infinity=False)
 _leaf = st.one_of(_text, _ints, _floats, _symbol_text.map(Symbol))
 _values = st.recursive(
@@ -148,6 +150,8 @@ _names = st.from_regex(r"[a-zA-Z0-9_][a-zA-Z0-9_.+-]{0,20}", fullmatch=True).fil
 _opt = lambda s: st.none() | s  # noqa: E731
 _u64 = st.integers(min_value=0, max_value=(1 << 64) - 1)
 _extra = st.dictionaries(_keys, _values, max_size=2)
+_dates = st.floats(min_value=0.0, max_value=253402300799.0)  # the range of the time keys
+_factors = st.floats(min_value=0.0, max_value=1e9, exclude_min=True)
 
 _infos = st.builds(
     Info,
@@ -157,11 +161,11 @@ _infos = st.builds(
         comm=_opt(_text), exe=_opt(_text), pid=_opt(st.integers(0, 1 << 22)),
         pids=_opt(st.lists(st.integers(0, 1 << 22), max_size=5)), cpu=_opt(st.integers(0, 4096)),
         hostname=_opt(_text), run_id=_opt(st.from_regex(r"[0-9a-f]{12}", fullmatch=True)),
-        run_start=_opt(_floats), start_time=_opt(_floats), end_time=_opt(_floats),
+        run_start=_opt(_dates), start_time=_opt(_dates), end_time=_opt(_dates),
         samples=_opt(_u64), lost_samples=_opt(_u64),
         task_stats=_opt(st.dictionaries(_keys, _ints, min_size=1, max_size=3)), extra=_extra),
     histogram=_opt(st.builds(Histogram, file=_names, event_name=_opt(_text),
-                             y_unit_conversion_factor=_opt(_floats), extra=_extra)),
+                             y_unit_conversion_factor=_opt(_factors), extra=_extra)),
     call_counts=_opt(st.builds(CallCounts, file=_names)),
     call_stacks=_opt(st.builds(CallStacks, file=_names, unwinder=_opt(st.sampled_from(
         ["fp", "dwarf", "lbr"])))),
@@ -207,6 +211,18 @@ BAD = {
     "lone pair": ("(q:x (q:a . 1 . 2))", 1, "dotted pair"),
     "run id not a string": ("(q:info '((q:run-id . 12)))", 1, "q:run-id"),
     "huge number": ("(q:info '((q:start-time . 1" + "0" * 400 + ".0)))", 1, "range"),
+    "huge hex": ("(q:info\n '((q:pid . #x" + "f" * 2_000_000 + ")))", 1, "beyond 64 bits"),
+    "hex of 65 bits": ("(q:x #x-1" + "0" * 16 + ")", 1, "beyond 64 bits"),
+    "decimal of 65 bits": ("\n(q:x " + str(1 << 64) + ")", 2, "beyond 64 bits"),
+    "huge decimal": ("(q:info '((q:pid . " + "9" * 4000 + ")))", 1, "beyond 64 bits"),
+    "decimal past the digit limit": ("(q:info '((q:pid . " + "9" * 5000 + ")))", 1, "range"),
+    "negative pid": ("(q:info '((q:pid . -5)))", 1, "q:pid: out of range (want not negative)"),
+    "negative pid listed": ("(q:info '((q:pids . (1 -2))))", 1, "q:pids: out of range"),
+    "date past 9999": ("(q:info '((q:start-time . 1e300)))", 1, "q:start-time: out of range"),
+    "negative factor": ("(q:histogram '((q:file . \"a\") (q:y-unit-conversion-factor . -1)))",
+                        1, "q:y-unit-conversion-factor: out of range (want above 0"),
+    "factor too large": ("(q:threads '((q:file . \"a\") (q:time-conversion-factor . 1e10)))",
+                         1, "at most 1e9"),
     "quote before nothing": ("(q:info\n '((q:pid . 1)) ')", 1, "quote"),
     "backslash outside a string": ("\n(q:info '((q:comm . a\\ b)))", 2, "'\\\\'"),
     "string between forms": ("(q:info '((q:pid . 1)))\n\"x\"", 2, "outside"),
@@ -222,6 +238,16 @@ def test_bad_info_raises_format_error_with_line(case):
     assert e.value.path == "x.info#0"
     assert e.value.line == line, str(e.value)
     assert words.lower() in str(e.value).lower()
+
+
+def test_integers_of_64_bits_are_read_and_written_and_no_larger():
+    top = (1 << 64) - 1
+    (form,) = parse_forms(f"(q:x #x{top:x} #x-{top:x} {top} -{top} #x{'0' * 40}1)")
+    assert form.args == [top, -top, top, -top, 1]
+    assert parse_forms(dump_forms([form])) == [form]
+    for too_large in (1 << 64, -(1 << 64)):
+        with pytest.raises(ValueError, match="beyond 64 bits"):
+            dump_forms([Form("q:x", [too_large])])
 
 
 def test_string_escapes_read_as_documented():

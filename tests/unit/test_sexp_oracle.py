@@ -36,7 +36,7 @@ def _text(x: Any) -> str:
     return repr(x)
 
 
-ATOMS = st.one_of(st.integers(-2**70, 2**70), FLOATS, STRINGS, SYMBOLS.map(Symbol))
+ATOMS = st.one_of(st.integers(-2**64 + 1, 2**64 - 1), FLOATS, STRINGS, SYMBOLS.map(Symbol))
 VALUES = st.recursive(ATOMS, lambda inner: st.one_of(
     st.lists(inner, max_size=5), st.lists(inner, max_size=5).map(lambda v: (v,))),
     max_leaves=30)

@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
+import signal
 import zlib
 from pathlib import Path
 
 import pytest
 
-from qsynth import MS, QBuilder
+import hostile_names
+from qsynth import MS, Binary, QBuilder
 from scenarios import calls_dir, run
+from tests.conftest import q_view_popen
+from qtools.viewer.escape import printable
 
 # ---------------------------------------------------------------- helpers
 
@@ -481,3 +486,230 @@ def test_an_archive_cannot_put_its_symbols_in_the_cache_of_a_real_library(tmp_pa
     assert code == 0 and "EVIL1" in out
     code, out, _err = run(genuine.info_path(name), "--flat")
     assert code == 0 and "leaf1" in out and "EVIL1" not in out
+
+
+
+# ---------------------------------------------------------------- hostile names, every view
+
+H = hostile_names
+HOST = f"host{H.CLEAR}\u0099"
+UNIT = f"svc{H.TITLE}.service"
+PROG = "ev\u009b2Jil\u0085"  # the sets' file names (a set's name has no C0 control)
+KSYM_AT = 0xFFFFFFFF81001000
+PY_AT = 0x7F0000001000
+THREAD_IDS = (0, 1000, 2000)  # added to the pid
+
+
+@pytest.fixture(scope="module")
+def hostile_q(tmp_path_factory) -> tuple[QBuilder, list[str], Path]:
+    """A `.q` whose every name is hostile: comm, command line, exe path,
+    host, unit, run id, set file names, object name and path, the ELF's
+    function names and DWARF source file (and that file's text), thread
+    names, a kernel symbol and its module, a perf map's Python name. Two
+    processes of one program (for --diff), stacks through all of them, and
+    a kernel set; returns the .q, the processes' .info names and the
+    directory of the source file."""
+    tmp = tmp_path_factory.mktemp("hostile")
+    exe = H.build(tmp / "build")
+    q = QBuilder(tmp / ".q")
+    o = q.load(Binary.read(exe), base=0x55D4C0000000, name=H.OBJECT, path=H.EXE_PATH)
+    q.add_kallsyms(f"ffffffff81000000 T _stext\nffffffff81001000 t {H.KERNEL_SYMBOL}"
+                   f"\t[{H.KERNEL_MODULE}]\nffffffff81002000 T _etext\n")
+    perf_map = tmp / "perf-77.map"
+    perf_map.write_bytes(f"{PY_AT:x} 40 {H.PYTHON}\n".encode())
+    copy = q.copy(perf_map, f"perf{H.TITLE}-77.map")
+    leaf, caller = o.at(H.LEAF), o.ret(H.CALLER)
+    spin, main = o.ret("spin"), o.ret("main")
+    names = []
+    for pid, scale in ((77, 1), (78, 3)):
+        stacks = [(5 * scale * MS, [leaf, caller, spin, main]),
+                  (2 * MS, [KSYM_AT + 0x10, leaf, caller, main]),
+                  (3 * MS, [leaf, PY_AT + 6, caller, main]),
+                  (1 * MS, [caller, spin, main])]
+        name = q.task(PROG, pid, 0, stacks=stacks, comm=H.COMM,
+                      cmdline=[H.EXE_PATH, H.CLEAR, "a\nb"], exe=H.EXE_PATH, perf_maps=[copy],
+                      extra_info={"hostname": HOST, "unit": UNIT,
+                                  "cgroup": f"/system.slice/{UNIT}", "run_id": f"run{H.CLEAR}{pid}",
+                                  "start_time": 1.7e9, "end_time": 1.7e9 + 10})
+        tids = [pid + t for t in THREAD_IDS]
+        q.threads(name, dict(zip(tids, H.THREADS)),  # the stacks, each by one thread
+                  {("cpu", tids[i % 3], tuple(frames)): w for i, (w, frames) in enumerate(stacks)})
+        names.append(name)
+    q.task("kernel", None, 1, stacks=[(4 * MS, [KSYM_AT + 0x20])], objects=[],
+           extra_info={"hostname": HOST})
+    return q, names, exe.parent
+
+
+def _views(q: QBuilder, names: list[str], source: Path) -> dict[str, list[str]]:
+    """Every report q-view makes, in every text format."""
+    one, other = (q.info_path(n) for n in names)
+    d = str(q.path)
+    views = {
+        "overview": [d], "overview per cpu": [d, "--per-cpu"],
+        "overview by unit": [d, "--group", "unit"],
+        "overview json": [d, "--overview", "--format", "json"],
+        "default": [one], "flat": [one, "--flat"], "graph": [one, "--graph"],
+        "stack quality": [one, "--stack-quality"], "whole directory": [d, "--flat", "-g"],
+        "python": [one, "--python"], "inline": [one, "--inline"],
+        "annotate": [one, "--annotate", H.LEAF, "--source-root", str(source)],
+        "event wall": [one, "--event", "wall"], "tid": [one, "--tid", "1077"],
+        "metrics": [one, "--metrics", "cpu,wall"], "metrics graph": [one, "--metrics", "cpu,wall", "-g"],
+        "metrics json": [one, "--metrics", "cpu,wall", "--format", "json"],
+        "diff": ["--diff", one, other], "diff by object": ["--diff", one, other, "--by", "object"],
+        "diff json": ["--diff", one, other, "--format", "json"],
+        "diff collapsed": ["--diff", one, other, "--format", "collapsed"],
+        "collapsed per pid": [d, "--format", "collapsed", "--per-pid"],
+    }
+    for by in ("thread", "object", "address", "line"):
+        views[f"by {by}"] = [one, "--by", by]
+    for fmt in ("text", "json", "collapsed", "dot"):
+        views[fmt] = [one, "--format", fmt] + (["--stacks"] if fmt == "json" else [])
+        views[f"{fmt} by thread"] = [one, "--format", fmt, "--by", "thread"]
+    return views
+
+
+VIEWS = ["overview", "overview per cpu", "overview by unit", "overview json", "default",
+         "flat", "graph", "stack quality", "whole directory", "python", "inline", "annotate",
+         "event wall", "tid", "metrics", "metrics graph", "metrics json", "diff",
+         "diff by object", "diff json", "diff collapsed", "collapsed per pid", "by thread",
+         "by object", "by address", "by line", "text", "json", "collapsed", "dot",
+         "text by thread", "json by thread", "collapsed by thread", "dot by thread"]
+
+
+def test_every_text_format_is_among_the_views():
+    from qtools.viewer.render import FORMATS
+    text_formats = {name for name, f in FORMATS.items() if f.export is None}
+    assert text_formats == {"text", "json", "collapsed", "dot"}
+
+
+def _lines_kept(out: str) -> None:
+    """No newline of a name ends a line: each part of a name before one
+    shows escaped and followed by the rest of the name (escaped), never by
+    a line break."""
+    for name in (H.LEAF, H.SOURCE, H.COMM, H.EXE_PATH):
+        for part in name.split("\n")[:-1]:
+            if any(not c.isprintable() for c in part):
+                assert printable(part) + "\n" not in out, part
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_no_view_shows_a_control_character_of_a_name(hostile_q, view):
+    """Every name shows escaped (JSON: exact, in JSON's escapes), and none
+    sends the terminal a control character or breaks a line."""
+    q, names, source = hostile_q
+    code, out, err = run(*_views(q, names, source)[view])
+    assert code == 0 and "Traceback" not in err, err
+    assert H.raw_controls(out) == [] and H.raw_controls(err) == [], (out, err)
+    if "json" in view:  # exact names, in JSON's escapes only
+        assert "\\u001b" in out and "\\\\x1b" not in out
+        assert any("\x1b" in s for s in _strings(json.loads(out)))
+    else:
+        _lines_kept(out)
+        assert "\\x1b" in out, out  # names are shown, escaped: not left out
+
+
+def _strings(value: object) -> list[str]:
+    """Every string of a JSON document, keys too."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in [k, *_strings(v)]]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def test_json_keeps_every_hostile_name_exactly(hostile_q):
+    q, names, _source = hostile_q
+    code, out, err = run(q.info_path(names[0]), "--format", "json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert {H.LEAF, H.CALLER, H.KERNEL_SYMBOL} <= {f["name"] for f in doc["functions"]}
+    assert H.OBJECT in {f["object"] for f in doc["functions"]}
+    assert doc["tasks"][0]["comm"] == H.COMM and doc["tasks"][0]["host"] == HOST
+    assert {o["object"] for o in doc["stack_quality"]["objects"]} == {H.OBJECT}
+    assert [p["process"] for p in doc["stack_quality"]["python"]] == [f"{H.COMM} pid 77"]
+    code, out, err = run(q.info_path(names[0]), "--format", "json", "--by", "thread")
+    assert (code, err) == (0, "")
+    assert {f"{t} [tid {77 + i}]" for t, i in zip(H.THREADS, THREAD_IDS)} <= {
+        f["name"] for f in json.loads(out)["functions"]}
+    code, out, err = run(str(q.path), "--overview", "--format", "json")
+    assert code == 0 and {s["command"] for s in json.loads(out)["sets"]} >= {H.COMM}
+
+
+@pytest.mark.parametrize("option", [("--comm", "nosuch"), ("--host", "nosuch"),
+                                    ("--unit", "nosuch"), ("--run", "abc")])
+def test_messages_that_list_hostile_names_are_one_escaped_line(hostile_q, option):
+    q, _names, _source = hostile_q
+    code, out, err = run(str(q.path), "--flat", *option)
+    line = _one_line(code, out, err, 1, str(q.path))
+    assert H.raw_controls(err) == [] and "\\x1b" in line, line
+
+
+def test_a_hostile_data_file_name_is_one_escaped_line(tmp_path, calls_pie):
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie, name=H.OBJECT)
+    name = q.task(PROG, 1, 0, stacks=[(MS, [o.at("main")])])
+    Path(q.info_path(name).replace(".info#", ".stack#")).unlink()
+    code, out, err = run(q.info_path(name))
+    line = _one_line(code, out, err, 0, "missing")
+    assert H.raw_controls(err) == [] and printable(PROG) in line
+
+
+def test_a_watch_screen_escapes_names(hostile_q):
+    """--watch draws its screens with escape sequences of its own (to clear
+    the screen); the report on it shows the names escaped."""
+    q, names, _source = hostile_q
+    env = dict(os.environ, PYTHONUNBUFFERED="1", LINES="60", COLUMNS="200")
+    proc = q_view_popen("--watch", q.info_path(names[0]), "--by", "thread", text=False, env=env)
+    seen = b""
+    try:
+        while b"Flat profile" not in seen or not seen.endswith(b"\n"):
+            ready, _, _ = select.select([proc.stdout], [], [], 30)
+            assert ready, seen
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            assert chunk, seen
+            seen += chunk
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    screen = seen.decode()
+    assert screen.startswith("\x1b[H\x1b[2J")  # its own, once
+    assert H.raw_controls(screen.removeprefix("\x1b[H\x1b[2J")) == [], screen
+    assert printable(H.LEAF) in screen and H.raw_controls(err.decode()) == []
+
+
+def test_a_report_written_to_a_file_escapes_names(hostile_q, tmp_path):
+    q, names, _source = hostile_q
+    report = tmp_path / "report.txt"
+    code, out, err = run(q.info_path(names[0]), "--by", "thread", "-o", str(report))
+    assert (code, out, err) == (0, "", "")
+    text = report.read_text()
+    assert H.raw_controls(text) == [] and printable(H.THREADS[1]) in text
+
+
+def _otlp_strings(path: Path) -> set[str]:
+    from opentelemetry.proto.profiles.v1development import profiles_pb2 as pb
+    data = pb.ProfilesData()
+    data.ParseFromString(path.read_bytes())
+    d = data.dictionary
+    values = [a.value for a in d.attribute_table]
+    values += [a.value for r in data.resource_profiles for a in r.resource.attributes]
+    return set(d.string_table) | {v.string_value for v in values}
+
+
+@pytest.mark.parametrize("fmt", ["pprof", "otlp"])
+@pytest.mark.parametrize("event", ["cpu", "wall"])
+def test_exports_hold_the_names_as_they_are(hostile_q, tmp_path, fmt, event):
+    """pprof and OpenTelemetry are data for other tools, never shown by
+    q-view: they keep each name exactly (whatever prints them escapes it)."""
+    from exports import pprof_profile
+    q, names, _source = hostile_q
+    path = tmp_path / "profile"
+    code, out, err = run(q.info_path(names[0]), "--format", fmt, "--event", event,
+                         "-o", str(path))
+    assert (code, out, err) == (0, "", "")
+    strings = set(pprof_profile(path).string_table) if fmt == "pprof" else _otlp_strings(path)
+    assert {H.LEAF, H.CALLER, H.KERNEL_SYMBOL, H.EXE_PATH, HOST} <= strings
+    assert set(H.THREADS) <= strings  # each stack under its thread

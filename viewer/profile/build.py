@@ -24,8 +24,8 @@ from ..errors import ViewError
 from ..inputs.load import StoredSet
 from ..inputs.locations import SetLocations, locate
 from ..inputs.threadlocs import NANOSECOND, ThreadView
-from .model import Frame, FrameTable, InterpreterQuality, Samples, SetSummary, StackQuality, \
-    printable
+from ..escape import printable
+from .model import Frame, FrameTable, InterpreterQuality, Samples, SetSummary, StackQuality
 from ..naming.symbols import Symbolized, Symbols, Warn
 from .pyview import is_python
 from ..naming.demangle import demangle
@@ -163,18 +163,19 @@ class SampleBuilder:
 
     def _interpreter(self, ts: StoredSet) -> InterpreterQuality:
         """The per-process stack-quality entry of a set (sets of one pid share it)."""
-        key = f"{printable(ts.comm or ts.name)} pid {ts.pid}" if ts.pid is not None \
-            else printable(ts.name)
+        escape = self.escape
+        key = f"{escape(ts.comm or ts.name)} pid {ts.pid}" if ts.pid is not None \
+            else escape(ts.name)
         entry = self.quality.by_process.get(key)
         if entry is None:
             entry = self.quality.by_process[key] = InterpreterQuality()
         info = ts.info
         for name in info.perf_maps:
-            source = f"perf map {printable(name)}"
+            source = f"perf map {escape(name)}"
             if source not in entry.sources:
                 entry.sources.append(source)
         for j in info.jitdumps:
-            source = (f"jitdump {printable(j.path or j.file)} ({j.code_loads or 0} code loads"
+            source = (f"jitdump {escape(j.path or j.file)} ({j.code_loads or 0} code loads"
                       + (", cut short" if j.truncated else "") + ")")
             if source not in entry.sources:
                 entry.sources.append(source)
@@ -302,7 +303,9 @@ class _Names:
     def frame(self, lid: int) -> int:
         fid = self.fids[lid]
         if fid < 0 and lid in self.sl.thread_roots:  # --by thread (threadlocs.py)
-            fid = self.fids[lid] = self.builder.table.id(self.sl.thread_roots[lid])
+            root = self.sl.thread_roots[lid]
+            fid = self.fids[lid] = self.builder.table.id(
+                root._replace(name=self.builder.escape(root.name)))
             self.kernel[lid] = True  # no user frame: left out of the stack quality
         elif fid < 0:
             loc = self.sl.locations[lid]
@@ -314,7 +317,7 @@ class _Names:
             else:
                 fid = self.fids[lid] = self.builder._id(sym)
             self.kernel[lid] = sym.kernel
-            self.objects[lid] = sym.object
+            self.objects[lid] = self.builder.escape(sym.object)  # the stack quality's rows
             self.python[lid] = is_python(sym.name)
         return fid
 

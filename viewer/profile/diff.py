@@ -23,7 +23,8 @@ from ..inputs.select import Selection
 from ..inputs.programs import select_inputs
 from ..inputs.timewin import parse_time
 from ..numfmt import percent
-from .model import CallGraph, Frame, InconsistentGraph, printable
+from ..escape import printable
+from .model import CallGraph, Frame, InconsistentGraph
 from .report import call_graph
 
 BASE, NEW = "base", "new"

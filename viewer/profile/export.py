@@ -42,7 +42,6 @@ from ..naming.space import AddressSpace
 from ..naming.symbols import KERNEL_OBJECT, Symbolized, Symbols, Warn
 from ..render.units import SECONDS
 from .build import one_unit
-from .model import printable
 from .report import symbolizer, thread_view
 
 NANOSECONDS = "nanoseconds"
@@ -310,7 +309,7 @@ class _Builder:
         sym = space.lookup(where.address, where.is_return)
         lines = () if sym.kernel else self._lines(space, where.address, where.is_return, sym)
         function = lines[-1][0] if lines else self.functions.id(
-            Function(printable(sym.name), printable(sym.object), sym.kernel))
+            Function(sym.name, sym.object, sym.kernel))
         mapping: int | None = None
         if sym.kernel:
             # locations are written where they are named (a return address less one)
@@ -322,8 +321,7 @@ class _Builder:
                 m, ref = found
                 mapping = self.mappings.id(Mapping(m.addr, min(m.addr + m.size, KERNEL_LIMIT),
                                                    m.offset,
-                                                   printable(ref.path or ref.name),
-                                                   printable(ref.build_id or "")))
+                                                   ref.path or ref.name, ref.build_id or ""))
         address = where.address - 1 if where.is_return and where.address > 0 else where.address
         return self._add_location(Location(mapping, address, function, lines), sym.kernel)
 
@@ -338,9 +336,8 @@ class _Builder:
             chain = [("", line[0], line[1])]
         out = []
         for name, path, number in chain:
-            shown = printable(demangle(name) if name else sym.name)
-            out.append((self.functions.id(Function(shown, printable(sym.object), False,
-                                                   printable(path))), number))
+            shown = demangle(name) if name else sym.name
+            out.append((self.functions.id(Function(shown, sym.object, False, path)), number))
         return tuple(out)
 
     def _add_location(self, location: Location, kernel: bool) -> int:
@@ -387,7 +384,7 @@ class _Builder:
 
 
 def _text(value: str | None) -> str | None:
-    return printable(value) if value else None
+    return value or None  # as the .q says: the exports are data (viewer/escape.py)
 
 
 def _nanos(seconds: float | None) -> int | None:

@@ -18,18 +18,6 @@ import math
 from typing import Any, NamedTuple
 
 
-
-def printable(text: str) -> str:
-    """``text`` with its unprintable characters escaped (``\\x0a``). Names come
-    from places anyone controls (a task's comm, an ELF symbol table, a JIT
-    map): they must neither break a report's lines nor send escape sequences
-    to the terminal."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else
-                   f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}" for c in text)
-
-
 class Frame(NamedTuple):
     """A node of the call graph: a function (or object, or address) in an object."""
 

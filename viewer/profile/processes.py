@@ -24,7 +24,8 @@ from ..overview import IDLE, KERNEL, kernel_only_run
 from ..render.units import SECONDS
 from .build import build_samples
 from ..inputs.threadlocs import ThreadView
-from .model import Frame, FrameTable, Samples, StackQuality, printable
+from ..escape import printable
+from .model import Frame, FrameTable, Samples, StackQuality
 from .processors import PROCESS_OBJECT
 
 WEIGHTS = ("event", "samples")

@@ -19,7 +19,8 @@ from ..render import FORMATS
 from . import filters, processes, processors
 from .build import build_samples
 from .callgraph import analyze
-from .model import CallGraph, printable
+from ..escape import printable
+from .model import CallGraph
 from .pyview import python_only
 from ..inputs.threadlocs import ThreadView
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from ..profile.model import Frame, CallGraph, printable
+from ..escape import printable
+from ..profile.model import Frame, CallGraph
 
 
 def _clean(frame: Frame) -> str:

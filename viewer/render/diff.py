@@ -11,13 +11,13 @@ does; with ``--absolute`` they are left as they are.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any, Callable, TextIO
 
 from ..numfmt import DASH, si
 from ..profile.diff import BASE, ONLY_BASE, ONLY_NEW, Comparison, Row, Side
-from ..profile.model import Frame, printable
+from ..escape import printable, write_json
+from ..profile.model import Frame
 from . import collapsed
 from .units import legend, share_heading
 
@@ -159,8 +159,7 @@ def document(c: Comparison) -> dict[str, Any]:
 
 
 def as_json(c: Comparison, out: TextIO) -> None:
-    json.dump(document(c), out, indent=1)
-    out.write("\n")
+    write_json(document(c), out)
 
 
 def folded(c: Comparison, out: TextIO) -> None:

@@ -8,9 +8,9 @@ are no call stacks.
 
 from __future__ import annotations
 
-import json
 from typing import Any, TextIO
 
+from ..escape import write_json
 from ..profile.model import Function, CallGraph
 from .quality import RULE
 
@@ -108,5 +108,4 @@ def _stacks(profile: CallGraph, fns: list[Function]) -> list[dict[str, Any]]:
 
 
 def render(profile: CallGraph, out: TextIO, stacks: bool = False) -> None:
-    json.dump(document(profile, stacks), out, indent=1)
-    out.write("\n")
+    write_json(document(profile, stacks), out)

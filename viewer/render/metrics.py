@@ -4,9 +4,9 @@ shows them. One call graph per metric (``--event``), joined by frame."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, TextIO
 
+from ..escape import write_json
 from ..numfmt import si
 from ..profile.model import CallGraph, Frame
 
@@ -68,5 +68,4 @@ def render_json(graphs: dict[str, CallGraph], out: TextIO, with_arcs: bool = Fal
     if with_arcs:
         from .metricgraph import json_arcs  # it imports this module's rows
         data["arcs"] = json_arcs(graphs)
-    json.dump(data, out, indent=1)
-    out.write("\n")
+    write_json(data, out)
