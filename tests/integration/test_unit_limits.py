@@ -19,12 +19,15 @@ from pathlib import Path
 import psutil
 import pytest
 
+from qtools.daemon.sets.objects import CopyLimits
 from tests.conftest import command
 from tests.integration.test_push import DROP_IN, Ingest
 from tests.integration.test_python_jit import PYSHARES, interpreter
 from tests.integration.test_service import UNIT, _systemd_analyze, debian_tool
 
 EXPOSURE_BEFORE = 4.3  # systemd-analyze security of the unit before this sandbox
+MEMORY_MARGIN = 1.5  # the limit over the measured peak
+GIB = 1 << 30
 
 
 def unit_values(text: str, key: str) -> list[str]:
@@ -223,3 +226,46 @@ def test_every_system_call_of_a_real_run_is_allowed(perf: None, build: Callable[
     assert ingest.attempts, "q-push sent nothing: its calls were not traced"
     assert {"perf_event_open", "execve", "memfd_create"} <= used  # the collectors were traced
     assert not used - allowed, sorted(used - allowed)
+
+
+def size(value: str) -> int:
+    """A systemd size (1G, 512M, 4096) in bytes."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    return int(float(value.rstrip("KMGT")) * units.get(value[-1:], 1))
+
+
+def memory_max_at(value: str, cpus: int, per_cpu: int) -> int:
+    """MemoryMax= in bytes on a machine of ``cpus`` CPUs and ``per_cpu``
+    bytes of memory for each."""
+    if value.endswith("%"):
+        return int(float(value[:-1]) / 100 * cpus * per_cpu)
+    return size(value)
+
+
+def test_the_memory_limit_holds_a_measured_run_and_never_throttles(
+        perf: None, build: Callable[..., Path], tmp_path: Path) -> None:
+    text = UNIT.read_text()
+    # A throttle (MemoryHigh=, CPUQuota=) stretches whatever the daemon is
+    # doing into a stall: the limit is a hard one, and swap cannot stand in.
+    assert not unit_values(text, "MemoryHigh") and not unit_values(text, "CPUQuota")
+    assert unit_values(text, "MemorySwapMax") == ["0"]
+    cpus = psutil.cpu_count()
+    limit = memory_max_at(unit_values(text, "MemoryMax")[-1], cpus, GIB)
+    ingest = Ingest()
+    try:
+        with machine_load(build):
+            r, peak = run_as_the_unit([*exec_args(text, tmp_path / "q"), "--push", ingest.url,
+                                       "--checkpoint", "2", "--rotate", "5"])
+    finally:
+        ingest.close()
+    assert r.returncode == 0, r.stderr
+    assert ingest.received, r.stderr  # q-push ran, and is counted
+    # the unit's limit on a machine with as many CPUs and 1 GiB for each
+    assert limit > MEMORY_MARGIN * peak, (limit >> 20, peak >> 20)
+
+
+def test_no_file_within_the_daemons_limits_reaches_the_file_size_limit() -> None:
+    # the largest files: object copies (--max-object-size), kallsyms, perf maps
+    limit = size(unit_values(UNIT.read_text(), "LimitFSIZE")[-1])
+    defaults = CopyLimits()
+    assert limit >= 2 * max(defaults.object_size, defaults.kallsyms_size, defaults.map_size)
