@@ -287,6 +287,11 @@ def test_the_unit_with_the_push_drop_in_verifies(tmp_path):
     script = command("q-syscollect")
     drop_in = DROP_IN.read_text()
     assert re.search(r"^RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6$", drop_in, re.M)
+    # the host's network, but of its addresses only the server's: the unit
+    # denies them all
+    assert re.search(r"^PrivateNetwork=no$", drop_in, re.M)
+    assert re.search(r"^IPAddressDeny=any$", UNIT.read_text(), re.M)
+    assert re.search(r"^IPAddressAllow=\S+", drop_in, re.M)
     exec_start = re.findall(r"^ExecStart=(.*)$", drop_in, re.M)
     assert exec_start[0] == "" and "--push" in exec_start[1]
     # a drop-in's lines apply after the unit's: the same as appending them

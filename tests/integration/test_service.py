@@ -207,15 +207,21 @@ def test_thousands_of_short_lived_processes_keep_memory_and_files_bounded(perf, 
     check_complete(q)
 
 
-def _systemd_analyze() -> str:
-    tool = shutil.which("systemd-analyze")
+def debian_tool(name: str, package: str) -> str:
+    """The command ``name``, installed from Debian's ``package`` when missing
+    (as root, where apt-get is); the test fails, saying so, without it."""
+    tool = shutil.which(name)
     if tool is None and os.geteuid() == 0 and shutil.which("apt-get"):
-        subprocess.run(["apt-get", "install", "-y", "-q", "systemd"], check=False,
+        subprocess.run(["apt-get", "install", "-y", "-q", package], check=False,
                        capture_output=True, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
-        tool = shutil.which("systemd-analyze")
+        tool = shutil.which(name)
     if tool is None:
-        pytest.fail("systemd-analyze is needed (Debian package systemd) and could not be installed")
+        pytest.fail(f"{name} is needed (Debian package {package}) and could not be installed")
     return tool
+
+
+def _systemd_analyze() -> str:
+    return debian_tool("systemd-analyze", "systemd")
 
 
 def test_the_unit_verifies(tmp_path):
