@@ -320,9 +320,7 @@ class CpuCollector:
             self.samples += samples
             self._tick_samples += samples
             ts.stats.idle_weight += weight
-            if ip < tally.kernel_from:
-                tally.kernel_from = ip
-            tally.add_same(ip, weight, samples, (ip,) if stacks else None, tid)
+            tally.add_same(ip, weight, samples, (ip,) if stacks else None, tid, ip)
 
     def _sample(self, s: Sample) -> None:
         self.samples += 1
@@ -345,13 +343,11 @@ class CpuCollector:
         if self.opts.kernel_only or s.pid == 0:
             ts = self.book.kernel_set()
             ts.writer.dirty = True
-            if low < ts.data.tally.kernel_from:
-                ts.data.tally.kernel_from = low
             if s.pid == 0:  # with -k every pid lands here: keep the idle task's share apart
                 ts.stats.idle_weight += weight
             # a sample without a callchain is a stack of its pc: .stack sums to .hist
             stack = (tuple(kernel) or (s.ip,)) if self.opts.stacks else None
-            ts.data.tally.add(s.ip, weight, stack, (), s.tid)
+            ts.data.tally.add(s.ip, weight, stack, (), s.tid, low)
             return
         proc = self._process(s.pid, s.time)
         ts = self.book.process_set(proc)
@@ -365,17 +361,16 @@ class CpuCollector:
         else:
             stack = (tuple(kernel) + tuple(user) if kernel else tuple(user)) or (s.ip,)
         arcs = [(b.source, b.target) for b in s.branches if b.is_call] if s.branches else []
-        if low < tally.kernel_from:
-            tally.kernel_from = low
         self.mappings.note(proc, ts, user if user or in_kernel else [s.ip], arcs)
         if self.jit is not None and user and self.jit.has_dump(proc):
+            tally.note_kernel(low)
             tally.count_thread(s.tid, weight)  # now: the JIT tracker may hold the sample
             # by thread with its addresses as sampled (JIT code unnamed there)
             tally.add_thread("cpu", s.tid, stack or (s.ip,), weight)
             self.jit.sample(proc, s.time, s.ip, weight, list(kernel), list(user), arcs,
                             self.opts.stacks, tally.add)
         else:
-            tally.add(s.ip, weight, stack, arcs, s.tid)
+            tally.add(s.ip, weight, stack, arcs, s.tid, low)
 
     on_sample = _sample  # the handler routes.ROUTES names for samples
 

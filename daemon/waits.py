@@ -50,9 +50,7 @@ class Waits:
             stack = (tuple(kernel) + tuple(user)) or (s.ip,)
             ts = self.c.book.by_process.get(proc)
             if ts is not None:
-                low = min(min(kernel), s.ip) if kernel else s.ip
-                if low < ts.data.tally.kernel_from:
-                    ts.data.tally.kernel_from = low
+                ts.data.tally.note_kernel(min(min(kernel), s.ip) if kernel else s.ip)
                 self.c.mappings.note(proc, ts, user)
             memo.append(stack)
             return stack
