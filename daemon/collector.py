@@ -20,8 +20,8 @@ from .clock import SYSTEM, Clock
 from .drainloop import QUIET_RECORDS_PER_SECOND
 from .decode.records import Lost, Sample, Switch, split_callchain
 from .decode import idle
-from .decode.drain import decode_drain
-from .decode.routes import handlers
+from .decode.drain import decode_drain, dispatch
+from .decode.routes import Handlers
 from .waits import Waits
 from .frames import FramePointerFrames, UserFrames
 from .frames.jitdump import JitTracker
@@ -108,7 +108,12 @@ class CpuCollector:
         self.sampled_cgroups = bool(self.layout.sample_type & abi.SAMPLE_CGROUP)
         self.waits = Waits(self, opts.off_cpu_min_ns)
         self.offcpu = self.waits.offcpu
-        self._routes = handlers(self, self.table, self.cgroups, self.waits)  # record class -> handler
+        self.handlers = Handlers(
+            sample=self.on_sample, mmap=self.table.on_mmap, comm=self.table.on_comm,
+            task=self.table.on_task, lost=self.on_lost, switch=self.on_switch,
+            cgroup=self.cgroups.on_cgroup, sched_switch=self.waits.on_sched_switch,
+            sched_waking=self.waits.on_sched_waking)
+        self._routes = dispatch(self.handlers)  # record class -> handler
         self.clock = clock
         self.book = SetBook(opts.cpu, opts.min_samples, opts.max_stacks, clock,
                             opts.min_stack_share)
@@ -225,8 +230,9 @@ class CpuCollector:
     def step(self) -> int:
         """Drain what the source holds; returns the number of records.
 
-        Each record goes to the handler routes.ROUTES names for its kind
-        (``on_*`` here or on the task table), in time order; the idle
+        Each record goes to its kind's handler (the ``Handlers`` made in
+        __init__; ``on_*`` here, of the task table, the cgroups' or the
+        waits'), in time order; the idle
         task's samples, told apart undecoded, go to ``_idle`` first."""
         # Every record of an event before this moment is in a ring now: the
         # horizon up to which a checkpoint may count waits still going
@@ -372,7 +378,7 @@ class CpuCollector:
         else:
             tally.add(s.ip, weight, stack, arcs, s.tid, low)
 
-    on_sample = _sample  # the handler routes.ROUTES names for samples
+    on_sample = _sample  # the handler of samples (routes.Handlers.sample)
 
     def _recalled(self, pending: dict[Recalled, list[int]]) -> None:
         """Samples step counted by (set, thread, cgroup, pc, user frames):

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from .decode.records import Sample, split_callchain
-from .decode.tracepoints import SchedSwitch, SchedWaking
+from .decode.records import Sample, SchedSwitch, SchedWaking, split_callchain
 from .machine.tasks import Process
 from .sets.offcpu import OffCpu
 
