@@ -10,7 +10,6 @@ import operator
 import os
 import sys
 import time
-from collections import deque
 from typing import Callable, NamedTuple, Sequence, TextIO
 
 from qtools.qformat import QDir
@@ -32,6 +31,7 @@ from .machine.cgroups import CgroupTable, weigh
 from .machine.host import Host
 from .machine.tasks import Process, TaskTable
 from .messages import Tally, tell, write_line
+from .processes import Processes
 from .sets.aggregate import MAX_STACKS, CollectedSet, SetBook
 from .sets.checkpoint import RunInfo, write_sets
 from .sets.tally import NO_KERNEL
@@ -45,10 +45,6 @@ STATS_SECONDS = 1.0
 RECOVERED_AFTER = 3
 """Checkpoints written whole, after a write error was said, before the
 collector says writing works again (or the run's last one)."""
-# The kernel's pid of a task sampled in its last moments of exit, after its
-# pid was released (perf_event_pid gives -1, a u32 in the record): a process
-# of its own, named for what it does.
-EXITING_PID, EXITING = 0xFFFFFFFF, "exiting"
 
 
 class Options(NamedTuple):
@@ -100,7 +96,11 @@ class CpuCollector:
             self.jit.host = self.host
         self.kallsyms = kallsyms
         self.out = out or sys.stderr
-        self.table = TaskTable(on_end=self._ended, owner=self.host.owner)
+        self.clock = clock
+        self.book = SetBook(opts.cpu, opts.min_samples, opts.max_stacks, clock,
+                            opts.min_stack_share)
+        self.processes = Processes(self.host, self.book, copier, self.jit)
+        self.table: TaskTable = self.processes.table
         self.mappings = MappingNotes(self.table, self.host, copier, self._report_write_error)
         self.cgroups = CgroupTable()
         # Without PERF_SAMPLE_CGROUP (a kernel before 5.7) a set's cgroup is
@@ -114,9 +114,6 @@ class CpuCollector:
             cgroup=self.cgroups.on_cgroup, sched_switch=self.waits.on_sched_switch,
             sched_waking=self.waits.on_sched_waking)
         self._routes = dispatch(self.handlers)  # record class -> handler
-        self.clock = clock
-        self.book = SetBook(opts.cpu, opts.min_samples, opts.max_stacks, clock,
-                            opts.min_stack_share)
         tables = getattr(self.user_frames, "tables", None)  # DWARF stacks' CFI
         self.starts = FunctionStarts(
             qdir, copier.limits.kallsyms_size, None if tables is None else tables.loaded,
@@ -135,8 +132,6 @@ class CpuCollector:
         self._write_error: str | None = None
         self._good_writes = 0  # checkpoints written whole since the error said
         self.busy_records = 0  # records of the last drain other than the idle task's samples
-        self._lingering: deque[Process] = deque()  # ended without samples (_linger)
-        self._lingered: list[Process] = []  # ... lingering at the last checkpoint
         self.sideband_seen = False  # ... and whether a few of them were not samples
 
     # ------------------------------------------------------------ tasks
@@ -152,78 +147,7 @@ class CpuCollector:
         if self.sampled_cgroups:
             for rec in snapshot.cgroups:
                 self.cgroups.apply(rec)
-        for seen in snapshot.processes:
-            self._install(seen)
-
-    def _synthesize(self, pid: int, now: int) -> Process | None:
-        """Apply what the host shows of ``pid`` as records; its process, or None if gone."""
-        seen = synthesize.seen(self.host, pid, now)
-        return self._install(seen) if seen is not None else None
-
-    def _install(self, seen: synthesize.Seen) -> Process | None:
-        for rec in seen.records:
-            self.table.apply(rec)
-        proc = self.table.get(seen.pid)
-        if proc is not None:
-            proc.maps_loaded_at = time.monotonic()
-            # What records cannot carry, read while it surely ran: an early
-            # end would otherwise leave its set without a command line.
-            proc.ppid, proc.cmdline, proc.exe = seen.ppid, seen.cmdline, seen.exe
-        return proc
-
-    def _process(self, pid: int, when: int) -> Process:
-        proc = self.table.get(pid)
-        if proc is not None:
-            return proc
-        # Time 0: the records about it still on their way from other CPUs'
-        # rings, older than now, apply over what the host shows.
-        proc = self._synthesize(pid, 0)
-        if proc is not None:
-            return proc
-        # Gone already, or its records are still in another CPU's ring: a
-        # stub, completed in place when they arrive.
-        comm = EXITING if pid == EXITING_PID else self.host.comm(pid) or "unknown"
-        stub = Process(pid, comm, since=when, stub=True)
-        self.table.procs[pid] = stub
-        return stub
-
-    def _ended(self, proc: Process) -> None:
-        if self.jit is not None:
-            self.jit.process_ended(proc)  # its JIT records are all written by now
-        ts = self.book.by_process.get(proc)
-        if ts is not None and ts.stats.counters_start is not None:
-            # Until its parent reaps it, an exited task's final counters are
-            # still in /proc; a pid already reused shows smaller ones: ignored.
-            final = self.host.task_counters(proc.pid)
-            if final and final.get("user-seconds", 0) >= (ts.stats.counters_last or {}).get(
-                    "user-seconds", 0):
-                ts.stats.counters_last = final
-        if not self.book.process_ended(proc):
-            self._linger(proc)
-
-    def _linger(self, proc: Process) -> None:
-        """Keep an ended process without samples a while before forgetting
-        it: kernels since 6.x write a task's EXIT before its last work (the
-        unmapping of its memory in exit_mmap), whose samples follow it, and
-        a process forgotten at its EXIT made them a stub named "unknown"
-        (a tenth of a fork-heavy load's processes). Forgotten at the next
-        checkpoint but one, or once MAX_LINGERING others have ended since."""
-        lingering = self._lingering
-        lingering.append(proc)
-        if len(lingering) > MAX_LINGERING:
-            self._forget_unsampled(lingering.popleft())
-
-    def _forget_unsampled(self, proc: Process) -> None:
-        """Forget a lingering process, unless samples came after its end:
-        then its set has it, and the set's write forgets it."""
-        if proc not in self.book.by_process:
-            self._forget(proc)
-
-    def _forget(self, proc: Process) -> None:
-        """An ended process whose sets are written (or that had none): what
-        is kept about it goes, so memory follows the live processes."""
-        self.table.forget(proc)
-        self.copier.forget(proc)
+        self.processes.seed(snapshot.processes)
 
     # ------------------------------------------------------------ records
 
@@ -355,7 +279,7 @@ class CpuCollector:
             stack = (tuple(kernel) or (s.ip,)) if self.opts.stacks else None
             ts.data.tally.add(s.ip, weight, stack, (), s.tid, low)
             return
-        proc = self._process(s.pid, s.time)
+        proc = self.processes.process(s.pid, s.time)
         ts = self.book.process_set(proc)
         tally = ts.data.tally
         self._credit(proc, ts, s.cgroup, weight)
@@ -460,14 +384,7 @@ class CpuCollector:
                 kallsyms, ts.data.tally.mappings, ts.data.tally.kernel_from, ts.data.process),
             None if starts is None else lambda ts: starts.object_lines(
                 kallsyms, ts.data.tally.mappings, ts.data.tally.kernel_from))
-        # those that lingered since the checkpoint before (the latest ones
-        # may still have samples in the rings), or all at the end
-        expired, self._lingered = self._lingered, list(self._lingering)
-        self._lingering.clear()
-        if final:
-            expired, self._lingered = expired + self._lingered, []
-        for proc in expired:
-            self._forget_unsampled(proc)
+        self.processes.expire(final)
         if self.sampled_cgroups:
             self.cgroups.complete((ts.stats.cgroup_weights for ts in sets),
                                   lambda: synthesize.cgroups(self.host, 0))
@@ -475,7 +392,7 @@ class CpuCollector:
             ts.stats.cgroup = self.cgroups.choose(ts.stats.cgroup_weights) or ts.stats.cgroup
         for proc in folded:
             if proc.ended:
-                self._forget(proc)
+                self.processes.forget(proc)
         run = self.run_info
         if self.kallsyms is not None:
             run = run._replace(kallsyms=kallsyms)
@@ -491,7 +408,7 @@ class CpuCollector:
         for ts in written:
             done = self.book.written(ts)
             if done is not None and done.ended:
-                self._forget(done)
+                self.processes.forget(done)
         if self.book.dropped:
             tell(self.out, f"cpu {self.opts.cpu}: gave up {self.book.dropped} closed sets "
                            f"that could not be written to {self.qdir.path}")
@@ -568,9 +485,6 @@ class CpuCollector:
         return ok
 
 
-MAX_LINGERING = 4096
-"""Ended processes without samples kept until the next checkpoint at most:
-a process's samples after its EXIT come within milliseconds of it."""
 _ORDER = operator.attrgetter("order")
 _NO_FRAMES: tuple[int, ...] = ()
 Recalled = tuple[CollectedSet, int, int, int, tuple[int, ...]]

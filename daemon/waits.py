@@ -28,7 +28,7 @@ class Waits:
         s = rec.sample
         if s is None or s.pid == 0 or rec.prev_tid == 0 or self.c.opts.kernel_only:
             return
-        proc = self.c._process(s.pid, s.time)
+        proc = self.c.processes.process(s.pid, s.time)
         self.c.book.process_set(proc).data.tally.switches += 1
         frames = self._switch_frames(proc, s) if self.c.opts.stacks else ()
         self.offcpu.switch_out(rec.prev_tid, rec.prev_state, rec.time, proc, frames)
