@@ -7,15 +7,16 @@ The loop knows nothing of syscalls: records come from an ``EventSource``
 from __future__ import annotations
 
 import operator
-import os
 import sys
 import time
-from typing import Callable, NamedTuple, Sequence, TextIO
+from typing import Callable, Sequence, TextIO
 
 from qtools.qformat import QDir
 
 from . import drainloop
+from .checkpoints import Checkpoints, WriteErrors
 from .clock import SYSTEM, Clock
+from .config import Options
 from .drainloop import QUIET_RECORDS_PER_SECOND
 from .decode.records import Lost, Sample, Switch, split_callchain
 from .decode import idle
@@ -30,10 +31,10 @@ from .machine import synthesize
 from .machine.cgroups import CgroupTable, weigh
 from .machine.host import Host
 from .machine.tasks import Process, TaskTable
-from .messages import Tally, tell, write_line
+from .messages import Tally, say
 from .processes import Processes
-from .sets.aggregate import MAX_STACKS, CollectedSet, SetBook
-from .sets.checkpoint import RunInfo, write_sets
+from .sets.aggregate import CollectedSet, SetBook
+from .sets.checkpoint import RunInfo
 from .sets.tally import NO_KERNEL
 from .sets.kallsyms import KallsymsCopy
 from .sets.mappings import MappingNotes
@@ -42,28 +43,6 @@ from .sets.starts import FunctionStarts
 
 KERNEL_MODES = (abi.MISC_KERNEL, abi.MISC_GUEST_KERNEL)  # Sample.in_kernel, inlined
 STATS_SECONDS = 1.0
-RECOVERED_AFTER = 3
-"""Checkpoints written whole, after a write error was said, before the
-collector says writing works again (or the run's last one)."""
-
-
-class Options(NamedTuple):
-    """How one CPU's collector works (q-syscollect's options for it)."""
-
-    cpu: int
-    kernel_only: bool = False
-    checkpoint_interval: float = 10.0
-    run_seconds: float | None = None  # -t: the run ends this long after the loop starts, or later
-    verbose: bool = False
-    min_samples: int = 100
-    stacks: bool = True
-    rotate: float | None = None  # seconds per time slice; None: one slice for the run
-    compress: bool = False  # write data files of closed sets gzip-compressed
-    cpu_stats: bool = True  # keep the CPU's busy share and clock in kernel-cpuN
-    max_stacks: int = MAX_STACKS  # distinct stacks per set and slice; the rest: one remainder
-    min_stack_share: float = 0.0  # a rarer stack is folded at a checkpoint (tally.fold_rare)
-    off_cpu: bool = False  # sched_switch/sched_waking come: account waits (sets/offcpu.py)
-    off_cpu_min_ns: int = 0
 
 
 class Flags:
@@ -82,10 +61,8 @@ class CpuCollector:
                  out: TextIO | None = None, kallsyms: KallsymsCopy | None = None,
                  clock: Clock = SYSTEM, host: Host | None = None) -> None:
         self.opts = opts
-        self.run_info = run
         self.source = source
         self.layout = source.layout
-        self.qdir = qdir
         self.copier = copier
         # the machine's processes, files and counters: the copier's unless told
         self.host = host if host is not None else copier.host
@@ -94,14 +71,14 @@ class CpuCollector:
         if self.jit is not None:
             self.jit.out = out or sys.stderr
             self.jit.host = self.host
-        self.kallsyms = kallsyms
         self.out = out or sys.stderr
         self.clock = clock
         self.book = SetBook(opts.cpu, opts.min_samples, opts.max_stacks, clock,
                             opts.min_stack_share)
         self.processes = Processes(self.host, self.book, copier, self.jit)
         self.table: TaskTable = self.processes.table
-        self.mappings = MappingNotes(self.table, self.host, copier, self._report_write_error)
+        self.write_errors = WriteErrors(self.out, qdir.path, opts.cpu)
+        self.mappings = MappingNotes(self.table, self.host, copier, self.write_errors.report)
         self.cgroups = CgroupTable()
         # Without PERF_SAMPLE_CGROUP (a kernel before 5.7) a set's cgroup is
         # read from /proc/PID/cgroup at its first sample (so after each exec).
@@ -115,22 +92,20 @@ class CpuCollector:
             sched_waking=self.waits.on_sched_waking)
         self._routes = dispatch(self.handlers)  # record class -> handler
         tables = getattr(self.user_frames, "tables", None)  # DWARF stacks' CFI
-        self.starts = FunctionStarts(
+        starts = FunctionStarts(
             qdir, copier.limits.kallsyms_size, None if tables is None else tables.loaded,
             None if tables is None else tables.cfi_for) if opts.min_stack_share else None
+        self.checkpoints = Checkpoints(opts, run, qdir, copier, self.book, self.processes,
+                                       self.waits, self.cgroups, self.sampled_cgroups,
+                                       self.host, self.jit, kallsyms, starts, clock, self.out,
+                                       self.write_errors)
         self.samples = 0
         self.read_until = 0  # ns (CLOCK_MONOTONIC, as the records' times): see step
         self.lost = 0
         self.damaged = 0  # records that could not be decoded
         self.switches = 0  # SWITCH records (none yet: no event asks for them)
-        self.sets_created = 0
-        self.given_up = 0  # sets dropped without ever being written
-        self._unwritten = 0  # sets the last checkpoint could not write
-        self._last_chance = False  # the run's final checkpoint: no retry follows
         self._tick_samples = 0
         self._tick_lost = 0
-        self._write_error: str | None = None
-        self._good_writes = 0  # checkpoints written whole since the error said
         self.busy_records = 0  # records of the last drain other than the idle task's samples
         self.sideband_seen = False  # ... and whether a few of them were not samples
 
@@ -348,111 +323,23 @@ class CpuCollector:
         if not self.sampled_cgroups:
             ts.stats.cgroup = self.host.task_cgroup(proc.pid)
 
-    def _update_stats(self) -> None:
-        """Counters of live tasks and of the CPU, for the sets about to be written."""
-        for proc, ts in self.book.by_process.items():
-            if not proc.ended and ts.writer.promoted and ts.stats.counters_start is not None:
-                ts.stats.counters_last = self.host.task_counters(proc.pid) or ts.stats.counters_last
-        if not self.opts.cpu_stats:
-            return
-        kernel = self.book.kernel_set()
-        now = self.host.cpu_counters(self.opts.cpu)
-        if kernel.stats.counters_start is None:
-            kernel.stats.counters_start = now
-        kernel.stats.counters_last = now
-        kernel.writer.idle_dirty = True  # time passing: written as the idle weight is
-
     # ------------------------------------------------------------ checkpoints
 
     def checkpoint(self, final: bool = False, complete: bool = False) -> bool:
-        """Write every changed set; True if everything reached the disk.
-
-        ``final`` closes every set: the end of the run, or of a time slice.
-        ``complete`` writes an idle CPU's kernel set too, which a periodic
-        checkpoint leaves for later when nothing else changed (Book.plan).
-        """
-        self._update_stats()
-        self.waits.take(self.read_until or time.monotonic_ns())
-        self.waits.name_threads()
-        if self.jit is not None:
-            self.jit.resolve_pending(final_all=final)
-        kallsyms = self.kallsyms.current(self.copier) if self.kallsyms is not None else None
-        starts = self.starts
-        sets, folded = self.book.plan(
-            final, complete,
-            None if starts is None else lambda ts: starts.for_set(
-                kallsyms, ts.data.tally.mappings, ts.data.tally.kernel_from, ts.data.process),
-            None if starts is None else lambda ts: starts.object_lines(
-                kallsyms, ts.data.tally.mappings, ts.data.tally.kernel_from))
-        self.processes.expire(final)
-        if self.sampled_cgroups:
-            self.cgroups.complete((ts.stats.cgroup_weights for ts in sets),
-                                  lambda: synthesize.cgroups(self.host, 0))
-        for ts in sets:
-            ts.stats.cgroup = self.cgroups.choose(ts.stats.cgroup_weights) or ts.stats.cgroup
-        for proc in folded:
-            if proc.ended:
-                self.processes.forget(proc)
-        run = self.run_info
-        if self.kallsyms is not None:
-            run = run._replace(kallsyms=kallsyms)
-        if final and self.opts.compress:
-            run = run._replace(compress=True)
-        fresh = [ts for ts in sets if ts.writer.version is None]
-        jit = self.jit
-        written, errors = write_sets(self.qdir, sets, run, self.copier, self.lost,
-                                     (lambda t: jit.refs(t.data.process, t.data.pids, self.qdir))
-                                     if jit else None, self.clock)
-        self.sets_created += sum(ts.writer.version is not None for ts in fresh)
-        self._unwritten = len(sets) - len(written)
-        for ts in written:
-            done = self.book.written(ts)
-            if done is not None and done.ended:
-                self.processes.forget(done)
-        if self.book.dropped:
-            tell(self.out, f"cpu {self.opts.cpu}: gave up {self.book.dropped} closed sets "
-                           f"that could not be written to {self.qdir.path}")
-            self.given_up += self.book.dropped
-            self.book.dropped = 0
-        if errors:
-            self._report_write_error(errors[0])
-            return False
-        if self._write_error is not None:
-            # A disk at the edge of full takes one checkpoint and refuses the
-            # next: recovery is said once it held, so the log gets one pair.
-            self._good_writes += 1
-            if self._good_writes >= RECOVERED_AFTER or final:
-                self.say(f"writing to {self.qdir.path} works again")
-                self._write_error = None
-        return True
+        """Write every changed set; True if everything reached the disk
+        (``Checkpoints.write``)."""
+        return self.checkpoints.write(self.read_until, final, complete)
 
     def rotate(self) -> bool:
         """Close this time slice: write every set as closed, start new ones."""
-        ok = self.checkpoint(final=True)
-        self.book.start_slice()
-        self.start_counters()
-        for proc, ts in self.book.by_process.items():
-            ts.stats.counters_start = ts.stats.counters_last
-        return ok
-
-    def _report_write_error(self, e: OSError) -> None:
-        text = f"cannot write to {self.qdir.path}: {e.strerror or e}"
-        self._good_writes = 0
-        if self._last_chance:
-            tell(self.out, f"cpu {self.opts.cpu}: {text}")
-        elif text != self._write_error:
-            tell(self.out, f"{text}; keeping the data in memory and retrying at the next "
-                           "checkpoint")
-            self._write_error = text
+        return self.checkpoints.rotate(self.read_until)
 
     def say(self, text: str) -> None:
-        try:
-            write_line(self.out, f"[{os.getpid()}] {text}")
-        except (OSError, ValueError):
-            pass  # stderr closed: collecting matters more than telling
+        say(self.out, text)
 
     def tally(self) -> Tally:
-        return Tally(self.samples, self.lost, self.damaged, self.sets_created, self.given_up)
+        return Tally(self.samples, self.lost, self.damaged, self.checkpoints.sets_created,
+                     self.checkpoints.given_up)
 
     def say_tick(self, seconds: float) -> None:
         """-v: what the last ``seconds`` collected."""
@@ -472,16 +359,14 @@ class CpuCollector:
 
     def start_counters(self) -> None:
         """The CPU's counters as collection starts (with ``cpu_stats``)."""
-        if self.opts.cpu_stats:
-            self.book.kernel_set().stats.counters_start = self.host.cpu_counters(self.opts.cpu)
+        self.checkpoints.start_counters()
 
     def finish(self) -> bool:
         """The last drain and the final checkpoint; True if all was written."""
         self.step()
-        self._last_chance = True
+        self.write_errors.last_chance = True
         ok = self.checkpoint(final=True)
-        self.given_up += self._unwritten  # the last chance to write them has passed
-        self._unwritten = 0
+        self.checkpoints.give_up_unwritten()  # the last chance to write them has passed
         return ok
 
 
