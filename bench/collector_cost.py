@@ -441,7 +441,7 @@ def replay_decode(stream: Stream, tasks: bool) -> float:
     gc.collect()
     t0 = time.process_time()
     decode = layouts.decode
-    # the idle task's samples taken apart undecoded, as CpuCollector.step
+    # the idle task's samples taken apart undecoded, as the collector's drain
     # does: in one pass with the decoding since decode/drain.py, before
     # that by idle.split, and before that not at all
     try:
@@ -560,20 +560,34 @@ def marginal(stream: Stream, runs: int) -> tuple[float, float]:
             (full - part) / (stream.samples - few.samples) * 1e6)
 
 
-# (label, function names whose cumulative time it is, file they are in or "")
-# of a drain's work
-PARTS = (("decode", ("body", "sample_body"), ""), ("walk", ("frames",), ""),
-         ("recall", ("recall",), "frames/dwarf.py"), ("tally", ("add", "add_same"), "tally.py"),
-         ("mappings", ("note",), "sets/mappings.py"), ("sample", ("_sample", "_recalled"), ""),
-         ("drain", ("step",), ""))
+# (label, function names whose cumulative time it is, files they are in ("":
+# any)) of a drain's work. The sample handlers and the drain as the
+# collector names them now (SamplePath.sample and recalled, Router.step) or
+# named them before it was made of parts (CpuCollector._sample, _recalled
+# and step), so that a breakdown of either can be taken.
+PARTS = (("decode", ("body", "sample_body"), ("",)), ("walk", ("frames",), ("",)),
+         ("recall", ("recall",), ("frames/dwarf.py",)),
+         ("tally", ("add", "add_same"), ("tally.py",)),
+         ("mappings", ("note",), ("sets/mappings.py",)),
+         ("sample", ("_sample", "_recalled", "sample", "recalled"),
+          ("/collector.py", "/samplepath.py")),
+         ("drain", ("step",), ("/routing.py", "/collector.py")))
+
+
+def _drain_file() -> str:
+    """Where the drain (``step``) is: routing.py, or before it collector.py
+    (whose step now only calls routing.py's)."""
+    from qtools.daemon import collector
+    return "/routing.py" if Path(collector.__file__).with_name("routing.py").exists() \
+        else "/collector.py"
 
 
 def breakdown(stream: Stream) -> dict[str, float]:
     """Shares of a full replay's drains, from cProfile's cumulative times:
     decoding samples, unwinding (a walk remembered, recalled by the drain:
     DwarfFrames.recall; else DwarfFrames.frames in the sample handler), the
-    tally, noting mappings, the rest of the handlers (``_sample`` one by one,
-    ``_recalled`` for the samples counted alike), the rest of the drain
+    tally, noting mappings, the rest of the handlers (``SamplePath.sample``
+    one by one, ``recalled`` for the samples counted alike), the rest of the drain
     (reading, telling the idle task's samples, sorting, counting recalled samples, side-band
     records)."""
     import cProfile
@@ -583,11 +597,13 @@ def breakdown(stream: Stream) -> dict[str, float]:
     scratch_replay(stream)
     prof.disable()
     cum: dict[str, float] = {}
+    drain_file = _drain_file()
     for (file, _line, func), row in pstats.Stats(prof).stats.items():  # type: ignore[attr-defined]
         if "qtools/daemon" not in file:
             continue
         for label, names, where in PARTS:
-            if func in names and file.endswith(where):
+            if func in names and file.endswith(where) and (label != "drain" or
+                                                           file.endswith(drain_file)):
                 cum[label] = cum.get(label, 0.0) + row[3]
     part = {label: cum.get(label, 0.0) for label, _names, _where in PARTS}
     drain = part["drain"] or 1.0
