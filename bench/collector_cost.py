@@ -574,12 +574,17 @@ PARTS = (("decode", ("body", "sample_body"), ("",)), ("walk", ("frames",), ("",)
          ("drain", ("step",), ("/routing.py", "/collector.py")))
 
 
+def _daemon() -> Path:
+    """The folder of the qtools.daemon measured: installed, copied aside,
+    or a source tree installed in place (then not named qtools/daemon)."""
+    from qtools.daemon import collector
+    return Path(collector.__file__).parent
+
+
 def _drain_file() -> str:
     """Where the drain (``step``) is: routing.py, or before it collector.py
     (whose step now only calls routing.py's)."""
-    from qtools.daemon import collector
-    return "/routing.py" if Path(collector.__file__).with_name("routing.py").exists() \
-        else "/collector.py"
+    return "/routing.py" if (_daemon() / "routing.py").exists() else "/collector.py"
 
 
 def breakdown(stream: Stream) -> dict[str, float]:
@@ -597,9 +602,9 @@ def breakdown(stream: Stream) -> dict[str, float]:
     scratch_replay(stream)
     prof.disable()
     cum: dict[str, float] = {}
-    drain_file = _drain_file()
+    drain_file, daemon = _drain_file(), f"{_daemon()}/"
     for (file, _line, func), row in pstats.Stats(prof).stats.items():  # type: ignore[attr-defined]
-        if "qtools/daemon" not in file:
+        if not file.startswith(daemon):
             continue
         for label, names, where in PARTS:
             if func in names and file.endswith(where) and (label != "drain" or
@@ -705,7 +710,7 @@ def main() -> int:
     b.add_argument("--data", default=str(DEFAULT_DATA))
     b.add_argument("-n", dest="runs", type=int, default=5)
     b.add_argument("workloads", nargs="*", metavar="WORKLOAD",
-                   help="shallow, deep or system (default: shallow and deep)")
+                   help="shallow or deep (default: both)")
     k = sub.add_parser("compare", help="the sets two replays wrote, minus times")
     k.add_argument("a")
     k.add_argument("b")
@@ -714,7 +719,10 @@ def main() -> int:
     if args.command == "replay" and not args.modes:
         args.modes = list(MODES)
     if args.command in ("replay", "breakdown", "capture"):
-        known = [*CAPTURED, "idle"] if args.command == "replay" else list(CAPTURED)
+        # the breakdown's shares take a walk as a sample's: not so of a
+        # switch's (the system stream's waits)
+        known = {"replay": [*CAPTURED, "idle"], "capture": list(CAPTURED)}.get(
+            args.command, list(WORKLOADS))
         args.workloads = args.workloads or list(WORKLOADS)
         if not set(args.workloads) <= set(known):
             p.error(f"workloads are {', '.join(known)}")
