@@ -25,6 +25,15 @@ replay:
     --keep DIR keeps the .q the last full replay of each stream wrote, as
     DIR/<workload>.q.
 
+The workload ``system`` is captured system-wide (every task on the CPU,
+as the service collects) with ``--off-cpu``: the shallow loop, a Python
+loop and a shell starting ``sleep`` 50 times a second, all pinned to the
+CPU, with whatever else the machine runs there; its replay takes the
+side-band records, the scheduler's tracepoints and processes first seen in
+a sample (stubs: the replay's host shows none) through the collector as a
+busy machine does. Its replays stop the collector's monotonic clock at the
+capture's end, so the waits still going then are counted alike in each.
+
 The workload ``idle`` is no capture but made here from the ABI: what an
 idle CPU's cpu-clock delivers, IDLE_SAMPLES samples of the idle task (pid
 0, kernel mode, a kernel callchain of IDLE_FRAMES frames, no user
@@ -39,7 +48,7 @@ compare A.q B.q:
 Usage:
     .venv/bin/python bench/collector_cost.py capture [--data DIR] [--seconds S] [--cpu N]
     .venv/bin/python bench/collector_cost.py replay [--data DIR] [-n N] [--keep DIR] [WORKLOAD...]
-    (WORKLOAD: shallow, deep, idle; default shallow and deep)
+    (WORKLOAD: shallow, deep, system, idle; default shallow and deep)
     .venv/bin/python bench/collector_cost.py compare A.q B.q
 
 Nothing here asserts on time; the figures go into bench/README.md by hand.
@@ -61,9 +70,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from qtools.daemon.machine import procfs
 from qtools.daemon.decode.layout import SampleLayout
@@ -73,6 +83,20 @@ from qtools.qformat import QDir
 HERE = Path(__file__).resolve().parent
 WORKLOADS = {"shallow": HERE / "workloads" / "cost_shallow.c",
              "deep": HERE / "workloads" / "cost_deep.c"}
+CAPTURED = (*WORKLOADS, "system")  # what capture records
+PYTHON_LOOP = """import sys, time
+def leaf(n):
+    s = 0
+    for i in range(n):
+        s += i * i
+    return s
+def mid(n):
+    return leaf(n) + leaf(n // 2)
+end = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    mid(2000)
+"""
+SLEEPER = "end=$(($(date +%s) + $1)); while [ $(date +%s) -lt $end ]; do sleep 0.02; done"
 DEFAULT_DATA = Path(tempfile.gettempdir()) / "q-bench-data"  # streams, binaries, .q copies
 FORMAT = 1  # of the .stream files
 RECORD_SAMPLE = 9  # PERF_RECORD_SAMPLE
@@ -93,6 +117,11 @@ class Stream:
     cpu: int
     pid: int
     captured: str  # date, kernel, commit: what the figures are of
+    # system-wide streams (``system``): every task on the CPU, --off-cpu
+    system: bool = False
+    # extra events: (id, SampleLayout's constructor arguments, tracepoint, with its stack)
+    events: list[tuple[int, dict[str, Any], str, bool]] = field(default_factory=list)
+    ended_ns: int | None = None  # CLOCK_MONOTONIC when the capture ended
 
     @property
     def samples(self) -> int:
@@ -105,6 +134,14 @@ class Stream:
 
     def sample_layout(self) -> SampleLayout:
         return SampleLayout(**self.layout)
+
+    def layouts(self) -> Any:
+        """The main event's layout and every extra event's, by id."""
+        from qtools.daemon.decode.tracepoints import BY_NAME, EventRoute, Layouts
+        out = Layouts(self.sample_layout())
+        for event_id, layout, name, with_stack in self.events:
+            out.add(event_id, SampleLayout(**layout), EventRoute(BY_NAME[name], with_stack))
+        return out
 
 def save(stream: Stream, path: Path) -> None:
     tmp = path.with_suffix(".tmp")
@@ -222,16 +259,62 @@ def capture_one(name: str, binary: str, seconds: int, cpu: int) -> Stream:
             batches.append(batch)
     finally:
         source.close()
-    layout = source.layout
     vdso = procfs.own_vdso()
-    return Stream(name, binary, _sha256(binary),
-                  {"sample_type": layout.sample_type, "read_format": layout.read_format,
-                   "branch_sample_type": layout.branch_sample_type,
-                   "regs_user_mask": layout.regs_user_mask,
-                   "regs_intr_mask": layout.regs_intr_mask,
-                   "sample_id_all": layout.sample_id_all},
+    return Stream(name, binary, _sha256(binary), _layout_args(source.layout.main),
                   vdso[1] if vdso else None, batches, cpu, pid,
                   f"{time.strftime('%Y-%m-%d %H:%M')} {platform.release()} {_commit()}")
+
+
+def _layout_args(layout: SampleLayout) -> dict[str, Any]:
+    return {"sample_type": layout.sample_type, "read_format": layout.read_format,
+            "branch_sample_type": layout.branch_sample_type,
+            "regs_user_mask": layout.regs_user_mask, "regs_intr_mask": layout.regs_intr_mask,
+            "sample_id_all": layout.sample_id_all}
+
+
+def capture_system(binary: str, seconds: int, cpu: int) -> Stream:
+    """Every task on ``cpu`` for ``seconds``, as the service collects it
+    with --off-cpu, while the shallow loop, a Python loop and a shell
+    starting ``sleep`` run pinned to that CPU."""
+    from qtools.daemon.config import Config
+    from qtools.daemon.plan import plan
+    from qtools.daemon.kernel.source import PerfSource
+
+    cfg = Config(directory="/nonexistent", cpus=procfs.online_cpus(), off_cpu=True)
+    spec = plan(cfg, lambda text: print(f"note: {text}", file=sys.stderr))
+    source = PerfSource(spec._replace(cpu=cpu))
+    batches: list[list[bytes]] = []
+    work: list[subprocess.Popen[bytes]] = []
+    try:
+        source.enable()
+        for argv in ([binary, str(seconds)], [sys.executable, "-c", PYTHON_LOOP, str(seconds)],
+                     ["sh", "-c", SLEEPER, "sleeper", str(seconds)]):
+            work.append(subprocess.Popen(argv, preexec_fn=lambda: os.sched_setaffinity(0, {cpu})))
+        while any(p.poll() is None for p in work):
+            source.wait(0.5)  # the collector's drain interval
+            batch = [bytes(rec) for rec in source.read()]
+            source.release()
+            if batch:
+                batches.append(batch)
+        batch = [bytes(rec) for rec in source.read()]
+        source.release()
+        if batch:
+            batches.append(batch)
+        ended = time.monotonic_ns()
+    finally:
+        for p in work:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        source.close()
+    layouts = source.layout
+    events = [(event_id, _layout_args(layout), layouts.routes[event_id].route.name,
+               layouts.routes[event_id].with_stack) for event_id, layout in layouts.by_id.items()]
+    vdso = procfs.own_vdso()
+    return Stream("system", binary, _sha256(binary), _layout_args(layouts.main),
+                  vdso[1] if vdso else None, batches, cpu, -1,
+                  f"{time.strftime('%Y-%m-%d %H:%M')} {platform.release()} {_commit()}",
+                  system=True, events=events, ended_ns=ended)
 
 
 def cmd_capture(args: argparse.Namespace) -> int:
@@ -240,8 +323,10 @@ def cmd_capture(args: argparse.Namespace) -> int:
     data = Path(args.data)
     data.mkdir(parents=True, exist_ok=True)
     for name in args.workloads:
-        binary = build(name, data / "bin")
-        stream = capture_one(name, binary, args.seconds, args.cpu)
+        if name == "system":
+            stream = capture_system(build("shallow", data / "bin"), args.seconds, args.cpu)
+        else:
+            stream = capture_one(name, build(name, data / "bin"), args.seconds, args.cpu)
         save(stream, data / f"{name}.stream")
         print(f"{name}: {stream.samples} samples, {stream.records} records in "
               f"{len(stream.batches)} batches -> {data / f'{name}.stream'}")
@@ -272,19 +357,26 @@ def collector_for(stream: Stream, qdir: QDir, out: io.StringIO,
     from qtools.daemon.sets.objects import CopyLimits, ObjectCopier
     from qtools.daemon.kernel.source import ReplaySource
 
-    cfg = Config(directory=str(qdir.path), cpus=[stream.cpu], command=[stream.binary],
-                 inherit_only=True)
-    source = ReplaySource(stream.sample_layout(),
+    if stream.system:
+        cfg = Config(directory=str(qdir.path), cpus=[stream.cpu], off_cpu=True)
+        argv = ["q-syscollect", "--off-cpu"]
+    else:
+        cfg = Config(directory=str(qdir.path), cpus=[stream.cpu], command=[stream.binary],
+                     inherit_only=True)
+        argv = ["q-syscollect", "-i", "--", stream.binary]
+    source = ReplaySource(stream.layouts(),
                           views if views is not None else ring_views(stream.batches))
     opts = Options(stream.cpu, kernel_only=cfg.kernel_only, checkpoint_interval=cfg.checkpoint,
                    verbose=cfg.verbose, min_samples=cfg.min_samples, max_stacks=cfg.max_stacks,
                    stacks=cfg.call_graph != "none", rotate=cfg.rotate,
-                   compress=cfg.compress_closed, cpu_stats=False)  # -i: no CPU statistics
+                   compress=cfg.compress_closed,
+                   cpu_stats=False,  # -i: none; system-wide: not the live machine's
+                   off_cpu=stream.system, off_cpu_min_ns=cfg.off_cpu_min_ns)
     host = replay_host()
     copier = ObjectCopier(qdir, cfg.symlink, CopyLimits(object_size=cfg.max_object_size,
                                                     map_size=cfg.max_map_size), out, host)
     frames = DwarfFrames(qdir, copier, stream.vdso, set(), -1)  # no collector pids recorded
-    run = RunInfo(["q-syscollect", "-i", "--", stream.binary], "cpu-clock", "seconds", 1e-9,
+    run = RunInfo(argv, "cpu-clock", "seconds", 1e-9,
                   "dwarf", {"machine": platform.machine()}, None, None,
                   run_id="replay", run_start=0.0)
     return CpuCollector(opts, run, source, qdir, copier, user_frames=frames, out=out, host=host)
@@ -295,7 +387,7 @@ def replay_full(stream: Stream, qpath: Path) -> float:
     without its clock: a drain per batch, copies advanced between drains."""
     out = io.StringIO()
     views = ring_views(stream.batches)  # as the ring holds them, made untimed
-    with QDir.open(qpath, create=True) as qdir:
+    with QDir.open(qpath, create=True) as qdir, stopped_clock(stream.ended_ns):
         gc.collect()
         t0 = time.process_time()
         collector = collector_for(stream, qdir, out, views)
@@ -309,6 +401,22 @@ def replay_full(stream: Stream, qpath: Path) -> float:
     if not ok or out.getvalue():
         print(f"{stream.workload}: the collector said: {out.getvalue().strip()}", file=sys.stderr)
     return spent
+
+@contextmanager
+def stopped_clock(ns: int | None) -> Iterator[None]:
+    """CLOCK_MONOTONIC reads ``ns`` meanwhile (None: as it is). The
+    collector counts waits still going up to the time of its last drain;
+    in a replay that is the capture's end, not today, in every replay alike."""
+    if ns is None:
+        yield
+        return
+    real = time.monotonic_ns
+    time.monotonic_ns = lambda: ns  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        time.monotonic_ns = real  # type: ignore[assignment]
+
 
 def scratch_replay(stream: Stream) -> float:
     """replay_full into a .q that is removed afterwards."""
@@ -329,16 +437,15 @@ def replay_decode(stream: Stream, tasks: bool) -> float:
 
     layout = stream.sample_layout()
     views = ring_views(stream.batches)
+    layouts = stream.layouts()
     gc.collect()
     t0 = time.process_time()
-    decode = layout.decode
-    # the idle task's samples taken apart undecoded, as CpuCollector.step
+    decode = layouts.decode
+    # the idle task's samples taken apart undecoded, as the collector's drain
     # does: in one pass with the decoding since decode/drain.py, before
     # that by idle.split, and before that not at all
     try:
         from qtools.daemon.decode.drain import decode_drain
-        from qtools.daemon.decode.tracepoints import Layouts
-        layouts = Layouts(layout)
     except ImportError:
         decode_drain = None
     try:
@@ -453,20 +560,39 @@ def marginal(stream: Stream, runs: int) -> tuple[float, float]:
             (full - part) / (stream.samples - few.samples) * 1e6)
 
 
-# (label, function names whose cumulative time it is, file they are in or "")
-# of a drain's work
-PARTS = (("decode", ("body", "sample_body"), ""), ("walk", ("frames",), ""),
-         ("recall", ("recall",), "frames/dwarf.py"), ("tally", ("add", "add_same"), "tally.py"),
-         ("mappings", ("note",), "sets/mappings.py"), ("sample", ("_sample", "_recalled"), ""),
-         ("drain", ("step",), ""))
+# (label, function names whose cumulative time it is, files they are in ("":
+# any)) of a drain's work. The sample handlers and the drain as the
+# collector names them now (SamplePath.sample and recalled, Router.step) or
+# named them before it was made of parts (CpuCollector._sample, _recalled
+# and step), so that a breakdown of either can be taken.
+PARTS = (("decode", ("body", "sample_body"), ("",)), ("walk", ("frames",), ("",)),
+         ("recall", ("recall",), ("frames/dwarf.py",)),
+         ("tally", ("add", "add_same"), ("tally.py",)),
+         ("mappings", ("note",), ("sets/mappings.py",)),
+         ("sample", ("_sample", "_recalled", "sample", "recalled"),
+          ("/collector.py", "/samplepath.py")),
+         ("drain", ("step",), ("/routing.py", "/collector.py")))
+
+
+def _daemon() -> Path:
+    """The folder of the qtools.daemon measured: installed, copied aside,
+    or a source tree installed in place (then not named qtools/daemon)."""
+    from qtools.daemon import collector
+    return Path(collector.__file__).parent
+
+
+def _drain_file() -> str:
+    """Where the drain (``step``) is: routing.py, or before it collector.py
+    (whose step now only calls routing.py's)."""
+    return "/routing.py" if (_daemon() / "routing.py").exists() else "/collector.py"
 
 
 def breakdown(stream: Stream) -> dict[str, float]:
     """Shares of a full replay's drains, from cProfile's cumulative times:
     decoding samples, unwinding (a walk remembered, recalled by the drain:
     DwarfFrames.recall; else DwarfFrames.frames in the sample handler), the
-    tally, noting mappings, the rest of the handlers (``_sample`` one by one,
-    ``_recalled`` for the samples counted alike), the rest of the drain
+    tally, noting mappings, the rest of the handlers (``SamplePath.sample``
+    one by one, ``recalled`` for the samples counted alike), the rest of the drain
     (reading, telling the idle task's samples, sorting, counting recalled samples, side-band
     records)."""
     import cProfile
@@ -476,11 +602,13 @@ def breakdown(stream: Stream) -> dict[str, float]:
     scratch_replay(stream)
     prof.disable()
     cum: dict[str, float] = {}
+    drain_file, daemon = _drain_file(), f"{_daemon()}/"
     for (file, _line, func), row in pstats.Stats(prof).stats.items():  # type: ignore[attr-defined]
-        if "qtools/daemon" not in file:
+        if not file.startswith(daemon):
             continue
         for label, names, where in PARTS:
-            if func in names and file.endswith(where):
+            if func in names and file.endswith(where) and (label != "drain" or
+                                                           file.endswith(drain_file)):
                 cum[label] = cum.get(label, 0.0) + row[3]
     part = {label: cum.get(label, 0.0) for label, _names, _where in PARTS}
     drain = part["drain"] or 1.0
@@ -569,14 +697,15 @@ def main() -> int:
     c.add_argument("--data", default=str(DEFAULT_DATA))
     c.add_argument("--seconds", type=int, default=5)
     c.add_argument("--cpu", type=int, default=max(procfs.online_cpus()))
-    c.add_argument("workloads", nargs="*", default=list(WORKLOADS))
+    c.add_argument("workloads", nargs="*", default=list(WORKLOADS),
+                   help="shallow, deep or system (default: shallow and deep)")
     r = sub.add_parser("replay", help="CPU time per sample of replays")
     r.add_argument("--data", default=str(DEFAULT_DATA))
     r.add_argument("-n", dest="runs", type=int, default=7)
     r.add_argument("--mode", dest="modes", action="append", choices=MODES)
     r.add_argument("--keep", metavar="DIR", help="keep the .q of each workload's last full replay")
     r.add_argument("workloads", nargs="*", metavar="WORKLOAD",
-                   help="shallow, deep or idle (default: shallow and deep)")
+                   help="shallow, deep, system or idle (default: shallow and deep)")
     b = sub.add_parser("breakdown", help="marginal CPU per sample, and where it goes")
     b.add_argument("--data", default=str(DEFAULT_DATA))
     b.add_argument("-n", dest="runs", type=int, default=5)
@@ -589,8 +718,11 @@ def main() -> int:
     args = p.parse_args()
     if args.command == "replay" and not args.modes:
         args.modes = list(MODES)
-    if args.command in ("replay", "breakdown"):
-        known = [*WORKLOADS, "idle"] if args.command == "replay" else list(WORKLOADS)
+    if args.command in ("replay", "breakdown", "capture"):
+        # the breakdown's shares take a walk as a sample's: not so of a
+        # switch's (the system stream's waits)
+        known = {"replay": [*CAPTURED, "idle"], "capture": list(CAPTURED)}.get(
+            args.command, list(WORKLOADS))
         args.workloads = args.workloads or list(WORKLOADS)
         if not set(args.workloads) <= set(known):
             p.error(f"workloads are {', '.join(known)}")

@@ -21,8 +21,9 @@ from typing import TextIO
 
 from qtools.qformat import QDir
 
-from .collector import CpuCollector, Flags, Options
-from .config import Config
+from .collector import CpuCollector
+from .config import Config, Options
+from .drainloop import Flags
 from .frames.dwarf import DwarfFrames
 from .kernel import syscalls
 from .kernel.source import PerfSource, SourceSpec

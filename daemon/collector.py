@@ -2,82 +2,51 @@
 
 The loop knows nothing of syscalls: records come from an ``EventSource``
 (the kernel, or a replay in tests), files go out through qformat.
+``CpuCollector`` makes the parts, each owning its state, and is what
+the loop in time (drainloop.py) and the collector process drive:
+
+- ``Router`` (routing.py): one drain, its records to their handlers;
+- ``SamplePath`` (samplepath.py): kernel or user, the set, the stack, the tally;
+- ``Processes`` (processes.py): the task table, seeded, synthesized, ended;
+- ``Waits`` (waits.py): --off-cpu's switches and wake-ups;
+- ``Checkpoints`` (checkpoints.py): writing the sets, slices, write errors.
 """
 
 from __future__ import annotations
 
-import operator
-import os
 import sys
 import time
-from collections import deque
-from typing import Callable, NamedTuple, Sequence, TextIO
+from typing import Callable, TextIO
 
 from qtools.qformat import QDir
 
 from . import drainloop
+from .checkpoints import Checkpoints, WriteErrors
 from .clock import SYSTEM, Clock
-from .drainloop import QUIET_RECORDS_PER_SECOND
-from .decode.records import Lost, Sample, Switch, split_callchain
-from .decode import idle
-from .decode.drain import decode_drain
-from .decode.routes import handlers
-from .waits import Waits
+from .config import Options
+from .decode.routes import Handlers
+from .drainloop import Flags
 from .frames import FramePointerFrames, UserFrames
 from .frames.jitdump import JitTracker
 from .kernel import abi
 from .kernel.source import EventSource
 from .machine import synthesize
-from .machine.cgroups import CgroupTable, weigh
+from .machine.cgroups import CgroupTable
 from .machine.host import Host
-from .machine.tasks import Process, TaskTable
-from .messages import Tally, tell, write_line
-from .sets.aggregate import MAX_STACKS, CollectedSet, SetBook
-from .sets.checkpoint import RunInfo, write_sets
-from .sets.tally import NO_KERNEL
+from .machine.tasks import TaskTable
+from .messages import Tally, say
+from .processes import Processes
+from .routing import Router
+from .samplepath import SamplePath
+from .sets.aggregate import SetBook
+from .sets.checkpoint import RunInfo
 from .sets.kallsyms import KallsymsCopy
 from .sets.mappings import MappingNotes
 from .sets.objects import ObjectCopier
 from .sets.starts import FunctionStarts
+from .waits import Waits
 
-KERNEL_MODES = (abi.MISC_KERNEL, abi.MISC_GUEST_KERNEL)  # Sample.in_kernel, inlined
-STATS_SECONDS = 1.0
-RECOVERED_AFTER = 3
-"""Checkpoints written whole, after a write error was said, before the
-collector says writing works again (or the run's last one)."""
-# The kernel's pid of a task sampled in its last moments of exit, after its
-# pid was released (perf_event_pid gives -1, a u32 in the record): a process
-# of its own, named for what it does.
-EXITING_PID, EXITING = 0xFFFFFFFF, "exiting"
-
-
-class Options(NamedTuple):
-    """How one CPU's collector works (q-syscollect's options for it)."""
-
-    cpu: int
-    kernel_only: bool = False
-    checkpoint_interval: float = 10.0
-    run_seconds: float | None = None  # -t: the run ends this long after the loop starts, or later
-    verbose: bool = False
-    min_samples: int = 100
-    stacks: bool = True
-    rotate: float | None = None  # seconds per time slice; None: one slice for the run
-    compress: bool = False  # write data files of closed sets gzip-compressed
-    cpu_stats: bool = True  # keep the CPU's busy share and clock in kernel-cpuN
-    max_stacks: int = MAX_STACKS  # distinct stacks per set and slice; the rest: one remainder
-    min_stack_share: float = 0.0  # a rarer stack is folded at a checkpoint (tally.fold_rare)
-    off_cpu: bool = False  # sched_switch/sched_waking come: account waits (sets/offcpu.py)
-    off_cpu_min_ns: int = 0
-
-
-class Flags:
-    """Set from signal handlers, read by the loop."""
-
-    __slots__ = ("stop", "checkpoint")
-
-    def __init__(self) -> None:
-        self.stop = False
-        self.checkpoint = False
+__all__ = ["CpuCollector", "Flags", "Options"]
 
 
 class CpuCollector:
@@ -86,55 +55,73 @@ class CpuCollector:
                  out: TextIO | None = None, kallsyms: KallsymsCopy | None = None,
                  clock: Clock = SYSTEM, host: Host | None = None) -> None:
         self.opts = opts
-        self.run_info = run
         self.source = source
-        self.layout = source.layout
-        self.qdir = qdir
         self.copier = copier
+        self.clock = clock
+        self.out = out or sys.stderr
         # the machine's processes, files and counters: the copier's unless told
         self.host = host if host is not None else copier.host
-        self.user_frames = user_frames or FramePointerFrames()
-        self.jit: JitTracker | None = getattr(self.user_frames, "jit", None)
-        if self.jit is not None:
-            self.jit.out = out or sys.stderr
-            self.jit.host = self.host
-        self.kallsyms = kallsyms
-        self.out = out or sys.stderr
-        self.table = TaskTable(on_end=self._ended, owner=self.host.owner)
-        self.mappings = MappingNotes(self.table, self.host, copier, self._report_write_error)
+        frames = user_frames or FramePointerFrames()
+        jit: JitTracker | None = getattr(frames, "jit", None)
+        if jit is not None:
+            jit.out = self.out
+            jit.host = self.host
+        self.book = SetBook(opts.cpu, opts.min_samples, opts.max_stacks, clock,
+                            opts.min_stack_share)
+        self.processes = Processes(self.host, self.book, copier, jit)
         self.cgroups = CgroupTable()
         # Without PERF_SAMPLE_CGROUP (a kernel before 5.7) a set's cgroup is
         # read from /proc/PID/cgroup at its first sample (so after each exec).
-        self.sampled_cgroups = bool(self.layout.sample_type & abi.SAMPLE_CGROUP)
-        self.waits = Waits(self, opts.off_cpu_min_ns)
-        self.offcpu = self.waits.offcpu
-        self._routes = handlers(self, self.table, self.cgroups, self.waits)  # record class -> handler
-        self.clock = clock
-        self.book = SetBook(opts.cpu, opts.min_samples, opts.max_stacks, clock,
-                            opts.min_stack_share)
-        tables = getattr(self.user_frames, "tables", None)  # DWARF stacks' CFI
-        self.starts = FunctionStarts(
+        self.sampled_cgroups = bool(source.layout.sample_type & abi.SAMPLE_CGROUP)
+        self.write_errors = WriteErrors(self.out, qdir.path, opts.cpu)
+        mappings = MappingNotes(self.table, self.host, copier, self.write_errors.report)
+        self.sampler = SamplePath(opts, self.book, self.processes, frames, mappings, self.host,
+                                  self.sampled_cgroups, jit)
+        self.waits = Waits(opts, self.book, self.processes, self.sampler)
+        self.router = Router(opts, source, self.book, self.table, self.cgroups, self.sampler,
+                             frames, self.waits)
+        tables = getattr(frames, "tables", None)  # DWARF stacks' CFI
+        starts = FunctionStarts(
             qdir, copier.limits.kallsyms_size, None if tables is None else tables.loaded,
             None if tables is None else tables.cfi_for) if opts.min_stack_share else None
-        self.samples = 0
-        self.read_until = 0  # ns (CLOCK_MONOTONIC, as the records' times): see step
-        self.lost = 0
-        self.damaged = 0  # records that could not be decoded
-        self.switches = 0  # SWITCH records (none yet: no event asks for them)
-        self.sets_created = 0
-        self.given_up = 0  # sets dropped without ever being written
-        self._unwritten = 0  # sets the last checkpoint could not write
-        self._last_chance = False  # the run's final checkpoint: no retry follows
-        self._tick_samples = 0
-        self._tick_lost = 0
-        self._write_error: str | None = None
-        self._good_writes = 0  # checkpoints written whole since the error said
-        self.busy_records = 0  # records of the last drain other than the idle task's samples
-        self._lingering: deque[Process] = deque()  # ended without samples (_linger)
-        self._lingered: list[Process] = []  # ... lingering at the last checkpoint
-        self.sideband_seen = False  # ... and whether a few of them were not samples
+        self.checkpoints = Checkpoints(opts, run, qdir, copier, self.book, self.processes,
+                                       self.waits, self.cgroups, self.sampled_cgroups,
+                                       self.host, jit, kallsyms, starts, clock, self.out,
+                                       self.write_errors)
 
-    # ------------------------------------------------------------ tasks
+    @property
+    def table(self) -> TaskTable:
+        return self.processes.table
+
+    @property
+    def handlers(self) -> Handlers:
+        """The handler of each kind of record its drains hand on."""
+        return self.router.handlers
+
+    # what it counted (tests, the summary) and what the loop asks of a drain
+    @property
+    def samples(self) -> int:
+        return self.sampler.samples
+
+    @property
+    def lost(self) -> int:
+        return self.router.lost
+
+    @property
+    def damaged(self) -> int:
+        return self.router.damaged
+
+    @property
+    def switches(self) -> int:
+        return self.waits.switches
+
+    @property
+    def busy_records(self) -> int:
+        return self.router.busy_records
+
+    @property
+    def sideband_seen(self) -> bool:
+        return self.router.sideband_seen
 
     def seed(self, snapshot: synthesize.Snapshot | None = None) -> None:
         """Install the tasks that exist before collection starts, as records
@@ -147,403 +134,32 @@ class CpuCollector:
         if self.sampled_cgroups:
             for rec in snapshot.cgroups:
                 self.cgroups.apply(rec)
-        for seen in snapshot.processes:
-            self._install(seen)
-
-    def _synthesize(self, pid: int, now: int) -> Process | None:
-        """Apply what the host shows of ``pid`` as records; its process, or None if gone."""
-        seen = synthesize.seen(self.host, pid, now)
-        return self._install(seen) if seen is not None else None
-
-    def _install(self, seen: synthesize.Seen) -> Process | None:
-        for rec in seen.records:
-            self.table.apply(rec)
-        proc = self.table.get(seen.pid)
-        if proc is not None:
-            proc.maps_loaded_at = time.monotonic()
-            # What records cannot carry, read while it surely ran: an early
-            # end would otherwise leave its set without a command line.
-            proc.ppid, proc.cmdline, proc.exe = seen.ppid, seen.cmdline, seen.exe
-        return proc
-
-    def _process(self, pid: int, when: int) -> Process:
-        proc = self.table.get(pid)
-        if proc is not None:
-            return proc
-        # Time 0: the records about it still on their way from other CPUs'
-        # rings, older than now, apply over what the host shows.
-        proc = self._synthesize(pid, 0)
-        if proc is not None:
-            return proc
-        # Gone already, or its records are still in another CPU's ring: a
-        # stub, completed in place when they arrive.
-        comm = EXITING if pid == EXITING_PID else self.host.comm(pid) or "unknown"
-        stub = Process(pid, comm, since=when, stub=True)
-        self.table.procs[pid] = stub
-        return stub
-
-    def _ended(self, proc: Process) -> None:
-        if self.jit is not None:
-            self.jit.process_ended(proc)  # its JIT records are all written by now
-        ts = self.book.by_process.get(proc)
-        if ts is not None and ts.stats.counters_start is not None:
-            # Until its parent reaps it, an exited task's final counters are
-            # still in /proc; a pid already reused shows smaller ones: ignored.
-            final = self.host.task_counters(proc.pid)
-            if final and final.get("user-seconds", 0) >= (ts.stats.counters_last or {}).get(
-                    "user-seconds", 0):
-                ts.stats.counters_last = final
-        if not self.book.process_ended(proc):
-            self._linger(proc)
-
-    def _linger(self, proc: Process) -> None:
-        """Keep an ended process without samples a while before forgetting
-        it: kernels since 6.x write a task's EXIT before its last work (the
-        unmapping of its memory in exit_mmap), whose samples follow it, and
-        a process forgotten at its EXIT made them a stub named "unknown"
-        (a tenth of a fork-heavy load's processes). Forgotten at the next
-        checkpoint but one, or once MAX_LINGERING others have ended since."""
-        lingering = self._lingering
-        lingering.append(proc)
-        if len(lingering) > MAX_LINGERING:
-            self._forget_unsampled(lingering.popleft())
-
-    def _forget_unsampled(self, proc: Process) -> None:
-        """Forget a lingering process, unless samples came after its end:
-        then its set has it, and the set's write forgets it."""
-        if proc not in self.book.by_process:
-            self._forget(proc)
-
-    def _forget(self, proc: Process) -> None:
-        """An ended process whose sets are written (or that had none): what
-        is kept about it goes, so memory follows the live processes."""
-        self.table.forget(proc)
-        self.copier.forget(proc)
-
-    # ------------------------------------------------------------ records
+        self.processes.seed(snapshot.processes)
 
     def step(self) -> int:
-        """Drain what the source holds; returns the number of records.
-
-        Each record goes to the handler routes.ROUTES names for its kind
-        (``on_*`` here or on the task table), in time order; the idle
-        task's samples, told apart undecoded, go to ``_idle`` first."""
-        # Every record of an event before this moment is in a ring now: the
-        # horizon up to which a checkpoint may count waits still going
-        # (counting to the checkpoint's own time would count a wait whose
-        # end is still unread past that end).
-        self.read_until = time.monotonic_ns()
-        raw = self.source.read()
-        # most of an idle machine's samples, taken apart undecoded (_idle)
-        decoded, idle_seen, damaged = decode_drain(raw, self.layout)
-        self.damaged += damaged
-        if idle_seen:
-            self._idle(idle_seen)
-        decoded.sort(key=_ORDER)  # by the time each was taken
-        self.busy_records = len(decoded)
-        self.sideband_seen = len(decoded) <= QUIET_RECORDS_PER_SECOND * 8 and \
-            any(type(rec) is not Sample for rec in decoded)  # asked only of a quiet drain
-        route = self._routes.get
-        # A sample whose walk the unwinder remembers, of a set that has
-        # described its process and noted that stack's mappings, is counted
-        # by what the set keeps of it (``_recalled``); such samples are
-        # handed over before the next record of any other kind, so each set
-        # sees its samples in the order they came, alike ones at once.
-        recall = self.user_frames.recall
-        procs, by_process = self.table.procs, self.book.by_process
-        quick = self.opts.stacks and not self.opts.kernel_only
-        pending: dict[Recalled, list[int]] = {}
-        for rec in decoded:
-            if rec.__class__ is Sample:
-                s: Sample = rec  # type: ignore[assignment]
-                if quick and not s.callchain and not s.branches and s.pid \
-                        and s.misc & abi.MISC_CPUMODE_MASK not in KERNEL_MODES:
-                    proc = procs.get(s.pid)
-                    ts = by_process.get(proc) if proc is not None else None
-                    if proc is not None and ts is not None and ts.data.tally.samples:
-                        user = recall(proc, s)
-                        if user and ts.noted.holds(user, proc.maps_version):
-                            key: Recalled = (ts, s.tid, s.cgroup, s.ip, user)
-                            seen = pending.get(key)
-                            if seen is None:
-                                pending[key] = [1, s.period or 1]
-                            else:
-                                seen[0] += 1
-                                seen[1] += s.period or 1
-                            continue
-                if pending:
-                    self._recalled(pending)
-                self._sample(s)
-                continue
-            if pending:
-                self._recalled(pending)
-            handler = route(type(rec))
-            if handler is not None:
-                handler(rec)
-        if pending:
-            self._recalled(pending)
-        if self.offcpu.accrued:
-            self.waits.take(None)  # now, while their processes' sets are still here
-        self.source.release()
-        return len(raw)
-
-    def on_lost(self, rec: Lost) -> None:
-        self.lost += rec.lost
-        self._tick_lost += rec.lost
-        self.book.lost = self.lost
-        if self.opts.off_cpu:  # switch records among them: say so (q:switch-records-lost)
-            for ts in self.book.open_sets():
-                ts.data.tally.switch_lost += rec.lost
-
-    def on_switch(self, rec: Switch) -> None:
-        """A switch-in (its sample_id names the thread coming in) ends that
-        thread's wait, whichever CPU it comes back on (--off-cpu)."""
-        self.switches += 1
-        if not rec.out and rec.sid is not None:
-            self.offcpu.switch_in(rec.sid.tid, rec.sid.time)
-
-    def _idle(self, seen: idle.IdleSeen) -> None:
-        """The idle task's samples of one drain, by (pc, tid): into the
-        kernel set by their pc alone, their weight its idle weight.
-
-        Told from the record's fixed prefix (``decode/idle.py``),
-        never decoded: their call chains (the same dozen frames of the idle
-        loop, sample after sample) are not kept, so an idle CPU costs a
-        probe and a dict update per sample. They touch no task and no
-        other set, so taking them ahead of the drain's time order changes
-        nothing."""
-        ts = self.book.kernel_set()
-        ts.writer.idle_dirty = True  # written with other changes, or now and then (Book.plan)
-        tally = ts.data.tally
-        stacks = self.opts.stacks
-        for (ip, tid), (samples, weight) in seen.items():
-            self.samples += samples
-            self._tick_samples += samples
-            ts.stats.idle_weight += weight
-            if ip < tally.kernel_from:
-                tally.kernel_from = ip
-            tally.add_same(ip, weight, samples, (ip,) if stacks else None, tid)
-
-    def _sample(self, s: Sample) -> None:
-        self.samples += 1
-        self._tick_samples += 1
-        weight = s.period or 1
-        kernel: Sequence[int]
-        user: Sequence[int]
-        stack: tuple[int, ...] | None
-        kernel, user = split_callchain(s.callchain) if s.callchain else (_NO_FRAMES, _NO_FRAMES)
-        # Kernel or user told as perf does, never by an address constant:
-        # frames after PERF_CONTEXT_KERNEL exist only for a sample taken in
-        # kernel mode; without them the sample's cpumode says.
-        if kernel:
-            low = min(kernel)
-            if s.ip < low:
-                low = s.ip
-        else:
-            low = s.ip if s.misc & abi.MISC_CPUMODE_MASK in KERNEL_MODES else NO_KERNEL
-        in_kernel = low != NO_KERNEL
-        if self.opts.kernel_only or s.pid == 0:
-            ts = self.book.kernel_set()
-            ts.writer.dirty = True
-            if low < ts.data.tally.kernel_from:
-                ts.data.tally.kernel_from = low
-            if s.pid == 0:  # with -k every pid lands here: keep the idle task's share apart
-                ts.stats.idle_weight += weight
-            # a sample without a callchain is a stack of its pc: .stack sums to .hist
-            stack = (tuple(kernel) or (s.ip,)) if self.opts.stacks else None
-            ts.data.tally.add(s.ip, weight, stack, (), s.tid)
-            return
-        proc = self._process(s.pid, s.time)
-        ts = self.book.process_set(proc)
-        tally = ts.data.tally
-        self._credit(proc, ts, s.cgroup, weight)
-        user = self.user_frames.frames(proc, s, user)  # a tuple the unwinder may hand out again
-        if not self.opts.stacks:
-            stack = None
-        elif proc.own:  # the collector's own: by its pc, as the idle task (docs/q-format.md 5.3)
-            stack = (s.ip,)
-        else:
-            stack = (tuple(kernel) + tuple(user) if kernel else tuple(user)) or (s.ip,)
-        arcs = [(b.source, b.target) for b in s.branches if b.is_call] if s.branches else []
-        if low < tally.kernel_from:
-            tally.kernel_from = low
-        self.mappings.note(proc, ts, user if user or in_kernel else [s.ip], arcs)
-        if self.jit is not None and user and self.jit.has_dump(proc):
-            tally.count_thread(s.tid, weight)  # now: the JIT tracker may hold the sample
-            # by thread with its addresses as sampled (JIT code unnamed there)
-            tally.add_thread("cpu", s.tid, stack or (s.ip,), weight)
-            self.jit.sample(proc, s.time, s.ip, weight, list(kernel), list(user), arcs,
-                            self.opts.stacks, tally.add)
-        else:
-            tally.add(s.ip, weight, stack, arcs, s.tid)
-
-    on_sample = _sample  # the handler routes.ROUTES names for samples
-
-    def _recalled(self, pending: dict[Recalled, list[int]]) -> None:
-        """Samples step counted by (set, thread, cgroup, pc, user frames):
-        [samples, weight] each, as ``_sample`` would count them one by one.
-        Each was taken in user mode without a callchain, and its frames are
-        a walk the unwinder remembered, noted by its set already (so no
-        mapping is met here), of a process whose set has its description."""
-        for (ts, tid, cgroup, ip, user), (samples, weight) in pending.items():
-            self.samples += samples
-            self._tick_samples += samples
-            ts.writer.dirty = True
-            self._credit(ts.data.process, ts, cgroup, weight)  # type: ignore[arg-type]
-            ts.data.tally.add_same(ip, weight, samples, user, tid)
-        pending.clear()
-
-    def _credit(self, proc: Process, ts: CollectedSet, cgroup: int, weight: int) -> None:
-        """What a process set's samples add besides their stacks: their
-        cgroup's weight; the set's description at its first sample, its
-        task's counters now and then (it may end any time: keep up)."""
-        stats = ts.stats
-        if cgroup:
-            weights = stats.cgroup_weights
-            if cgroup in weights:  # the common case, inlined
-                weights[cgroup] += weight
-            else:
-                weigh(weights, cgroup, weight)
-        if ts.data.tally.samples == 0:
-            self._describe(proc, ts)
-        elif stats.counters_start is not None and not proc.ended:
-            now = time.monotonic()
-            if now - stats.counters_at >= STATS_SECONDS:
-                stats.counters_at = now
-                stats.counters_last = self.host.task_counters(proc.pid) or stats.counters_last
-
-    def _describe(self, proc: Process, ts: CollectedSet) -> None:
-        if proc.ended:
-            return
-        if proc.cmdline is None:
-            proc.cmdline = self.host.cmdline(proc.pid)
-            proc.exe = proc.exe or self.host.exe(proc.pid)
-        ts.stats.counters_start = ts.stats.counters_last = self.host.task_counters(proc.pid)
-        ts.stats.counters_at = time.monotonic()
-        if not self.sampled_cgroups:
-            ts.stats.cgroup = self.host.task_cgroup(proc.pid)
-
-    def _update_stats(self) -> None:
-        """Counters of live tasks and of the CPU, for the sets about to be written."""
-        for proc, ts in self.book.by_process.items():
-            if not proc.ended and ts.writer.promoted and ts.stats.counters_start is not None:
-                ts.stats.counters_last = self.host.task_counters(proc.pid) or ts.stats.counters_last
-        if not self.opts.cpu_stats:
-            return
-        kernel = self.book.kernel_set()
-        now = self.host.cpu_counters(self.opts.cpu)
-        if kernel.stats.counters_start is None:
-            kernel.stats.counters_start = now
-        kernel.stats.counters_last = now
-        kernel.writer.idle_dirty = True  # time passing: written as the idle weight is
-
-    # ------------------------------------------------------------ checkpoints
+        """Drain what the source holds; returns the number of records."""
+        return self.router.step()
 
     def checkpoint(self, final: bool = False, complete: bool = False) -> bool:
-        """Write every changed set; True if everything reached the disk.
-
-        ``final`` closes every set: the end of the run, or of a time slice.
-        ``complete`` writes an idle CPU's kernel set too, which a periodic
-        checkpoint leaves for later when nothing else changed (Book.plan).
-        """
-        self._update_stats()
-        self.waits.take(self.read_until or time.monotonic_ns())
-        self.waits.name_threads()
-        if self.jit is not None:
-            self.jit.resolve_pending(final_all=final)
-        kallsyms = self.kallsyms.current(self.copier) if self.kallsyms is not None else None
-        starts = self.starts
-        sets, folded = self.book.plan(
-            final, complete,
-            None if starts is None else lambda ts: starts.for_set(
-                kallsyms, ts.data.tally.mappings, ts.data.tally.kernel_from, ts.data.process),
-            None if starts is None else lambda ts: starts.object_lines(
-                kallsyms, ts.data.tally.mappings, ts.data.tally.kernel_from))
-        # those that lingered since the checkpoint before (the latest ones
-        # may still have samples in the rings), or all at the end
-        expired, self._lingered = self._lingered, list(self._lingering)
-        self._lingering.clear()
-        if final:
-            expired, self._lingered = expired + self._lingered, []
-        for proc in expired:
-            self._forget_unsampled(proc)
-        if self.sampled_cgroups:
-            self.cgroups.complete((ts.stats.cgroup_weights for ts in sets),
-                                  lambda: synthesize.cgroups(self.host, 0))
-        for ts in sets:
-            ts.stats.cgroup = self.cgroups.choose(ts.stats.cgroup_weights) or ts.stats.cgroup
-        for proc in folded:
-            if proc.ended:
-                self._forget(proc)
-        run = self.run_info
-        if self.kallsyms is not None:
-            run = run._replace(kallsyms=kallsyms)
-        if final and self.opts.compress:
-            run = run._replace(compress=True)
-        fresh = [ts for ts in sets if ts.writer.version is None]
-        jit = self.jit
-        written, errors = write_sets(self.qdir, sets, run, self.copier, self.lost,
-                                     (lambda t: jit.refs(t.data.process, t.data.pids, self.qdir))
-                                     if jit else None, self.clock)
-        self.sets_created += sum(ts.writer.version is not None for ts in fresh)
-        self._unwritten = len(sets) - len(written)
-        for ts in written:
-            done = self.book.written(ts)
-            if done is not None and done.ended:
-                self._forget(done)
-        if self.book.dropped:
-            tell(self.out, f"cpu {self.opts.cpu}: gave up {self.book.dropped} closed sets "
-                           f"that could not be written to {self.qdir.path}")
-            self.given_up += self.book.dropped
-            self.book.dropped = 0
-        if errors:
-            self._report_write_error(errors[0])
-            return False
-        if self._write_error is not None:
-            # A disk at the edge of full takes one checkpoint and refuses the
-            # next: recovery is said once it held, so the log gets one pair.
-            self._good_writes += 1
-            if self._good_writes >= RECOVERED_AFTER or final:
-                self.say(f"writing to {self.qdir.path} works again")
-                self._write_error = None
-        return True
+        """Write every changed set; True if everything reached the disk
+        (``Checkpoints.write``)."""
+        return self.checkpoints.write(self.router.read_until, final, complete)
 
     def rotate(self) -> bool:
         """Close this time slice: write every set as closed, start new ones."""
+        return self.checkpoints.rotate(self.router.read_until)
+
+    def start_counters(self) -> None:
+        """The CPU's counters as collection starts (with ``cpu_stats``)."""
+        self.checkpoints.start_counters()
+
+    def finish(self) -> bool:
+        """The last drain and the final checkpoint; True if all was written."""
+        self.step()
+        self.write_errors.last_chance = True
         ok = self.checkpoint(final=True)
-        self.book.start_slice()
-        self.start_counters()
-        for proc, ts in self.book.by_process.items():
-            ts.stats.counters_start = ts.stats.counters_last
+        self.checkpoints.give_up_unwritten()  # the last chance to write them has passed
         return ok
-
-    def _report_write_error(self, e: OSError) -> None:
-        text = f"cannot write to {self.qdir.path}: {e.strerror or e}"
-        self._good_writes = 0
-        if self._last_chance:
-            tell(self.out, f"cpu {self.opts.cpu}: {text}")
-        elif text != self._write_error:
-            tell(self.out, f"{text}; keeping the data in memory and retrying at the next "
-                           "checkpoint")
-            self._write_error = text
-
-    def say(self, text: str) -> None:
-        try:
-            write_line(self.out, f"[{os.getpid()}] {text}")
-        except (OSError, ValueError):
-            pass  # stderr closed: collecting matters more than telling
-
-    def tally(self) -> Tally:
-        return Tally(self.samples, self.lost, self.damaged, self.sets_created, self.given_up)
-
-    def say_tick(self, seconds: float) -> None:
-        """-v: what the last ``seconds`` collected."""
-        damaged = f"; {self.damaged} damaged records so far" if self.damaged else ""
-        self.say(f"collected {self._tick_samples} samples ({self._tick_lost} lost) "
-                 f"in {seconds:.5f} seconds{damaged}")
-        self._tick_samples = self._tick_lost = 0
-
-    # ------------------------------------------------------------ in time (drainloop.py)
 
     def run(self, flags: Flags, clock: Callable[[], float] = time.monotonic,
             drain_interval: float = 0.5, heartbeat: Callable[[], None] | None = None,
@@ -552,25 +168,15 @@ class CpuCollector:
         (``drainloop.run``)."""
         return drainloop.run(self, flags, clock, drain_interval, heartbeat, quiet_interval)
 
-    def start_counters(self) -> None:
-        """The CPU's counters as collection starts (with ``cpu_stats``)."""
-        if self.opts.cpu_stats:
-            self.book.kernel_set().stats.counters_start = self.host.cpu_counters(self.opts.cpu)
+    def say(self, text: str) -> None:
+        say(self.out, text)
 
-    def finish(self) -> bool:
-        """The last drain and the final checkpoint; True if all was written."""
-        self.step()
-        self._last_chance = True
-        ok = self.checkpoint(final=True)
-        self.given_up += self._unwritten  # the last chance to write them has passed
-        self._unwritten = 0
-        return ok
+    def tally(self) -> Tally:
+        return Tally(self.samples, self.lost, self.damaged, self.checkpoints.sets_created,
+                     self.checkpoints.given_up)
 
-
-MAX_LINGERING = 4096
-"""Ended processes without samples kept until the next checkpoint at most:
-a process's samples after its EXIT come within milliseconds of it."""
-_ORDER = operator.attrgetter("order")
-_NO_FRAMES: tuple[int, ...] = ()
-Recalled = tuple[CollectedSet, int, int, int, tuple[int, ...]]
-"""(set, tid, cgroup, pc, user frames) of samples step counts alike."""
+    def say_tick(self, seconds: float) -> None:
+        """-v: what the last ``seconds`` collected."""
+        damaged = f"; {self.damaged} damaged records so far" if self.damaged else ""
+        self.say(f"collected {self.sampler.take_tick()} samples ({self.router.take_tick()} "
+                 f"lost) in {seconds:.5f} seconds{damaged}")

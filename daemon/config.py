@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple, Sequence
 
+from .sets.tally import MAX_STACKS
+
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\Z", re.I)
 _AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw]?)\Z", re.I)
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -45,7 +47,7 @@ class Config(NamedTuple):
     call_graph: str = "dwarf"  # user stacks: "dwarf", "fp" or "none"
     stack_size: int = 16384  # bytes of user stack copied per sample for dwarf
     min_samples: int = 100
-    max_stacks: int = 200_000  # distinct stacks per set and slice (aggregate.MAX_STACKS)
+    max_stacks: int = MAX_STACKS  # distinct stacks per set and slice
     min_stack_share: float = 0.0  # fold stacks rarer than this share at checkpoints; 0: never
     symlink: bool = False
     ring_pages: int | None = None
@@ -82,3 +84,22 @@ class Config(NamedTuple):
         names the copies made for it at its next write, within three
         checkpoints (an idle CPU's kernel set), whatever --rotate is."""
         return 3 * self.checkpoint + 60
+
+
+class Options(NamedTuple):
+    """How one CPU's collector works (q-syscollect's options for it)."""
+
+    cpu: int
+    kernel_only: bool = False
+    checkpoint_interval: float = 10.0
+    run_seconds: float | None = None  # -t: the run ends this long after the loop starts, or later
+    verbose: bool = False
+    min_samples: int = 100
+    stacks: bool = True
+    rotate: float | None = None  # seconds per time slice; None: one slice for the run
+    compress: bool = False  # write data files of closed sets gzip-compressed
+    cpu_stats: bool = True  # keep the CPU's busy share and clock in kernel-cpuN
+    max_stacks: int = MAX_STACKS  # distinct stacks per set and slice; the rest: one remainder
+    min_stack_share: float = 0.0  # a rarer stack is folded at a checkpoint (tally.fold_rare)
+    off_cpu: bool = False  # sched_switch/sched_waking come: account waits (sets/offcpu.py)
+    off_cpu_min_ns: int = 0

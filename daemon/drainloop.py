@@ -1,16 +1,19 @@
 """One collector's loop in time: when to drain its rings, checkpoint, cut
 a slice, say how it goes, and stop. What a drain or a checkpoint does is
-the collector's (collector.py); this module only knows the clock.
+the collector's (collector.py, driven through ``Collecting``); this module
+only knows the clock.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
-if TYPE_CHECKING:
-    from .collector import CpuCollector, Flags
+from .clock import Clock
+from .config import Options
+from .kernel.source import EventSource
+from .sets.objects import ObjectCopier
 
 # A drain that found no more than this many records a second besides the
 # idle task's samples, all of them samples (a kernel thread's tick, a
@@ -27,7 +30,57 @@ BELL_LESS_QUIET = 5.0
 END_SLACK = 1.0
 
 
-def run(c: CpuCollector, flags: Flags, clock: Callable[[], float] = time.monotonic,
+class Flags:
+    """Set from signal handlers, read by the loop."""
+
+    __slots__ = ("stop", "checkpoint")
+
+    def __init__(self) -> None:
+        self.stop = False
+        self.checkpoint = False
+
+
+class Collecting(Protocol):
+    """What the loop drives: one CPU's collector (``collector.CpuCollector``)."""
+
+    @property
+    def opts(self) -> Options: ...
+
+    @property
+    def source(self) -> EventSource: ...
+
+    @property
+    def copier(self) -> ObjectCopier: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def busy_records(self) -> int:
+        """Records of the last drain other than the idle task's samples."""
+        ...
+
+    @property
+    def sideband_seen(self) -> bool:
+        """Whether a few of them (a quiet drain's) were not samples."""
+        ...
+
+    def step(self) -> int: ...
+
+    def checkpoint(self, final: bool = False, complete: bool = False) -> bool: ...
+
+    def rotate(self) -> bool: ...
+
+    def start_counters(self) -> None: ...
+
+    def finish(self) -> bool: ...
+
+    def say(self, text: str) -> None: ...
+
+    def say_tick(self, seconds: float) -> None: ...
+
+
+def run(c: Collecting, flags: Flags, clock: Callable[[], float] = time.monotonic,
         drain_interval: float = 0.5, heartbeat: Callable[[], None] | None = None,
         quiet_interval: float | None = None) -> bool:
     """Collect until ``flags.stop``; then write a final checkpoint.
@@ -98,14 +151,14 @@ def checkpoint_due(at: float, ends: float | None) -> float:
     return at
 
 
-def quiet(c: CpuCollector, waited: float) -> bool:
+def quiet(c: Collecting, waited: float) -> bool:
     """Did the last drain hold next to nothing but the idle task's
     samples? Then the next may wait longer (see run)."""
     return (c.busy_records <= QUIET_RECORDS_PER_SECOND * max(waited, 1.0)
             and not c.sideband_seen and not c.opts.off_cpu and not c.copier.copying)
 
 
-def slice_end(c: CpuCollector, clock: Callable[[], float], every: float) -> float:
+def slice_end(c: Collecting, clock: Callable[[], float], every: float) -> float:
     """When this slice ends, on the loop's monotonic ``clock``: at the
     next wall-clock boundary as the wall clock reads now. A step of the
     wall clock later does not move it (a step back would stall rotation,

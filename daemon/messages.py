@@ -72,6 +72,15 @@ def tell(out: TextIO, text: str) -> None:
         pass
 
 
+def say(out: TextIO, text: str) -> None:
+    """One line of this process's own (-v, a recovery), its pid first; a
+    closed stderr must not stop a collection."""
+    try:
+        write_line(out, f"[{os.getpid()}] {text}")
+    except (OSError, ValueError):
+        pass
+
+
 def write_line(out: TextIO, line: str) -> None:
     """``line`` and its newline in one write: the collectors share the
     supervisor's stderr, and print's two writes (text, then newline) from

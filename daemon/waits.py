@@ -4,34 +4,55 @@ waits go into their processes' sets (docs/q-format.md 4.9)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
-from .decode.records import Sample, split_callchain
-from .decode.tracepoints import SchedSwitch, SchedWaking
+from .config import Options
+from .decode.records import Sample, SchedSwitch, SchedWaking, Switch
 from .machine.tasks import Process
+from .processes import Processes
+from .sets.aggregate import SetBook
 from .sets.offcpu import OffCpu
 
-if TYPE_CHECKING:
-    from .collector import CpuCollector
+
+class SwitchStacks(Protocol):
+    """How a switch's stack is unwound, once its wait proves long enough:
+    ``samplepath.SamplePath``."""
+
+    def stack_at(self, proc: Process, s: Sample) -> tuple[int, ...]: ...
 
 
 class Waits:
-    """The ``on_sched_switch`` and ``on_sched_waking`` of a collector."""
+    """The handlers of switches and wake-ups, and the waits they make,
+    taken into the sets of ``book`` at each drain and checkpoint."""
 
-    def __init__(self, collector: CpuCollector, min_stack_ns: int) -> None:
-        self.c = collector
-        self.offcpu = OffCpu(min_stack_ns=min_stack_ns)
+    def __init__(self, opts: Options, book: SetBook, processes: Processes,
+                 stacks: SwitchStacks) -> None:
+        self.off_cpu = opts.off_cpu
+        self.kernel_only = opts.kernel_only
+        self.with_stacks = opts.stacks
+        self.book = book
+        self.processes = processes
+        self.stacks = stacks
+        self.offcpu = OffCpu(min_stack_ns=opts.off_cpu_min_ns)
+        self.switches = 0  # SWITCH records (none yet: no event asks for them)
+
+    def on_switch(self, rec: Switch) -> None:
+        """A switch-in (its sample_id names the thread coming in) ends that
+        thread's wait, whichever CPU it comes back on (--off-cpu)."""
+        self.switches += 1
+        if not rec.out and rec.sid is not None:
+            self.offcpu.switch_in(rec.sid.tid, rec.sid.time)
 
     def on_sched_switch(self, rec: SchedSwitch) -> None:
         """A switch on any CPU ends the wait of the thread coming in; one on
         this CPU (with its stack) starts the wait of the thread leaving."""
         self.offcpu.switch_in(rec.next_tid, rec.time)
         s = rec.sample
-        if s is None or s.pid == 0 or rec.prev_tid == 0 or self.c.opts.kernel_only:
+        if s is None or s.pid == 0 or rec.prev_tid == 0 or self.kernel_only:
             return
-        proc = self.c._process(s.pid, s.time)
-        self.c.book.process_set(proc).data.tally.switches += 1
-        frames = self._switch_frames(proc, s) if self.c.opts.stacks else ()
+        proc = self.processes.process(s.pid, s.time)
+        self.book.process_set(proc).data.tally.switches += 1
+        frames = self._switch_frames(proc, s) if self.with_stacks else ()
         self.offcpu.switch_out(rec.prev_tid, rec.prev_state, rec.time, proc, frames)
 
     def _switch_frames(self, proc: Process, s: Sample) -> Callable[[], tuple[int, ...]]:
@@ -43,43 +64,41 @@ class Waits:
         memo: list[tuple[int, ...]] = []
 
         def frames() -> tuple[int, ...]:
-            if memo:
-                return memo[0]
-            kernel, fp_user = split_callchain(s.callchain) if s.callchain else ([], [])
-            user = self.c.user_frames.frames(proc, s, fp_user)
-            stack = (tuple(kernel) + tuple(user)) or (s.ip,)
-            ts = self.c.book.by_process.get(proc)
-            if ts is not None:
-                low = min(min(kernel), s.ip) if kernel else s.ip
-                if low < ts.data.tally.kernel_from:
-                    ts.data.tally.kernel_from = low
-                self.c.mappings.note(proc, ts, user)
-            memo.append(stack)
-            return stack
+            if not memo:
+                memo.append(self.stacks.stack_at(proc, s))
+            return memo[0]
         return frames
 
     def on_sched_waking(self, rec: SchedWaking) -> None:
         self.offcpu.wake(rec.tid, rec.time)
 
+    def take_accrued(self) -> None:
+        """At the end of a drain: the waits that ended in it, into their
+        processes' sets now, while those sets are still here."""
+        if self.offcpu.accrued:
+            self.take(None)
+
     def take(self, now: int | None) -> None:
         """Waits that ended, and those still going counted up to ``now``,
         into their process's set (docs/q-format.md 4.9)."""
-        if not self.c.opts.off_cpu:
+        if not self.off_cpu:
             return
         if now is not None:
             self.offcpu.checkpoint(now)
         for (proc, kind, tid, frames), ns in self.offcpu.take().items():
             assert isinstance(proc, Process)
-            ts = self.c.book.by_process.get(proc)
+            ts = self.book.by_process.get(proc)
             if ts is None:
                 if proc.ended:
                     continue  # its set is written and gone; a thread exits running
-                ts = self.c.book.process_set(proc)
+                ts = self.book.process_set(proc)
             ts.data.tally.add_thread(kind, tid, frames, ns)
             ts.writer.dirty = True
 
     def name_threads(self) -> None:
-        for proc, ts in self.c.book.by_process.items():
+        """Each thread a set's `.threads` names, by the name its process
+        gave it."""
+        for proc, ts in self.book.by_process.items():
             names = ts.data.tally.thread_names
             for tid in ts.data.tally.thread_ids() - names.keys():
                 t = proc.threads.get(tid)

@@ -6,7 +6,8 @@ decoded (idle.py), the sampling event's other samples go straight to its
 layout's sample decoder, and every other record through ``Layouts.decode``
 (routes.ROUTES; an extra event's samples by their id). The same records
 come out as from asking each record ``Layouts.idle_sample`` and decoding
-the others one by one, a unit test checks.
+the others one by one, a unit test checks. ``dispatch`` says which of a
+collector's handlers takes each record that comes out.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import NamedTuple, Sequence
 
 from ..kernel import abi
 from .idle import IdleSeen
-from .records import Record, RecordError
-from .tracepoints import Layouts, SchedSwitch, SchedWaking
+from .records import Record, RecordError, SchedSwitch, SchedWaking
+from .routes import ROUTES, Handler, Handlers
+from .tracepoints import TRACEPOINT_ROUTES, Layouts
 
 
 class Drained(NamedTuple):
@@ -66,3 +68,12 @@ def decode_drain(raw: Sequence[bytes | memoryview], layouts: Layouts) -> Drained
         except RecordError:
             damaged += 1
     return Drained(out, seen, damaged)
+
+
+def dispatch(handlers: Handlers) -> dict[type, Handler]:
+    """Record class -> the one of ``handlers`` that takes it, for every
+    record a drain hands on: those ``routes.ROUTES`` gives a handler and
+    the tracepoints' (``tracepoints.TRACEPOINT_ROUTES``)."""
+    out = {r.record: r.handler(handlers) for r in ROUTES if r.handler is not None}
+    out.update((t.record, t.handler(handlers)) for t in TRACEPOINT_ROUTES)
+    return out

@@ -19,6 +19,7 @@ from typing import Any, Callable, Container, Sequence
 from ..kernel import abi
 from .idle import IdleProbe
 from .records import NO_ID, Branch, Other, Record, RecordError, Sample, SampleId
+from .routes import ROUTES
 
 _HEADER = struct.Struct("<IHH")
 _U64 = struct.Struct("<Q")
@@ -124,14 +125,13 @@ class SampleLayout:
             if st & bit:
                 ids.append(name)
         self._id_fields = tuple(ids)
-        # The routing table names the decoders of records defined here, so it
-        # is imported late; each is bound to this layout once.
-        from .routes import ROUTES
+        # each of the routing table's decoders bound to this layout once;
+        # samples straight to this layout's own
         decoders: dict[int, Callable[..., Record]] = {
             r.number: types.MethodType(r.decode, self) for r in ROUTES}
         fast = self._compile_sample(names)
-        if fast is not None:  # the collector's layouts: one decoder made for them
-            decoders[abi.RECORD_SAMPLE] = fast
+        # the collector's layouts: one decoder made for them
+        decoders[abi.RECORD_SAMPLE] = fast if fast is not None else self.sample_body
         self._decoders = decoders
 
     def _compile_sample(self, names: list[str]) -> Callable[..., Sample] | None:
@@ -234,7 +234,8 @@ class SampleLayout:
     # ---------------------------------------------------------------- samples
 
     def sample_body(self, rec: bytes | memoryview, type_: int, misc: int, size: int) -> Sample:
-        """The decoder routes.ROUTES names for PERF_RECORD_SAMPLE: the header is read."""
+        """A PERF_RECORD_SAMPLE's fields (the header is read): the decoder of
+        samples of a layout ``_compile_sample`` cannot compile."""
         fixed = self._gather((misc, *self._prefix.unpack_from(rec, 8), *_DEFAULTS))
         if not self._steps:
             if 8 + self._prefix.size > size:

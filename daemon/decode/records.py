@@ -1,7 +1,7 @@
 """The perf records as named tuples, what decoding gives (``layout``
 turns bytes into them). Fields and their order are those of
 perf-event-abi.md sections 4 and 5. Which decoder a record type gets,
-and which model event it feeds, is one table: ``routes.ROUTES``.
+and which of the model's handlers takes it, is one table: ``routes.ROUTES``.
 """
 
 from __future__ import annotations
@@ -206,6 +206,38 @@ class Other(NamedTuple):
 
 
 Record = Union[Sample, Mmap, Comm, Task, Lost, Throttle, Switch, Cgroup, Other]
+
+
+# The records of the scheduler's tracepoints (--off-cpu), made from a
+# sample's raw fields by ``tracepoints.TRACEPOINT_ROUTES``.
+
+class SchedSwitch(NamedTuple):
+    """sched:sched_switch: ``prev_tid`` leaves its CPU in ``prev_state``,
+    ``next_tid`` runs. ``sample`` carries the stack at the switch (the
+    own CPU's event), or None (another CPU's, no stack)."""
+
+    time: int
+    cpu: int
+    prev_tid: int
+    prev_state: int
+    next_tid: int
+    next_comm: str
+    sample: Sample | None
+
+    @property
+    def order(self) -> int:
+        return self.time
+
+
+class SchedWaking(NamedTuple):
+    """sched:sched_waking (or sched_wakeup): ``tid`` is made runnable."""
+
+    time: int
+    tid: int
+
+    @property
+    def order(self) -> int:
+        return self.time
 
 
 def cstring(buf: bytes | memoryview, start: int, end: int) -> str:

@@ -5,7 +5,8 @@ Every event the collector opens has ``PERF_SAMPLE_IDENTIFIER``: a sample
 carries its event's id first (offset 8), every other record last (the
 ``sample_id_all`` trailer). ``Layouts`` picks the event's ``SampleLayout``
 by that id, and ``TRACEPOINT_ROUTES`` turns a tracepoint sample's raw
-fields into the record its ``on_<event>`` handler takes, as
+fields into a record (``records.SchedSwitch``, ``records.SchedWaking``)
+and names which of the model's ``routes.Handlers`` takes it, as
 ``routes.ROUTES`` does for record types. Raw field offsets are those of
 ``/sys/kernel/tracing/events/sched/*/format`` (stable since 4.x on
 64-bit machines; ``prev_state`` is a ``long``).
@@ -18,39 +19,11 @@ from typing import Callable, NamedTuple
 
 from ..kernel import abi
 from .layout import SampleLayout
-from .records import Record, RecordError, Sample
+from .records import Record, RecordError, Sample, SchedSwitch, SchedWaking
+from .routes import Handler, Handlers
 
 _HEADER = struct.Struct("<IHH")
 _U64 = struct.Struct("<Q")
-
-
-class SchedSwitch(NamedTuple):
-    """sched:sched_switch: ``prev_tid`` leaves its CPU in ``prev_state``,
-    ``next_tid`` runs. ``sample`` carries the stack at the switch (the
-    own CPU's event), or None (another CPU's, no stack)."""
-
-    time: int
-    cpu: int
-    prev_tid: int
-    prev_state: int
-    next_tid: int
-    next_comm: str
-    sample: Sample | None
-
-    @property
-    def order(self) -> int:
-        return self.time
-
-
-class SchedWaking(NamedTuple):
-    """sched:sched_waking (or sched_wakeup): ``tid`` is made runnable."""
-
-    time: int
-    tid: int
-
-    @property
-    def order(self) -> int:
-        return self.time
 
 
 def _comm(raw: bytes, off: int) -> str:
@@ -78,13 +51,13 @@ class TracepointRoute(NamedTuple):
     name: str  # SYSTEM:EVENT
     decode: Callable[[Sample, bool], "SchedSwitch | SchedWaking"]
     record: type
-    event: str  # on_<event>
+    handler: Callable[[Handlers], Handler]  # which of the model's handlers takes it
 
 
 TRACEPOINT_ROUTES: tuple[TracepointRoute, ...] = (
-    TracepointRoute("sched:sched_switch", _switch, SchedSwitch, "sched_switch"),
-    TracepointRoute("sched:sched_waking", _waking, SchedWaking, "sched_waking"),
-    TracepointRoute("sched:sched_wakeup", _waking, SchedWaking, "sched_waking"),
+    TracepointRoute("sched:sched_switch", _switch, SchedSwitch, lambda h: h.sched_switch),
+    TracepointRoute("sched:sched_waking", _waking, SchedWaking, lambda h: h.sched_waking),
+    TracepointRoute("sched:sched_wakeup", _waking, SchedWaking, lambda h: h.sched_waking),
 )
 BY_NAME = {r.name: r for r in TRACEPOINT_ROUTES}
 

@@ -48,7 +48,7 @@ class CgroupTable:
         self.missed |= unknown - self.paths.keys()
 
     def on_cgroup(self, rec: Cgroup) -> None:
-        """The handler routes.ROUTES names for CGROUP records."""
+        """The handler of CGROUP records (routes.Handlers.cgroup)."""
         self.paths.pop(rec.id, None)  # a re-made id moves to the young end
         self.paths[rec.id] = rec.path
         while len(self.paths) > self.limit:

@@ -16,7 +16,6 @@ import itertools
 from typing import Any, Callable, Iterable, NamedTuple
 
 from ..decode.records import Comm, Mmap, Task
-from ..decode.routes import handlers
 
 _serial = itertools.count(1)
 MAX_THREADS = 4096  # threads remembered per process; the oldest ended ones go first
@@ -229,7 +228,9 @@ class TaskTable:
         # one moment records cannot tell (a setuid program); a fork inherits
         # its parent's.
         self.owner = owner
-        self._handlers: dict[type, Callable[[Any], None]] | None = None
+        # the seed applies a record per thread and map: the handler of each, found once
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            Mmap: self.on_mmap, Comm: self.on_comm, Task: self.on_task}
 
     def __len__(self) -> int:
         return len(self.procs)
@@ -260,15 +261,11 @@ class TaskTable:
     # ------------------------------------------------------------ records
 
     def apply(self, record: Comm | Task | Mmap) -> None:
-        """Feed one record to this table's handler for it, as routes.ROUTES
-        names it (the collector dispatches through the same table)."""
-        if self._handlers is None:  # made once: the seed applies a record per thread and map
-            self._handlers = handlers(self, complete=False)
-        handler = self._handlers.get(type(record))
-        if handler is not None:
-            handler(record)
+        """Feed one record to this table's handler for it (the collector's
+        drains hand the same records to the same handlers: routes.Handlers)."""
+        self._handlers[type(record)](record)
 
-    # The model events routes.ROUTES feeds this table.
+    # The handlers of the records routes.ROUTES feeds this table.
     def on_mmap(self, m: Mmap) -> None:
         self._mmap(m)
 

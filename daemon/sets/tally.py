@@ -10,7 +10,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_right
 from collections import defaultdict
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 
 from qtools.qformat import rest_thread
 
@@ -18,7 +18,6 @@ from ..machine.tasks import Mapping, Process
 from .sketch import DistinctCount
 
 if TYPE_CHECKING:
-    from .aggregate import CanonicalLayout
     from .starts import StartOf
 
 MAX_STACKS = 200_000
@@ -43,6 +42,13 @@ many minutes, before the share alone folds what it met once, and its
 FOLD_TIMES = 64
 """The folds whose time a tally keeps, to age what they saw; a stack first
 seen before the oldest is taken as that old (younger than it is: kept)."""
+
+
+class Rebase(Protocol):
+    """Where a process's user addresses go in a tally of several processes
+    (``aggregate.CanonicalLayout``)."""
+
+    def translate(self, address: int, proc: Process) -> int: ...
 
 
 class SampleTally:
@@ -102,9 +108,19 @@ class SampleTally:
         self.fold_epochs = array("q")
         self.fold_times = array("d")
 
+    def note_kernel(self, low: int) -> None:
+        """A sample (or a wait's stack) held kernel addresses down to
+        ``low`` (NO_KERNEL: none): ``kernel_from`` stays the lowest."""
+        if low < self.kernel_from:
+            self.kernel_from = low
+
     def add(self, ip: int, weight: int, stack: tuple[int, ...] | None,
-            arcs: Iterable[tuple[int, int]] = (), tid: int | None = None) -> None:
-        """One sample; ``tid`` None: its thread is counted apart (``count_thread``)."""
+            arcs: Iterable[tuple[int, int]] = (), tid: int | None = None,
+            kernel_low: int = NO_KERNEL) -> None:
+        """One sample; ``tid`` None: its thread is counted apart (``count_thread``);
+        ``kernel_low``: its lowest kernel address (``note_kernel``)."""
+        if kernel_low < self.kernel_from:  # note_kernel, inline: this runs for every sample
+            self.kernel_from = kernel_low
         if not self.split and (tid is None or (tid != self.solo and
                                                (self.solo is not None or self.samples))):
             self._split()
@@ -129,9 +145,10 @@ class SampleTally:
                 self.solo = tid
 
     def add_same(self, ip: int, weight: int, samples: int, stack: tuple[int, ...] | None,
-                 tid: int) -> None:
+                 tid: int, kernel_low: int = NO_KERNEL) -> None:
         """``samples`` samples of one pc, stack and thread, ``weight`` in all:
         as many ``add`` calls, in one."""
+        self.note_kernel(kernel_low)
         if not self.split and tid != self.solo and (self.solo is not None or self.samples):
             self._split()
         self.samples += samples
@@ -412,8 +429,8 @@ class SampleTally:
                 born.setdefault(f, last)
                 settled.add(f)
             self.moved_weight += w
-            if a >= self.kernel_from > f:
-                self.kernel_from = f
+            if a >= self.kernel_from:
+                self.note_kernel(f)
         if not moved:
             return
         if by_function:
@@ -439,7 +456,7 @@ class SampleTally:
                 stacks[(f,)] = w
                 born[(f,)] = b
 
-    def merge(self, other: SampleTally, rebase: CanonicalLayout | None = None,
+    def merge(self, other: SampleTally, rebase: Rebase | None = None,
               proc: Process | None = None) -> None:
         if not self.split:
             self._split()  # before other's stacks join this one's: its lines stay its own
@@ -464,7 +481,7 @@ class SampleTally:
         for (f, t), n in other.arcs.items():
             self.arcs[(tr(f), tr(t))] += n
         self.samples += other.samples
-        self.kernel_from = min(self.kernel_from, other.kernel_from)
+        self.note_kernel(other.kernel_from)
         self.folded_weight += other.folded_weight
         self.moved_weight += other.moved_weight
         self.object_lines.update(tr(a) for a in other.object_lines)

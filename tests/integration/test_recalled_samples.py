@@ -3,7 +3,7 @@ the kernel really delivered.
 
 A drain counts a sample whose walk the unwinder remembers by what its set
 keeps of it, and hands such samples to their sets before the next record
-of any other kind (CpuCollector.step). Two processes run on one CPU under
+of any other kind (Router.step). Two processes run on one CPU under
 the event source ``q-syscollect -i`` opens: p-fan, and offcpu's two
 computing threads. Their records are replayed through two collectors, one
 that recalls walks in the drain and one whose every sample goes through the
@@ -50,7 +50,7 @@ class Recalling(DwarfFrames):
 
 
 class OneByOne(DwarfFrames):
-    """Frames that never recall: every sample goes through ``_sample``."""
+    """Frames that never recall: every sample goes through ``SamplePath.sample``."""
 
     def recall(self, proc, sample):
         return None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from churn import LAYOUT, Churn, ChurnRun
 
-from qtools.daemon import collector as collector_module
+from qtools.daemon import processes as processes_module
 from qtools.daemon.decode import synth
 from qtools.daemon.decode.records import SampleId, Task
 from qtools.qformat import read_info
@@ -44,7 +44,7 @@ def test_samples_after_exit_stay_with_their_process(tmp_path):
 
 
 def test_ended_processes_are_forgotten_within_two_checkpoints_and_a_bound(tmp_path, monkeypatch):
-    monkeypatch.setattr(collector_module, "MAX_LINGERING", 50)
+    monkeypatch.setattr(processes_module, "MAX_LINGERING", 50)
     run = ChurnRun(tmp_path, Churn(procs=0))
     table = run.collector.table
     before = len(table.procs)

@@ -1,5 +1,5 @@
 """The idle task's samples are told from their fixed prefix and kept by
-their pc alone (CpuCollector._idle), every other sample as before: a
+their pc alone (SamplePath.idle), every other sample as before: a
 process's with its whole stack, with -k every pid's kernel stack, and a
 scheduler tracepoint's of pid 0 (a switch away from idle) still reaches
 its handler (--off-cpu)."""
@@ -194,7 +194,7 @@ def test_an_idle_cpu_rewrites_its_kernel_set_every_third_checkpoint(tmp_path):
     batches = [[_idle(10 * n + i) for i in range(3)] for n in range(IDLE_CHECKPOINTS + 3)]
     with QDir.open(qd, create=True) as qdir:
         c = _collector(qdir, [])
-        c.source = ReplaySource(c.layout, batches)
+        c.source.batches = list(batches)  # fed to the same source, drain by drain
 
         def drain_and_checkpoint(**kw: bool) -> int:
             c.step()
@@ -208,9 +208,9 @@ def test_an_idle_cpu_rewrites_its_kernel_set_every_third_checkpoint(tmp_path):
         assert drain_and_checkpoint(complete=True) == 3 * PERIOD * (IDLE_CHECKPOINTS + 3)
         # pid 0's samples that take the decoder's path (here: in user mode)
         # are not told idle from their prefix: the set changed, it is written
-        c.source = ReplaySource(c.layout, [[synth.encode_sample(MAIN, Sample(
+        c.source.batches = [[synth.encode_sample(MAIN, Sample(
             misc=abi.MISC_USER, ip=UA, pid=0, tid=0, time=900, id=MAIN_ID, cpu=0,
-            period=PERIOD, callchain=(abi.CONTEXT_USER, UA)))], [_idle(901)]])
+            period=PERIOD, callchain=(abi.CONTEXT_USER, UA)))], [_idle(901)]]
         c.step()
         assert c.checkpoint()
         assert dict(read_hist(qd / read_info(qd / "kernel-cpu0.info#0").histogram.file)).get(UA)

@@ -22,6 +22,7 @@ from qtools.daemon.decode import synth
 from qtools.daemon.sets.checkpoint import RunInfo
 from qtools.daemon.collector import CpuCollector, Options
 from qtools.daemon.sets.objects import ObjectCopier
+from qtools.daemon.sets.tally import NO_KERNEL, SampleTally
 from qtools.daemon.decode.layout import SampleLayout
 from qtools.daemon.decode.records import Comm, Mmap, Sample, SampleId
 from qtools.daemon.kernel.source import ReplaySource
@@ -154,3 +155,24 @@ def test_a_kernel_frame_is_never_rebased_when_an_aggregate_folds(tmp_path, binar
     assert kernel_frames == set(ARM64_PRE_54 + FIVE_LEVEL)
     # user addresses: rebased onto where the first process had the program
     assert {a for a in hist if a < low} == {BASE + 0x200}
+
+
+def test_a_tally_keeps_its_lowest_kernel_address_however_it_is_told():
+    """q:kernel-from is the lowest kernel address of every sample, wait
+    and folded tally: the tally keeps it, whichever way it is told."""
+    high, mid, low = FIVE_LEVEL[2], FIVE_LEVEL[1], FIVE_LEVEL[0]
+    t = SampleTally()
+    t.add(BASE + 0x1000, 1, (BASE + 0x1000,), (), PID)  # a user sample: no kernel address
+    t.note_kernel(NO_KERNEL)
+    assert t.kernel_from == NO_KERNEL
+    t.add(high, 1, (high,), (), PID, high)
+    assert t.kernel_from == high
+    t.add_same(mid, 3, 2, (mid,), PID, mid)
+    assert t.kernel_from == mid
+    t.note_kernel(high)  # a higher one changes nothing
+    t.add(high, 1, (high,), (), PID, high)
+    assert t.kernel_from == mid
+    other = SampleTally()
+    other.note_kernel(low)
+    t.merge(other)
+    assert t.kernel_from == low

@@ -15,7 +15,6 @@ from qtools.daemon.decode import synth
 from qtools.daemon.decode.layout import SampleLayout
 from qtools.daemon.decode.records import (Branch, Comm, Lost, Mmap, Other, RecordError, Sample,
                                           SampleId, Switch, Task, Throttle, split_callchain)
-from qtools.daemon.decode.routes import ROUTES
 
 ALL_DECODED = (abi.SAMPLE_IDENTIFIER | abi.SAMPLE_IP | abi.SAMPLE_TID | abi.SAMPLE_TIME
                | abi.SAMPLE_ADDR | abi.SAMPLE_ID | abi.SAMPLE_STREAM_ID | abi.SAMPLE_CPU
@@ -214,12 +213,6 @@ def test_a_switch_cpu_wide_record_without_its_pids_is_damaged():
         SampleLayout(0, sample_id_all=False).decode(rec)
 
 
-def test_one_route_per_record_type_and_one_event_per_record_class():
-    assert len({r.number for r in ROUTES}) == len(ROUTES)
-    events: dict[type, set] = {}
-    for r in ROUTES:
-        events.setdefault(r.record, set()).add(r.event)
-    assert all(len(e) == 1 for e in events.values()), events
 
 
 def test_callchain_longer_than_record_raises():
