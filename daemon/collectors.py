@@ -4,8 +4,9 @@ Forked side by side (``start_all``), each says "ok" once its events are
 open, a "beat" a second and "end" after its final checkpoint, on a status
 pipe (messages.py). One that stops beating is killed; one that dies is
 restarted, RESTARTS_PER_MINUTE times a minute at most; what each reported
-is added up as it ends, and a collector that ended before its final
-checkpoint is a loss the run's last line names.
+is added up as it ends. A collector that died (what it collected since its
+last checkpoint died with it) or ended before its final checkpoint is a
+loss the run's last line names.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ class Collectors:
         self.children: dict[int, Child] = {}
         self.restarts: dict[int, list[float]] = {}
         self.retired = Tally()  # the totals of collectors that have ended
-        self.losses: list[str] = []  # collectors lost, for the run's last line
+        self.lost: list[str] = []  # collectors lost for good, or their final checkpoint
+        self.deaths: dict[int, list[str]] = {}  # why each restarted collector died, by cpu
         self._opening: list[int] = []  # status pipes of collectors forked, not yet "ok"
         self._run: tuple[SourceSpec, RunInfo, QDir] | None = None  # what a restart needs
 
@@ -224,17 +226,28 @@ class Collectors:
         return f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else \
             f"exit status {os.WEXITSTATUS(status)}"
 
+    @property
+    def losses(self) -> list[str]:
+        """What the run lost with its collectors, for its last line."""
+        died = []
+        for cpu, whys in sorted(self.deaths.items()):
+            times = f" {len(whys)} times" if len(whys) > 1 else ""
+            causes = ", ".join(dict.fromkeys(whys))
+            died.append(f"the collector for cpu {cpu} died{times} ({causes}) and was "
+                        "restarted, losing what it had collected since its last checkpoint")
+        return died + self.lost
+
     def _check_final(self, child: Child, why: str) -> None:
         if not child.ended:
-            self.losses.append(f"the collector for cpu {child.cpu} ended ({why}) before its "
-                               "final checkpoint")
+            self.lost.append(f"the collector for cpu {child.cpu} ended ({why}) before its "
+                             "final checkpoint")
 
     def _restart(self, cpu: int, pid: int, why: str) -> None:
         recent = [t for t in self.restarts.get(cpu, []) if time.monotonic() - t < 60]
         if len(recent) >= RESTARTS_PER_MINUTE:
             self.note(f"collector for cpu {cpu} died ({why}) {len(recent)} times in a "
                       "minute; not restarting it")
-            self.losses.append(f"the collector for cpu {cpu} died and was not restarted")
+            self.lost.append(f"the collector for cpu {cpu} died and was not restarted")
             return
         self.note(f"collector for cpu {cpu} (pid {pid}) died ({why}); restarting it")
         self.restarts[cpu] = recent + [time.monotonic()]
@@ -242,8 +255,10 @@ class Collectors:
             self._start(cpu)
         except CollectError as e:
             self.note(f"cannot restart the collector for cpu {cpu}: {e}")
-            self.losses.append(f"the collector for cpu {cpu} died and could not be "
-                               "restarted")
+            self.lost.append(f"the collector for cpu {cpu} died and could not be "
+                             "restarted")
+        else:
+            self.deaths.setdefault(cpu, []).append(why)
 
 
 def kill_quietly(pid: int, sig: int) -> None:

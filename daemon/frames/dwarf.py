@@ -2,9 +2,10 @@
 
 Each sample's copied user stack (REGS_USER + STACK_USER) is unwound at once,
 so only addresses reach `.stack`. Unwind tables are loaded per object
-content from the object's copy in `.q` (a file of ours: it cannot be
-truncated under the mmap) and shared by every process that maps it; each
-process keeps its own rule cache, dropped when its maps change.
+content, read into memory (never mapped: see unwind/filebytes.py) from the
+object's copy in `.q`, or from the task's own file while the copy is under
+way or refused, and shared by every process that maps it; each process
+keeps its own rule cache, dropped when its maps change.
 """
 
 from __future__ import annotations
@@ -61,22 +62,30 @@ class ProcessSpace:
 
 
 MAX_CFI_OBJECTS = 1024
-"""Objects whose unwind tables are kept loaded (each an mmap of the object
-and the rows parsed so far). A machine that builds and runs new binaries
-all day maps a new object with each; past the bound the first loaded
-quarter is let go (loaded again if still in use), so the collector's
-mappings and memory stay bounded."""
+"""Objects whose unwind tables are kept loaded (each the call-frame
+sections read from the object and the rows parsed so far). A machine that
+builds and runs new binaries all day maps a new object with each; past the
+bound the first loaded quarter is let go (loaded again if still in use),
+so the collector's memory stays bounded."""
+
+MAX_CFI_BYTES = 256 << 20
+"""Bytes of call-frame sections kept for those objects (libLLVM's are
+5.7 MiB, most libraries' a few KiB): past it the first loaded are let go
+until a quarter of it is free, so objects made with huge sections cannot
+fill the collector's memory."""
 
 
 class CfiTables:
     """ObjectCFI per object content, made on first use; at most ``limit``."""
 
     def __init__(self, qdir: QDir, copier: ObjectCopier, vdso: bytes | None,
-                 limit: int = MAX_CFI_OBJECTS) -> None:
+                 limit: int = MAX_CFI_OBJECTS, byte_limit: int = MAX_CFI_BYTES) -> None:
         self.qdir = qdir
         self.copier = copier
         self.vdso = ObjectCFI.from_bytes(vdso) if vdso else None
         self.limit = max(4, limit)
+        self.byte_limit = byte_limit
+        self.kept = 0  # bytes read for the tables loaded
         self._tables: dict[ObjectKey, ObjectCFI | None] = {}
 
     def __len__(self) -> int:
@@ -96,13 +105,22 @@ class CfiTables:
             cfi = None  # JIT or anonymous code: frame pointers through it
         else:
             cfi = self._load(proc, m)
-        if len(self._tables) >= self.limit:
-            # Dropped, not closed: an unwind under way may still hold one
-            # (its mmap goes with the last reference).
-            for key in list(self._tables)[:self.limit // 4]:
-                del self._tables[key]
+        if len(self._tables) >= self.limit or self.kept > self.byte_limit:
+            self._let_go()
         self._tables[obj] = cfi
+        self.kept += cfi.bytes_read if cfi is not None else 0
         return cfi
+
+    def _let_go(self) -> None:
+        """Let the first loaded tables go, down to three quarters of both
+        limits. Dropped, not closed: an unwind under way may still hold one."""
+        count_goal = self.limit - self.limit // 4
+        byte_goal = self.byte_limit - self.byte_limit // 4
+        for key in list(self._tables):
+            if len(self._tables) <= count_goal and self.kept <= byte_goal:
+                return
+            cfi = self._tables.pop(key)
+            self.kept -= cfi.bytes_read if cfi is not None else 0
 
     def _load(self, proc: Process, m: Mapping) -> ObjectCFI | None:
         try:

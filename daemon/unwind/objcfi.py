@@ -1,45 +1,60 @@
 """ObjectCFI: the unwind information of one object file's content.
 
-One instance per object content, shared by every process mapping it. It is
-built lazily: the constructor reads the ELF and program headers only; the
-`.eh_frame_hdr` search table is unpacked on the first lookup; an FDE is
-parsed and decoded into its row table only when a pc inside it is hit; and a
-compiled rule is kept per pc looked up. Without a hdr table (or without
+One instance per object content, shared by every process mapping it. The
+constructor reads the ELF and program headers only; the `.eh_frame_hdr`
+search table is unpacked, and the call-frame section read, on the first
+lookup (at once for a file: ``from_fd`` reads what it needs while it holds
+the descriptor, and maps nothing, see filebytes.py); an FDE is parsed and
+decoded into its row table only when a pc inside it is hit; and a compiled
+rule is kept per pc looked up. Without a hdr table (or without
 PT_GNU_EH_FRAME) `.eh_frame`, or failing that `.debug_frame`, is scanned
 once to build the same sorted table.
+
+Only the call-frame section's bytes are kept (``_data``, starting at file
+offset ``_origin``): FDE and CIE offsets are offsets into them, and the
+segments turn ``offset + _origin`` into a vaddr.
 """
 
 from __future__ import annotations
 
 import bisect
-import mmap
 import os
 import struct
 
 from qtools.qformat.elfhdr import ElfHeader, Segment, offset_of, vaddr_of
 
 from qtools.qformat.cfi import FdeRows, Row, CfaState, cie_state, decode_fde
-from qtools.qformat.ehframe import (DEBUG_FRAME, EH_FRAME, Buffer, CieCache, Fde, iter_fdes,
-                                   parse_fde, parse_hdr)
-from .elf import parse_elf, sections
+from qtools.qformat.ehframe import (DEBUG_FRAME, EH_FRAME, Buffer, CieCache, Fde, HdrTable,
+                                   iter_fdes, parse_fde, parse_hdr)
+from .elf import frame_sections, parse_elf, parse_elf_file
 from .errors import CfiError, UnwindError
+from .filebytes import FileBytes, MemoryBytes, Source
 from .regs import BY_MACHINE, ArchRegs
 from .rules import RULE_BAD, RULE_NO_CFI, Rule, compile_row
 
 # Errors malformed bytes can raise while we parse them: kept local, never raised to callers.
 _PARSE_ERRORS = (UnwindError, IndexError, ValueError, OverflowError, struct.error)
 
+MAX_FDES = 1 << 20
+"""Search-table entries read per object at most, as q-view reads (libxul,
+the largest object around, has about 200,000): an `.eh_frame_hdr` is read
+up to its first MAX_FDES entries of 8 bytes, a scan stops after as many."""
+HDR_BYTES = 12 + 8 * MAX_FDES
+
 
 class ObjectCFI:
     """Unwind information of one object file's content (see the module doc)."""
 
-    __slots__ = ("_data", "_info", "arch", "_loaded", "_kind", "_base", "_locs", "_fdes",
-                 "_fde_is_offset", "_section", "_cies", "_cie_states", "_parsed", "_fde_rows", "_rules",
-                 "_interned", "_compiled",
-                 "fdes_decoded", "_source")
+    __slots__ = ("_src", "_data", "_origin", "_region", "_info", "arch", "_loaded", "_kind", "_base",
+                 "_locs", "_fdes", "_fde_is_offset", "_cies", "_cie_states", "_parsed",
+                 "_fde_rows", "_rules", "_interned", "_compiled",
+                 "fdes_decoded", "bytes_read", "_source")
 
-    def __init__(self, data: Buffer, info: ElfHeader | None) -> None:
-        self._data = data
+    def __init__(self, src: Source | None, info: ElfHeader | None) -> None:
+        self._src = src  # where the bytes are read from, until the table is loaded
+        self._data: Buffer = b""  # the call-frame section read (FDE offsets are into it)
+        self._origin = 0  # its file offset
+        self._region: tuple[int, int, int] | None = None  # (offset, size, kind) asked for
         self._info = info
         self.arch: ArchRegs | None = BY_MACHINE.get(info.machine) if info else None
         self._loaded = False
@@ -47,9 +62,8 @@ class ObjectCFI:
         self._base = 0
         self._locs: tuple[int, ...] | list[int] = ()
         self._fdes: tuple[int, ...] | list[int] = ()
-        self._fde_is_offset = False   # table values: FDE vaddrs (hdr) or file offsets (scan)
-        self._section = (0, 0)        # (file offset, size) of the scanned section, if any
-        self._cies = CieCache(data, EH_FRAME)
+        self._fde_is_offset = False   # table values: FDE vaddrs (hdr) or offsets in _data (scan)
+        self._cies = CieCache(b"", EH_FRAME)
         self._cie_states: dict[int, CfaState] = {}
         self._parsed: dict[int, Fde | None] = {}      # table index -> FDE (None: corrupt)
         self._fde_rows: dict[int, FdeRows | None] = {}
@@ -58,35 +72,39 @@ class ObjectCFI:
         self._compiled: dict[int, Rule] = {}                  # id(shared Row) -> pc-independent rule
         #: number of FDEs parsed and decoded so far (they are decoded only when hit)
         self.fdes_decoded = 0
+        #: bytes read from the file (``from_fd``), at most filebytes.READ_BUDGET
+        self.bytes_read = 0
         self._source = ""
 
     # -- construction ---------------------------------------------------------------------
 
     @classmethod
     def from_bytes(cls, data: Buffer) -> "ObjectCFI":
-        """From the whole file's bytes (or an mmap of it). Never raises on bad content."""
+        """From the whole file's bytes. Never raises on bad content."""
         try:
             info: ElfHeader | None = parse_elf(data)
         except _PARSE_ERRORS:
             info = None
-        return cls(data, info)
+        return cls(MemoryBytes(data), info)
 
     @classmethod
     def from_fd(cls, fd: int) -> "ObjectCFI":
-        """mmap the file read-only. Never raises: a file that cannot be mapped gives no rules.
-
-        The mapping must not shrink under us (reading a truncated mapping is
-        SIGBUS), so prefer stable files (the collector's object copies, or
-        libraries that package managers replace by rename).
-        """
+        """Read the file's headers and call-frame sections now, into memory
+        (filebytes.py: the file is never mapped, so a user who cuts it cannot
+        fault the reader). Never raises: a file that cannot be read gives no
+        rules, one cut while it is read gives the rules of what was read."""
         try:
-            size = os.fstat(fd).st_size
-            if size == 0:
-                return cls(b"", None)
-            data: Buffer = mmap.mmap(fd, size, prot=mmap.PROT_READ)
-        except (OSError, ValueError, OverflowError):
-            return cls(b"", None)
-        return cls.from_bytes(data)
+            src = FileBytes(fd)
+        except OSError:
+            return cls(None, None)
+        try:
+            info: ElfHeader | None = parse_elf_file(src)
+        except _PARSE_ERRORS:
+            info = None
+        cfi = cls(src, info)
+        cfi._load()
+        cfi.bytes_read = src.read_bytes
+        return cfi
 
     @classmethod
     def from_path(cls, path: str | os.PathLike[str]) -> "ObjectCFI":
@@ -94,23 +112,11 @@ class ObjectCFI:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
-            return cls(b"", None)
+            return cls(None, None)
         try:
             return cls.from_fd(fd)
         finally:
             os.close(fd)
-
-    def close(self) -> None:
-        """Release the mapping; later lookups find no CFI."""
-        if isinstance(self._data, mmap.mmap):
-            self._data.close()
-        self._data, self._info = b"", None
-        self._locs, self._fdes, self._loaded = (), (), True
-        self._parsed.clear()
-        self._fde_rows.clear()
-        self._rules.clear()
-        self._compiled.clear()
-        self._interned.clear()
 
     # -- queries --------------------------------------------------------------------------
 
@@ -193,54 +199,78 @@ class ObjectCFI:
         if self._loaded:
             return
         self._loaded = True
-        info = self._info
-        if info is None:
+        info, src, self._src = self._info, self._src, None
+        if info is None or src is None:
             return
         try:
-            self._load_hdr(info)
+            named = frame_sections(src)
+        except _PARSE_ERRORS:
+            named = {}
+        try:
+            self._load_hdr(src, info, named)
         except _PARSE_ERRORS:
             self._locs, self._fdes = (), ()
         if not self._locs:
             try:
-                self._scan(info)
+                self._scan(src, named)
             except _PARSE_ERRORS:
                 self._locs, self._fdes = (), ()
 
-    def _load_hdr(self, info: ElfHeader) -> None:
+    def _load_hdr(self, src: Source, info: ElfHeader, named: dict[str, tuple[int, int]]) -> None:
         hdr = info.eh_frame_hdr
         if hdr is None:
             return
-        table = parse_hdr(self._data, hdr.offset, hdr.filesz, hdr.vaddr)
+        size = min(hdr.filesz, HDR_BYTES)
+        table = parse_hdr(src.read(hdr.offset, size), 0, size, hdr.vaddr)
+        region = named.get(".eh_frame") or self._region_at(info, table)
+        if region is None:
+            return
+        self._read(src, region, EH_FRAME)
         if table.locs:
             self._base, self._locs, self._fdes = table.base, table.locs, table.fdes
+            self._fde_is_offset = False
             self._source = "eh_frame_hdr"
-            return
-        if table.eh_frame is not None:
-            # a hdr without table still points at .eh_frame: scan it, no section headers needed
-            start = offset_of(info.loads, table.eh_frame)
-            if start is not None:
-                seg_end = next(s.offset + s.filesz for s in info.loads
-                               if s.offset <= start < s.offset + s.filesz)
-                self._build_table(start, seg_end, EH_FRAME)
-                self._source = "eh_frame" if self._locs else ""
+        else:
+            self._build_table()
+            self._source = "eh_frame" if self._locs else ""
 
-    def _scan(self, info: ElfHeader) -> None:
-        by_name = {s.name: s for s in sections(self._data, info)}
+    @staticmethod
+    def _region_at(info: ElfHeader, table: HdrTable) -> tuple[int, int] | None:
+        """Where `.eh_frame` lies without section headers to say: from the
+        address the hdr gives (else its first FDE) to the end of the segment
+        holding it."""
+        first = table.eh_frame
+        if first is None and table.fdes:
+            first = table.base + min(table.fdes)
+        start = None if first is None else offset_of(info.loads, first)
+        if start is None:
+            return None
+        seg_end = next(s.offset + s.filesz for s in info.loads
+                       if s.offset <= start < s.offset + s.filesz)
+        return start, seg_end - start
+
+    def _scan(self, src: Source, named: dict[str, tuple[int, int]]) -> None:
         for name, kind in ((".eh_frame", EH_FRAME), (".debug_frame", DEBUG_FRAME)):
-            sec = by_name.get(name)
-            if sec is not None and sec.size:
-                self._build_table(sec.offset, sec.offset + sec.size, kind)
+            region = named.get(name)
+            if region is not None and region[1]:
+                self._read(src, region, kind)
+                self._build_table()
                 if self._locs:
                     self._source = name[1:]
                     return
 
-    def _build_table(self, start: int, end: int, kind: int) -> None:
-        """Sorted (pc_begin, FDE file offset) table from a linear scan of one section."""
-        self._kind, self._section = kind, (start, end - start)
-        if kind != self._cies.kind:
-            self._cies = CieCache(self._data, kind)
-        entries = sorted((fde.pc_begin, fde.offset)
-                         for fde in iter_fdes(self._data, start, end, kind, self._parse_fde_at))
+    def _read(self, src: Source, region: tuple[int, int], kind: int) -> None:
+        """Take the call-frame section at ``region`` (file offset, size)."""
+        if self._region != (*region, kind):
+            self._data, self._origin, self._kind = src.read(*region), region[0], kind
+            self._region = (*region, kind)
+        self._cies = CieCache(self._data, kind)
+
+    def _build_table(self) -> None:
+        """Sorted (pc_begin, FDE offset) table from a linear scan of the section read."""
+        entries = sorted((fde.pc_begin, fde.offset) for fde in
+                         iter_fdes(self._data, 0, len(self._data), self._kind, self._parse_fde_at,
+                                   MAX_FDES))
         self._base = 0
         self._locs = [e[0] for e in entries]
         self._fdes = [e[1] for e in entries]
@@ -264,10 +294,14 @@ class ObjectCFI:
     # -- entries --------------------------------------------------------------------------
 
     def _fde_offset(self, index: int) -> int | None:
+        """Offset in ``_data`` of the FDE of a table entry; None outside it."""
         value = self._fdes[index]
         if self._fde_is_offset:
             return value
-        return offset_of(self._info.loads, self._base + value) if self._info else None
+        off = offset_of(self._info.loads, self._base + value) if self._info else None
+        if off is None or not 0 <= off - self._origin < len(self._data):
+            return None
+        return off - self._origin
 
     def _parse_fde(self, index: int) -> Fde | None:
         if index in self._parsed:
@@ -286,13 +320,13 @@ class ObjectCFI:
         data = self._data
         if self._kind == DEBUG_FRAME:
             # .debug_frame is not loaded: addresses are absolute, no pc-relative pointers
-            delta, start = 0, self._section[0]
+            delta = 0
         else:
-            vaddr = self.vaddr_of_offset(off)
+            vaddr = self.vaddr_of_offset(self._origin + off)
             if vaddr is None:
-                raise CfiError(f"FDE at {off:#x} outside every PT_LOAD segment")
-            delta, start = vaddr - off, 0
-        return parse_fde(data, off, len(data), self._kind, delta, start, self._cies)
+                raise CfiError(f"FDE at {self._origin + off:#x} outside every PT_LOAD segment")
+            delta = vaddr - off
+        return parse_fde(data, off, len(data), self._kind, delta, 0, self._cies)
 
     def _rows(self, index: int) -> FdeRows | None:
         if index in self._fde_rows:

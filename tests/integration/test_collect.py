@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -178,7 +179,10 @@ def test_sighup_writes_a_checkpoint_at_once(perf, build, tmp_path):
     assert proc.returncode == 0
 
 
-def test_a_dead_collector_is_restarted(perf, build, tmp_path):
+def test_a_dead_collector_is_restarted_and_its_loss_said(perf, build, tmp_path):
+    """Killed, a collector is restarted and the run goes on; what it had
+    collected since its last checkpoint died with it, and the run says so:
+    exit status 3 and a last line naming the CPU and the signal."""
     pfan = build("p-fan")
     q = tmp_path / "q"
     proc = q_syscollect_popen("-d", str(q), "--", str(pfan), "4")
@@ -193,8 +197,11 @@ def test_a_dead_collector_is_restarted(perf, build, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, err
+    assert proc.returncode == 3, err  # EXIT_LOST, whatever p-fan did
     assert f"(pid {victim.pid}) died (signal 9); restarting it" in err
+    assert re.fullmatch(r"q-syscollect: lost data: the collector for cpu \d+ died \(signal 9\) "
+                        "and was restarted, losing what it had collected since its last "
+                        "checkpoint", err.splitlines()[-1]), err
     check_complete(q)
 
 

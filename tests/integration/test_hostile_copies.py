@@ -1,12 +1,13 @@
-"""What q-syscollect, running as root, copies from files that users control:
-perf maps and objects, bounded in size and time, never left for a user to
-change, taken only from their owner."""
+"""What q-syscollect, running as root, copies and reads from files that
+users control: perf maps and objects, bounded in size and time, never left
+for a user to change, taken only from their owner, never mapped."""
 
 from __future__ import annotations
 
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from qtools.qformat import read_hist
 from tests.conftest import q_syscollect, q_syscollect_popen
 from tests.integration.test_collect import check_complete, infos
 
@@ -273,3 +275,46 @@ def test_the_map_of_a_program_gone_before_the_checkpoint_is_taken(perf, build, s
     assert collector.returncode == 0, "".join(said) + err
     copy, = _set_of(q, script.pid, "short-jit").perf_maps
     assert b"jitted_spin_loop" in (q / copy).read_bytes()
+
+
+def test_a_library_cut_while_it_is_read_cannot_kill_the_collector(perf, build, shared,
+                                                                   tmp_path):
+    """A user runs a large library of their own (480 MiB, mostly a hole)
+    and cuts it at its unwind tables every few tens of milliseconds,
+    putting the bytes back in between, while the collector unwinds through
+    it. Larger than --max-object-size, it is never copied: the collector
+    reads the user's file itself all along (as it does while a copy is
+    under way). Reading a cut file gives fewer bytes, never SIGBUS: no
+    collector dies, nothing is lost, and the user's samples are there."""
+    lib = shared / "libcut.so"  # 4,096 functions, an FDE each
+    lib.write_bytes(build("trunc-lib", "-shared", "-fPIC", "-DLIBRARY", "-O0").read_bytes())
+    cutter = _program(build, shared, "lib-cutter", "trunc-lib")
+    for path in (lib, cutter):
+        os.chown(path, 65534, 65534)
+    q = tmp_path / "q"
+    collector = q_syscollect_popen("-d", str(q), "-v", "--max-object-size", "256M")
+    try:
+        said = _started(collector)
+        # 8 s of calls into the library; after 2 s (its tables read whole) the cuts begin
+        attack = subprocess.Popen([*AS_NOBODY, str(cutter), str(lib), "480", "8", "2"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cut_out, cut_err = attack.communicate(timeout=120)
+        collector.send_signal(signal.SIGTERM)
+        out, err = collector.communicate(timeout=120)
+    finally:
+        collector.kill()
+    err = "".join(said) + err
+    assert attack.returncode == 0, cut_err
+    cuts = int(re.match(r"truncations (\d+)", cut_out)[1])
+    assert cuts >= 20, cut_out  # 20-80 ms apart over 6 s
+    assert f"not copying {lib} (pid {attack.pid}): larger than --max-object-size 256M" in err
+    assert "died (" not in err and "lost data" not in err, err
+    assert collector.returncode == 0, err
+    sets = [i for _n, i in infos(q).items() if i.task.comm == "lib-cutter"]
+    in_library = 0
+    for info in sets:
+        maps = [m for o in info.objects if o.path == str(lib) for m in o.maps]
+        hist = dict(read_hist(q / info.histogram.file))
+        in_library += sum(c for a, c in hist.items() if any(m.contains(a) for m in maps))
+    assert in_library > 0, [i.task for i in sets]
+    check_complete(q)

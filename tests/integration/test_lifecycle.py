@@ -208,4 +208,6 @@ def test_a_collector_that_died_for_good_makes_the_run_exit_3(perf, tmp_path):
             proc.wait()
     assert proc.returncode == EXIT_LOST, err  # ...but the loss comes first
     last = err.splitlines()[-1]
-    assert last == "q-syscollect: lost data: the collector for cpu 0 died and was not restarted"
+    assert last == ("q-syscollect: lost data: the collector for cpu 0 died 5 times (signal 9) "
+                    "and was restarted, losing what it had collected since its last checkpoint; "
+                    "the collector for cpu 0 died and was not restarted")

@@ -20,6 +20,7 @@ from qtools.daemon.machine.tasks import Mapping, ObjectKey, Process
 from qtools.daemon.sets.aggregate import MAX_FOLDED_THREADS
 from qtools.daemon.sets.objects import ObjectCopier
 from qtools.daemon.sets.tally import SampleTally
+from qtools.daemon.unwind import ObjectCFI
 from qtools.qformat import QDir, read_info
 
 ROUNDS = 18
@@ -102,6 +103,31 @@ def test_unwind_tables_of_new_objects_push_out_the_first_loaded(tmp_path):
         again = tables.cfi_for(proc, m)  # let go: loaded anew, the same rules
         assert again is not cfi and again is not None
         assert again.fde_count == cfi.fde_count > 0
+
+
+def test_unwind_tables_past_the_byte_limit_push_out_the_first_loaded(tmp_path):
+    """Each object's call-frame sections are read into memory: past the
+    collector's byte limit the first loaded are let go, whatever the count."""
+    files = []
+    for i in range(10):
+        path = tmp_path / f"big{i}"
+        shutil.copy(shutil.which("true"), path)
+        files.append(str(path))
+    host = StaticHost(files=set(files))
+    with QDir.open(tmp_path / "q", create=True) as qdir:
+        one = ObjectCFI.from_path(files[0]).bytes_read
+        assert one > 0
+        limit = 3 * one + one // 2
+        tables = CfiTables(qdir, ObjectCopier(qdir, host=host), None, byte_limit=limit)
+        proc = Process(77, "make")
+        for path in files:
+            st = os.stat(path)
+            m = Mapping(0x400000, 0x410000, 0, ObjectKey(path, (os.major(st.st_dev),
+                                                                os.minor(st.st_dev)), st.st_ino))
+            cfi = tables.cfi_for(proc, m)
+            assert cfi is not None and cfi.fde_count > 0 and cfi.bytes_read == one
+            assert tables.kept <= limit + one and tables.kept == one * len(tables)
+        assert len(tables) < 5  # the count limit (1,024) is far
 
 
 def test_threads_past_the_cap_share_tid_0_by_stack():
