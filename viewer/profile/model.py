@@ -291,8 +291,12 @@ class CallGraph:
 
     @property
     def base(self) -> float:
-        """What percentages are of (the whole selection, before --focus and co.)."""
-        return self.samples.base
+        """What percentages are of (the whole selection, before --focus and co.).
+        ``total`` is the samples' total, summed once: a renderer asks for this
+        once per row, and summing every stack each time made a call graph of
+        many functions quadratic."""
+        whole = self.samples.whole
+        return self.total if whole is None else whole
 
     @property
     def limit(self) -> float:
