@@ -17,6 +17,9 @@ within what a workstation has:
 - ``stacks`` 2,000,000: distinct stacks, in one `.stack` file and in a
   merged profile: ten times what the collector keeps per set, and about
   3 GB of the viewer's memory (200,000 stacks of 8 frames took 355 MB).
+- ``addresses`` 1,000,000: distinct addresses of one set (each is located
+  and named), and distinct frames of a merged profile (each a function,
+  or an address that none holds, with its row and arcs in the call graph).
 - ``info-size`` 16 MiB: one `.info` file (parsing costs about ten times
   its size in memory).
 - ``copy-size`` 4 GiB: one object copy whose checksum is verified.
@@ -43,12 +46,14 @@ class Limits(NamedTuple):
     copy_size: int = 4 << 30
     members: int = 50_000
     archive_size: int = 8 << 30
+    addresses: int = 1_000_000
 
 
 DEFAULT_LIMITS = Limits()
 
 _SIZE_KEYS = frozenset({"data-size", "info-size", "copy-size", "archive-size"})
-_KEYS = ("data-size", "lines", "stacks", "info-size", "copy-size", "members", "archive-size")
+_KEYS = ("data-size", "lines", "stacks", "addresses", "info-size", "copy-size", "members",
+         "archive-size")
 _NUMBER = re.compile(r"(\d+(?:\.\d+)?)([kmgt]?)(i?b?)\Z", re.I)
 _POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
 

@@ -48,7 +48,11 @@ JIT_OBJECT = "[jit]"
 # rarely to keep one line each (q:other-functions, docs/q-format.md 5.2)
 OTHER_FUNCTIONS = "(other functions)"
 SYSTEM_DEBUG_ROOT = "/usr/lib/debug"
-MAX_MEMO = 1 << 20  # addresses remembered per task set; cleared when full
+# Addresses remembered per task set, cleared when full. A set's locations
+# are each named once anyway (build._Names): the memo serves an address
+# met both as a leaf and as a return address, and at 300 bytes an entry a
+# million of them was a third of a crafted set's memory.
+MAX_MEMO = 1 << 16
 
 Warn = Callable[[str], None]
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
+from qtools.qformat.limits import exceeded
+
 
 
 def printable(text: str) -> str:
@@ -42,15 +44,21 @@ class Frame(NamedTuple):
 
 
 class FrameTable:
-    """Frames interned: one id per distinct frame, ids in order of first use."""
+    """Frames interned: one id per distinct frame, ids in order of first use;
+    at most ``limit`` of them (``LimitExceeded``, without a file: the caller
+    knows which it was reading)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int | None = None) -> None:
         self.frames: list[Frame] = []
         self.ids: dict[Frame, int] = {}
+        self.limit = limit
 
     def id(self, frame: Frame) -> int:
         fid = self.ids.get(frame)
         if fid is None:
+            if self.limit is not None and len(self.frames) >= self.limit:
+                raise exceeded(f"more than {self.limit} distinct frames in the profile", None,
+                               "addresses", self.limit)
             fid = self.ids[frame] = len(self.frames)
             self.frames.append(frame)
         return fid
