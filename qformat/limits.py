@@ -23,6 +23,10 @@ within what a workstation has:
 - ``info-size`` 16 MiB: one `.info` file (parsing costs about ten times
   its size in memory).
 - ``copy-size`` 4 GiB: one object copy whose checksum is verified.
+- ``debug-size`` 1 GiB: one compressed DWARF section of a copy or debug
+  file, inflated (held in memory as far as it is read); one that says it
+  holds more is read as absent. A hundred times libpython 3.11's 9 MB of
+  ``.debug_info``; a zlib bomb of a megabyte says a gigabyte.
 - ``members`` 50,000: members of one tar archive (a `.q` of a busy day holds
   some thousands of files: a set has an `.info` and three data files per
   version, plus one copy per object).
@@ -47,13 +51,14 @@ class Limits(NamedTuple):
     members: int = 50_000
     archive_size: int = 8 << 30
     addresses: int = 1_000_000
+    debug_size: int = 1 << 30
 
 
 DEFAULT_LIMITS = Limits()
 
-_SIZE_KEYS = frozenset({"data-size", "info-size", "copy-size", "archive-size"})
-_KEYS = ("data-size", "lines", "stacks", "addresses", "info-size", "copy-size", "members",
-         "archive-size")
+_SIZE_KEYS = frozenset({"data-size", "info-size", "copy-size", "debug-size", "archive-size"})
+_KEYS = ("data-size", "lines", "stacks", "addresses", "info-size", "copy-size", "debug-size",
+         "members", "archive-size")
 _NUMBER = re.compile(r"(\d+(?:\.\d+)?)([kmgt]?)(i?b?)\Z", re.I)
 _POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
 
