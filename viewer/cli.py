@@ -184,8 +184,8 @@ def parser() -> argparse.ArgumentParser:
                         "data-size (decompressed bytes of one data file), lines (of one "
                         "data file), stacks (distinct stacks), addresses (distinct "
                         "addresses of a set, frames of a profile), info-size (one .info), "
-                        "copy-size (one object copy checked), debug-size (one compressed "
-                        "DWARF section, inflated), members (of one tar archive), "
+                        "copy-size (one object copy checked), debug-size (one DWARF "
+                        "section, inflated), members (of one tar archive), "
                         "archive-size (one tar, decompressed); sizes take K, M, G (binary), "
                         f"counts k, M (decimal). Defaults: {describe_defaults()}")
     return p

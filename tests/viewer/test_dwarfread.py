@@ -226,3 +226,11 @@ def test_a_compressed_section_that_says_it_is_huge_is_not_inflated(tmp_path):
                            lambda: dwarflines.dwarf_of(f, cap))
     with pytest.raises(dwarflines.LineProblem, match=r"over the limit of 64 bytes \(debug-size\)"):
         aranges.read_index(str(path), cap)
+
+
+def test_a_plain_section_over_the_cap_is_not_read_either(tmp_path):
+    path = _build(tmp_path, "hotline.c")
+    assert aranges.read_index(str(path)).ranges  # read under the default cap
+    with pytest.raises(dwarflines.LineProblem, match=r"\.debug_\w+ holds \d+ bytes, over the "
+                                                     r"limit of 64 bytes \(debug-size\)"):
+        aranges.read_index(str(path), 64)

@@ -12,9 +12,9 @@ bytes.
 
 A compressed section says how large it is inflated (its ``Elf32_Chdr`` or
 ``Elf64_Chdr``, the big-endian size after ``.zdebug``'s "ZLIB"): one that
-says more than the caller's cap (``--limits debug-size``) is read as
-absent (``oversized`` names it, for a warning), and none is inflated past
-what it says. ``ELFFile``, which inflates a whole section at once and
+says more than the caller's cap (``--limits debug-size``), as a plain
+section larger than it, is read as absent (``oversized`` names it, for a
+warning), and none is inflated past what it says. ``ELFFile``, which inflates a whole section at once and
 checks its size only after, is not used.
 
 The sections are found by qformat.elfhdr, not by pyelftools' ``ELFFile``,
@@ -198,33 +198,40 @@ def section_stream(f: BinaryIO, header: ElfHeader, sec: SectionHeader,
                    max_inflated: int = MAX_INFLATED) -> _Lazy | None:
     """The bytes of ``sec`` as a stream, inflated where compressed; None for
     one without bytes in the file (SHT_NOBITS: a debug file's copy of
-    ``.eh_frame``), compressed other than by zlib, or saying it inflates
-    to more than ``max_inflated`` bytes."""
+    ``.eh_frame``), compressed other than by zlib, or of more than
+    ``max_inflated`` bytes (inflated: as its header says)."""
     if sec.type == SHT_NOBITS:
         return None
-    size = inflated_size(f, header, sec)
+    size = _size(f, header, sec)
+    if size is None or size > max_inflated:  # a zlib bomb's header: read as if not there
+        return None
     if sec.name.startswith(".zdebug"):
         skip = GNU_ZLIB.size
     elif sec.flags & SHF_COMPRESSED:
         skip = _chdr(header).size
-    else:  # as much as the file holds of what the header says
-        held = min(sec.size, max(os.fstat(f.fileno()).st_size - sec.offset, 0))
-        return _Lazy(f.fileno(), sec.offset, held, held, False)
-    if size is None or size > max_inflated:  # a zlib bomb's header: read as if not there
-        return None
+    else:
+        return _Lazy(f.fileno(), sec.offset, size, size, False)
     return _Lazy(f.fileno(), sec.offset + skip, sec.size - skip, size, True)
 
 
+def _size(f: BinaryIO, header: ElfHeader, sec: SectionHeader) -> int | None:
+    """``inflated_size``, a plain section's clipped to what the file holds."""
+    size = inflated_size(f, header, sec)
+    if size is not None and not (sec.flags & SHF_COMPRESSED or sec.name.startswith(".zdebug")):
+        size = min(size, max(os.fstat(f.fileno()).st_size - sec.offset, 0))
+    return size
+
+
 def oversized(f: BinaryIO, max_inflated: int) -> str | None:
-    """Why a DWARF section of ``f`` is read as absent: one that says it
-    inflates to more than ``max_inflated`` bytes (the first); else None."""
+    """Why a DWARF section of ``f`` is read as absent: one of more than
+    ``max_inflated`` bytes (the first); else None."""
     header, sections = plain_sections(f)
     for name in [f".debug_{s}" for s in SECTIONS]:
         sec = sections.get(name)
-        if sec is None or sec.type == SHT_NOBITS or not (
-                sec.flags & SHF_COMPRESSED or sec.name.startswith(".zdebug")):
+        if sec is None or sec.type == SHT_NOBITS:
             continue
-        size = inflated_size(f, header, sec)
+        size = _size(f, header, sec)
         if size is not None and size > max_inflated:
-            return f"{sec.name} says it inflates to {size} bytes"
+            compressed = sec.flags & SHF_COMPRESSED or sec.name.startswith(".zdebug")
+            return f"{sec.name} {'says it inflates to' if compressed else 'holds'} {size} bytes"
     return None
