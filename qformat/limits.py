@@ -16,10 +16,20 @@ within what a workstation has:
   a bigger file is refused in seconds, not after minutes of parsing).
 - ``stacks`` 2,000,000: distinct stacks, in one `.stack` file and in a
   merged profile: ten times what the collector keeps per set, and about
-  3 GB of the viewer's memory (200,000 stacks of 8 frames took 355 MB).
+  1.8 GB of the viewer's memory (2,000,000 stacks of 8 frames in 1,600
+  functions).
+- ``addresses`` 1,000,000: distinct addresses of one set (each is located
+  and named), and distinct frames of a merged profile (each a function,
+  or an address that none holds, with its row and arcs in the call
+  graph): 155 MB at the cap where the addresses fall in named functions,
+  1.1 GB where each is a frame of its own.
 - ``info-size`` 16 MiB: one `.info` file (parsing costs about ten times
   its size in memory).
 - ``copy-size`` 4 GiB: one object copy whose checksum is verified.
+- ``debug-size`` 1 GiB: one DWARF section of a copy or debug file,
+  inflated where compressed (held in memory as far as it is read); a
+  larger one, or one whose header says so, is read as absent. A hundred times libpython 3.11's 9 MB of
+  ``.debug_info``; a zlib bomb of a megabyte says a gigabyte.
 - ``members`` 50,000: members of one tar archive (a `.q` of a busy day holds
   some thousands of files: a set has an `.info` and three data files per
   version, plus one copy per object).
@@ -43,12 +53,15 @@ class Limits(NamedTuple):
     copy_size: int = 4 << 30
     members: int = 50_000
     archive_size: int = 8 << 30
+    addresses: int = 1_000_000
+    debug_size: int = 1 << 30
 
 
 DEFAULT_LIMITS = Limits()
 
-_SIZE_KEYS = frozenset({"data-size", "info-size", "copy-size", "archive-size"})
-_KEYS = ("data-size", "lines", "stacks", "info-size", "copy-size", "members", "archive-size")
+_SIZE_KEYS = frozenset({"data-size", "info-size", "copy-size", "debug-size", "archive-size"})
+_KEYS = ("data-size", "lines", "stacks", "addresses", "info-size", "copy-size", "debug-size",
+         "members", "archive-size")
 _NUMBER = re.compile(r"(\d+(?:\.\d+)?)([kmgt]?)(i?b?)\Z", re.I)
 _POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}
 

@@ -189,8 +189,10 @@ def parser() -> argparse.ArgumentParser:
                    default=DEFAULT_LIMITS,
                    help="caps on what is read from a .q, which may come from anyone: "
                         "data-size (decompressed bytes of one data file), lines (of one "
-                        "data file), stacks (distinct stacks), info-size (one .info), "
-                        "copy-size (one object copy checked), members (of one tar archive), "
+                        "data file), stacks (distinct stacks), addresses (distinct "
+                        "addresses of a set, frames of a profile), info-size (one .info), "
+                        "copy-size (one object copy checked), debug-size (one DWARF "
+                        "section, inflated), members (of one tar archive), "
                         "archive-size (one tar, decompressed); sizes take K, M, G (binary), "
                         f"counts k, M (decimal). Defaults: {describe_defaults()}")
     return p
@@ -283,6 +285,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
         return 1
     except RecursionError:
         err.write(f"{PROG}: input nests too deeply\n")
+        return 1
+    except MemoryError:  # a machine with less memory than the caps allow for
+        err.write(f"{PROG}: out of memory; lower the caps with --limits (addresses, "
+                  "stacks) to refuse such input early\n")
         return 1
     except KeyboardInterrupt:
         return 130

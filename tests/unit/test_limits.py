@@ -16,10 +16,14 @@ def test_defaults_and_parsing():
     assert got == Limits(8 << 30, 5_000_000, 1_500_000, 64 << 20, 100 << 10)
     assert parse_limits("") == DEFAULT_LIMITS
     assert parse_limits("lines=10").data_size == DEFAULT_LIMITS.data_size
+    assert (DEFAULT_LIMITS.addresses, DEFAULT_LIMITS.debug_size) == (1_000_000, 1 << 30)
+    got = parse_limits("addresses=2.5M,debug-size=256M")
+    assert (got.addresses, got.debug_size) == (2_500_000, 256 << 20)
 
 
 @pytest.mark.parametrize("bad", ["lines", "x=1", "lines=", "lines=-1", "lines=0",
-                                 "stacks=2MiB", "data-size=lots"])
+                                 "stacks=2MiB", "data-size=lots", "addresses=1MiB",
+                                 "debug-size=0"])
 def test_bad_limits(bad):
     with pytest.raises(ValueError):
         parse_limits(bad)

@@ -113,7 +113,7 @@ def _debug_files() -> list[Path]:
     return sorted(root.glob("*/*.debug"))[:6] if root.is_dir() else []
 
 
-@pytest.mark.parametrize("flags", [(), ("-gz",), ("-gdwarf-4", "-gz")])
+@pytest.mark.parametrize("flags", [(), ("-gz",), ("-gdwarf-4", "-gz"), ("-gz=zlib-gnu",)])
 def test_lazy_dwarf_reads_what_pyelftools_reads(tmp_path, flags):
     paths = [_built(tmp_path, "hotline", *flags)] + _debug_files()
     for path in paths:

@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qtools.qformat.elfhdr import read_sections
-from qtools.viewer.naming import aranges, dwarflines, lazydwarf
+from qtools.viewer.naming import aranges, dwarflines
 from qtools.viewer.naming.dwarfread import DwarfFile, Unsupported
 
 SRC = Path(__file__).resolve().parent.parent / "data" / "src"
@@ -76,7 +76,8 @@ def _compare(path: Path, units: int = 10_000, per_unit: int = 40) -> int:
 
 @pytest.mark.parametrize("source,flags", [
     ("hotline.c", ()), ("hotline.c", ("-gdwarf-4",)), ("hotline.c", ("-gz",)),
-    ("hotline.c", ("-gdwarf-4", "-gz")), ("calls.c", ()), ("calls.c", ("-gdwarf-4",)),
+    ("hotline.c", ("-gdwarf-4", "-gz")), ("hotline.c", ("-gz=zlib-gnu",)),
+    ("calls.c", ()), ("calls.c", ("-gdwarf-4",)),
     ("shapes.cpp", ()), ("shapes.cpp", ("-gdwarf-4",)), ("shapes.cpp", ("-O3",))])
 def test_rows_and_inlined_code_as_pyelftools_reads_them(tmp_path, source, flags):
     _compare(_build(tmp_path, source, *flags))
@@ -210,16 +211,26 @@ def test_a_compressed_section_shorter_than_it_says_is_not_read_past_its_end(tmp_
             df.cstr(".debug_str", size)
 
 
-def test_a_compressed_section_that_says_it_is_huge_is_not_inflated(tmp_path, monkeypatch):
+def test_a_compressed_section_that_says_it_is_huge_is_not_inflated(tmp_path):
     """A compressed section's header says how much it holds; past the
     bound it is read as absent (a zlib bomb is not inflated into memory),
     and the lines of its object are unknown rather than the view gone."""
     path = _build(tmp_path, "hotline.c", "-gz")
     unit = aranges.read_index(str(path)).ranges[0][2]
-    monkeypatch.setattr(lazydwarf, "MAX_INFLATED", 64)  # smaller than any real .debug_info
+    cap = 64  # smaller than any real .debug_info
     with open(path, "rb") as f:
         with pytest.raises(Unsupported):
-            DwarfFile(f).read(".debug_info", 0, 16)
+            DwarfFile(f, cap).read(".debug_info", 0, 16)
         with pytest.raises(dwarflines.LineProblem):
-            dwarflines.run(dwarflines.parse_rows({unit}), dwarflines.own_dwarf(f),
-                           lambda: dwarflines.dwarf_of(f))
+            dwarflines.run(dwarflines.parse_rows({unit}), dwarflines.own_dwarf(f, cap),
+                           lambda: dwarflines.dwarf_of(f, cap))
+    with pytest.raises(dwarflines.LineProblem, match=r"over the limit of 64 bytes \(debug-size\)"):
+        aranges.read_index(str(path), cap)
+
+
+def test_a_plain_section_over_the_cap_is_not_read_either(tmp_path):
+    path = _build(tmp_path, "hotline.c")
+    assert aranges.read_index(str(path)).ranges  # read under the default cap
+    with pytest.raises(dwarflines.LineProblem, match=r"\.debug_\w+ holds \d+ bytes, over the "
+                                                     r"limit of 64 bytes \(debug-size\)"):
+        aranges.read_index(str(path), 64)

@@ -15,17 +15,50 @@ whole-machine view holds one set's locations at once, not all of them.
 
 from __future__ import annotations
 
+from array import array
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 from qtools.qformat import Arc, LimitExceeded, MissingFile, QFormatError, Stack
+from qtools.qformat.limits import exceeded
 
-from ..naming.space import AddressSpace
+from ..naming.space import KERNEL, AddressSpace
 from ..naming.symbols import Symbols, Warn
 from ..profile.model import Frame, Location
 from .load import StoredSet
 
 if TYPE_CHECKING:
     from .threadlocs import ThreadView
+
+
+class LocationTable:
+    """A set's locations by id, kept as columns (address, return address or
+    not, ``AddressSpace.place``): 13 bytes each, where a ``Location`` tuple
+    took about 200, and a crafted set holds millions of distinct addresses.
+    ``table[lid]`` makes the Location."""
+
+    def __init__(self, space: AddressSpace, set_index: int) -> None:
+        self._space = space
+        self._set = set_index
+        self.addresses = array("Q")
+        self.returns = bytearray()  # 1: a return address
+        self.places = array("i")
+
+    def add(self, address: int, is_return: bool, place: int) -> int:
+        """A new location; its id."""
+        self.addresses.append(address)
+        self.returns.append(is_return)
+        self.places.append(place)
+        return len(self.places) - 1
+
+    def kernel(self, lid: int) -> bool:
+        return self.places[lid] == KERNEL
+
+    def __len__(self) -> int:
+        return len(self.places)
+
+    def __getitem__(self, lid: int) -> Location:
+        return self._space.location(self._set, self.addresses[lid], bool(self.returns[lid]),
+                                    self.places[lid])
 
 
 class SetLocations:
@@ -36,7 +69,7 @@ class SetLocations:
         self.index = index  # the set's place among those loaded (``Location.set``)
         self.stored = stored
         self.space = space  # names the locations (``lookup``)
-        self.locations: list[Location] = []  # id -> location
+        self.locations = LocationTable(space, index)  # id -> location
         # From the `.stack` (in order of first appearance), or without one from
         # the `.hist` (stacks of one location); event counts.
         self.stacks: dict[tuple[int, ...], int] = {}
@@ -64,10 +97,14 @@ class SetLocations:
 
 
 class _Table:
-    """A set's locations interned: one id per (address, is return address)."""
+    """A set's locations interned: one id per (address, is return address),
+    at most ``addresses`` of the set's limits (``LimitExceeded`` names
+    ``path``, the data file being read)."""
 
-    def __init__(self, sl: SetLocations) -> None:
+    def __init__(self, sl: SetLocations, path: str) -> None:
         self.sl = sl
+        self.path = path
+        self.cap = sl.stored.limits.addresses
         self.leaves: dict[int, int] = {}
         self.returns: dict[int, int] = {}
 
@@ -76,8 +113,11 @@ class _Table:
         lid = memo.get(address)
         if lid is None:
             locations = self.sl.locations
-            lid = memo[address] = len(locations)
-            locations.append(self.sl.space.locate(address, is_return, self.sl.index))
+            if len(locations) >= self.cap:
+                raise exceeded(f"more than {self.cap} distinct addresses", self.path,
+                               "addresses", self.cap)
+            lid = memo[address] = locations.add(address, is_return,
+                                                self.sl.space.place(address, is_return))
         return lid
 
 
@@ -98,13 +138,16 @@ def locate_set(ts: StoredSet, index: int, space: AddressSpace, warn: Warn) -> Se
     """Its stacks (checked against its histogram) or, without call-stack
     data, its histogram; then its call counts."""
     sl = SetLocations(index, ts, space)
-    table = _Table(sl)
+    hist_file = ts.data_path(ts.info.histogram.file) if ts.info.histogram else ts.path
+    table = _Table(sl, hist_file)
     stacks = _stacks_of(sl, warn)
     if stacks is not None:
         sl.from_stacks = True
         sl.stack_file = ts.data_path(ts.info.call_stacks.file)  # type: ignore[union-attr]
+        table.path = sl.stack_file
         per_leaf, remainder, total = _add_stacks(sl, table, stacks)
         sl.stack_locations = len(sl.locations)
+        table.path = hist_file
         _check_hist(sl, table, per_leaf, remainder, total, warn)
     else:
         acc = sl.stacks
@@ -118,6 +161,7 @@ def locate_set(ts: StoredSet, index: int, space: AddressSpace, warn: Warn) -> Se
         warn(f"{e}; no call counts from this set")
         edges = None
     if edges is not None:
+        table.path = ts.data_path(ts.info.call_counts.file)  # type: ignore[union-attr]
         sl.calls = _calls(table, edges)
     return sl
 
@@ -142,7 +186,7 @@ def _add_stacks(sl: SetLocations, table: _Table, stacks: Iterable[Stack]
     # Hot loop: each address is located once per set and lookup (leaf or
     # return address).
     leaves, returns = table.leaves, table.returns
-    locations = sl.locations
+    kernel = sl.locations.kernel
     new_id = table.id
     space = sl.space
     per_leaf: dict[int, int] = {}
@@ -161,7 +205,7 @@ def _add_stacks(sl: SetLocations, table: _Table, stacks: Iterable[Stack]
         if first is None:
             first = new_id(leaf, False)
         ids = [first]
-        in_kernel = locations[first].kernel
+        in_kernel = kernel(first)
         for address in addresses[1:]:
             if in_kernel and not space.is_kernel(address):
                 # The first user frame under kernel frames is where the
@@ -176,7 +220,7 @@ def _add_stacks(sl: SetLocations, table: _Table, stacks: Iterable[Stack]
                 lid = returns.get(address)
                 if lid is None:
                     lid = new_id(address, True)
-            in_kernel = locations[lid].kernel
+            in_kernel = kernel(lid)
             ids.append(lid)
         stack = tuple(ids)
         acc[stack] = acc.get(stack, 0) + weight

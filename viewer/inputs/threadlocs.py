@@ -20,9 +20,9 @@ from typing import NamedTuple
 
 from qtools.qformat import LimitExceeded, MissingFile, QFormatError, ThreadName, ThreadWeight
 
-from ..naming.space import AddressSpace
+from ..naming.space import NOWHERE, AddressSpace
 from ..naming.symbols import Warn
-from ..profile.model import Frame, Location
+from ..profile.model import Frame
 from .load import StoredSet
 from .locations import SetLocations, _Table
 
@@ -61,7 +61,7 @@ def locate_threads(ts: StoredSet, index: int, space: AddressSpace, view: ThreadV
     sl = _new(ts, index, space, view)
     read = _records(ts, view, warn)
     if read is not None:
-        _fill(sl, _Table(sl), view, *read)
+        _fill(sl, _Table(sl, _threads_file(ts)), view, *read)
     return sl
 
 
@@ -79,7 +79,7 @@ def locate_cpu_by_thread(ts: StoredSet, index: int, space: AddressSpace,
     if read is None:
         return None
     sl = _new(ts, index, space, view)
-    table = _Table(sl)
+    table = _Table(sl, _threads_file(ts))
     roots = _fill(sl, table, view, *read)
     spread = _spread(ts, read[1])
     if spread is None:
@@ -103,6 +103,11 @@ def _new(ts: StoredSet, index: int, space: AddressSpace, view: ThreadView) -> Se
     sl.from_stacks = True
     sl.factor_override = NANOSECOND if view.in_time else None
     return sl
+
+
+def _threads_file(ts: StoredSet) -> str:
+    """The path of the set's `.threads` file (where its addresses are read)."""
+    return ts.data_path(ts.info.threads.file) if ts.info.threads else ts.path
 
 
 def _records(ts: StoredSet, view: ThreadView, warn: Warn, quiet: bool = False
@@ -135,7 +140,7 @@ def _records(ts: StoredSet, view: ThreadView, warn: Warn, quiet: bool = False
 def _fill(sl: SetLocations, table: _Table, view: ThreadView, names: dict[int, str],
           weights: list[ThreadWeight]) -> dict[int, int]:
     """Add ``weights`` to ``sl``; return each thread's root location (--by thread)."""
-    ts, space, index = sl.stored, sl.space, sl.index
+    ts, space = sl.stored, sl.space
     sl.thread_names.update(names)
     cpu_scale = ts.factor / NANOSECOND if view.in_time else 1.0
     roots: dict[int, int] = {}
@@ -148,9 +153,7 @@ def _fill(sl: SetLocations, table: _Table, view: ThreadView, names: dict[int, st
         if view.by_thread:
             root = roots.get(w.tid)
             if root is None:
-                root = roots[w.tid] = len(sl.locations)
-                sl.locations.append(Location(index, w.tid, False, False, None, None, None,
-                                             None, None))
+                root = roots[w.tid] = sl.locations.add(w.tid, False, NOWHERE)
                 sl.thread_roots[root] = thread_frame(w.tid, names.get(w.tid))
             ids = ids + (root,)
         if not ids:
@@ -198,10 +201,11 @@ def _ids(table: _Table, space: AddressSpace, frames: tuple[int, ...]) -> tuple[i
     if not frames:
         return ()
     ids = [table.id(frames[0], False)]
-    in_kernel = table.sl.locations[ids[0]].kernel
+    kernel = table.sl.locations.kernel
+    in_kernel = kernel(ids[0])
     for address in frames[1:]:
         exact = in_kernel and not space.is_kernel(address)
         lid = table.id(address, not exact)
-        in_kernel = table.sl.locations[lid].kernel
+        in_kernel = kernel(lid)
         ids.append(lid)
     return tuple(ids)

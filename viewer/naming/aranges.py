@@ -1,7 +1,7 @@
 """Which compilation unit holds an address: an object's ``.debug_aranges``.
 
 Read from the bytes where the section is plain (32-bit DWARF, no
-segments; inflated where ``SHF_COMPRESSED``), else through pyelftools.
+segments; inflated where compressed), else through pyelftools.
 The ranges make a ``LineIndex`` with no rows yet: ``ObjectLines`` reads
 a unit when an address first falls in it.
 """
@@ -14,6 +14,7 @@ from typing import Any, BinaryIO, Callable
 
 from qtools.qformat import open_regular
 from qtools.qformat.elfhdr import read_sections
+from qtools.qformat.limits import DEFAULT_LIMITS, exceeded
 
 from .dwarflines import MAX_UNITS, LineIndex, LineProblem, dwarf_of, guarded
 from .symtab import SymbolTable
@@ -31,36 +32,38 @@ def has_lines(path: str) -> bool:
     return any(s.name in (".debug_line", ".zdebug_line") for s in found)
 
 
-def read_index(path: str) -> LineIndex:
-    """The unit ranges of the file at ``path``; no rows yet."""
+def read_index(path: str, max_inflated: int = DEFAULT_LIMITS.debug_size) -> LineIndex:
+    """The unit ranges of the file at ``path``; no rows yet. LineProblem
+    where a DWARF section says it inflates to more than ``max_inflated``
+    bytes (the object's lines are not read, rather than read in part)."""
+    from .lazydwarf import oversized
     try:
         with os.fdopen(open_regular(path), "rb") as f:
-            ranges = _plain_aranges(f)
+            too_large = oversized(f, max_inflated)
+            ranges = None if too_large else _plain_aranges(f, max_inflated)
     except Exception:  # read as below, which says what is wrong
-        ranges = None
+        too_large = ranges = None
+    if too_large:
+        raise LineProblem(f"{exceeded(too_large, None, 'debug-size', max_inflated).message}; "
+                          "raise it with --limits debug-size=N")
     if ranges is not None:
         return LineIndex(SymbolTable.empty(), ranges, set(), not ranges, SymbolTable.empty(), [])
-    return _with_dwarf(path, lambda dw: _ranges(dw))
+    return _with_dwarf(path, lambda dw: _ranges(dw), max_inflated)
 
 
 _ARANGES_HEADER = struct.Struct("IHIBB")  # 32-bit DWARF: length, version, unit, sizes
 
 
-def _plain_aranges(f: BinaryIO) -> list[tuple[int, int, int]] | None:
+def _plain_aranges(f: BinaryIO, max_inflated: int) -> list[tuple[int, int, int]] | None:
     """What ``_ranges`` reads through pyelftools, from the ``.debug_aranges``
-    section alone, where it is plain (32-bit DWARF, no segments, not GNU
-    ``.zdebug`` compressed): pyelftools would decompress every DWARF section
-    first (a large debug file's 50 ms) and parse each entry with construct.
-    None: read it through pyelftools."""
+    section alone, where it is plain (32-bit DWARF, no segments): pyelftools
+    would parse each entry with construct. None: read it through pyelftools."""
     from .lazydwarf import plain_sections, section_stream
-    plain = plain_sections(f)
-    if plain is None:
-        return None
-    header, sections = plain
+    header, sections = plain_sections(f)
     section = sections.get(".debug_aranges")
     if ".debug_info" not in sections or section is None:
         return None
-    stream = section_stream(f, header, section)
+    stream = section_stream(f, header, section, max_inflated)
     if stream is None or stream.size > MAX_ARANGES:
         return None
     data = stream.read()
@@ -89,10 +92,10 @@ def _plain_aranges(f: BinaryIO) -> list[tuple[int, int, int]] | None:
     return ranges
 
 
-def _with_dwarf(path: str, work: Callable[[Any], Any]) -> Any:
+def _with_dwarf(path: str, work: Callable[[Any], Any], max_inflated: int) -> Any:
     try:
         with os.fdopen(open_regular(path), "rb") as f:
-            return guarded(work, dwarf_of(f))
+            return guarded(work, dwarf_of(f, max_inflated))
     except OSError as e:
         raise LineProblem(f"cannot read: {e.strerror or e}") from None
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, Iterator, NamedTuple
 
+from qtools.qformat.limits import DEFAULT_LIMITS
+
 from .diescan import SCOPES, elftools_unit, own_unit, subprograms
 from .symtab import RawSymbol, SymbolTable
 
@@ -259,21 +261,23 @@ def _children(die: Any, budget: list[int]) -> Iterator[Any]:
         yield child
 
 
-def dwarf_of(f: BinaryIO) -> Any:
+def dwarf_of(f: BinaryIO, max_inflated: int = DEFAULT_LIMITS.debug_size) -> Any:
+    """The file's DWARF through pyelftools, compressed sections inflated up
+    to ``max_inflated`` bytes each (lazydwarf)."""
     from .lazydwarf import NoDwarf, dwarf_info
     try:
-        return dwarf_info(f)
+        return dwarf_info(f, max_inflated)
     except NoDwarf:
         raise LineProblem("no DWARF") from None
     except Exception as e:  # pyelftools raises ELFError, DWARFError, struct errors, ...
         raise LineProblem(f"unreadable DWARF ({type(e).__name__}: {e})"[:200]) from None
 
 
-def own_dwarf(f: BinaryIO) -> DwarfFile | None:
+def own_dwarf(f: BinaryIO, max_inflated: int = DEFAULT_LIMITS.debug_size) -> DwarfFile | None:
     """The file's DWARF for dwarfread, or None where pyelftools must read it."""
     from .dwarfread import DwarfFile
     try:
-        return DwarfFile(f)
+        return DwarfFile(f, max_inflated)
     except OSError:
         raise
     except Exception:  # not plain ELF, or damaged: pyelftools reads it, or says why not

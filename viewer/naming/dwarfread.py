@@ -13,7 +13,7 @@ as read).
 What this does not read raises ``Unsupported`` and is read by pyelftools
 instead (dwarflines.py): split DWARF and type units, supplementary
 (``.gnu_debugaltlink``) strings and references, indirect forms, VLIW line
-programs, GNU ``.zdebug`` sections. Nothing is trusted: every offset is
+programs. Nothing is trusted: every offset is
 checked against its section, every count bounded; damage raises
 ``Unsupported`` too, and pyelftools then says what is wrong.
 """
@@ -24,6 +24,7 @@ from bisect import bisect_right
 from typing import Any, BinaryIO, Iterator, NamedTuple
 
 from qtools.qformat.ehframe import sleb, uleb
+from qtools.qformat.limits import DEFAULT_LIMITS
 
 from .diescan import BLOCK_FORMS, FIXED_WIDTHS, OFFSET_FORMS, REF_FORMS, ULEB_BLOCK_FORMS, \
     ULEB_FORMS
@@ -84,13 +85,13 @@ Abbrev = tuple[str, bool, list[tuple[str, str, int]]]  # tag, children, (name, f
 class DwarfFile:
     """The DWARF sections of one open ELF file (it must stay open)."""
 
-    def __init__(self, f: BinaryIO) -> None:
+    def __init__(self, f: BinaryIO, max_inflated: int = DEFAULT_LIMITS.debug_size) -> None:
         from .lazydwarf import plain_sections, section_stream
         self._section_stream = section_stream
-        plain = plain_sections(f)
-        if plain is None or ".debug_info" not in plain[1]:
+        self._max_inflated = max_inflated  # bytes of a compressed section (debug-size)
+        self.header, self._sections = plain_sections(f)
+        if ".debug_info" not in self._sections:
             raise Unsupported("not read here")
-        self.header, self._sections = plain
         self.order: Any = "little" if self.header.endian == "<" else "big"
         self._f = f
         self._streams: dict[str, Any] = {}
@@ -102,7 +103,7 @@ class DwarfFile:
         if name not in self._streams:
             sec = self._sections.get(name)
             self._streams[name] = None if sec is None else \
-                self._section_stream(self._f, self.header, sec)
+                self._section_stream(self._f, self.header, sec, self._max_inflated)
         return self._streams[name]
 
     def read(self, name: str, offset: int, size: int) -> bytes:

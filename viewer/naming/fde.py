@@ -16,7 +16,9 @@ gives those pc ranges, plus the function holding the entry point.
 A 64-bit little-endian object (x86_64, aarch64) is read with the
 `.eh_frame` parser the collector unwinds with (qformat.ehframe, cfi):
 libc's 3,000 entries in tens of milliseconds, where pyelftools took half
-a second. Any other object is read with pyelftools. An object is
+a second. Any other object is read with pyelftools, over lazydwarf's
+streams (no other section is read, a compressed one no further than
+``max_inflated`` bytes). An object is
 untrusted input: any failure to parse gives no ranges (the caller falls
 back to single addresses), and at most ``MAX_FDES`` entries are read.
 """
@@ -30,6 +32,7 @@ from qtools.qformat import open_regular
 from qtools.qformat.cfi import DW_CFA_UNDEFINED, UNDEFINED, cie_state, decode_fde
 from qtools.qformat.ehframe import EH_FRAME, PARSE_ERRORS, CieCache, Fde, iter_fdes, parse_fde
 from qtools.qformat.elfhdr import SHT_NOBITS, ElfHeader, read_file_header, read_sections
+from qtools.qformat.limits import DEFAULT_LIMITS
 
 from .symtab import RawSymbol, SymbolTable
 
@@ -40,13 +43,14 @@ RA_UNDEFINED = "ra-undefined"  # a root range: the CFI says there is no caller
 ENTRY = "entry"  # a root range: the function that holds the ELF entry point
 
 
-def read_fde_ranges(path: str | os.PathLike[str]) -> SymbolTable:
+def read_fde_ranges(path: str | os.PathLike[str],
+                    max_inflated: int = DEFAULT_LIMITS.debug_size) -> SymbolTable:
     """The FDE ranges of the ELF file at ``path``, as a symbol table whose
     entries all carry the name ``NAME``; empty where there are none or they
     cannot be read."""
     try:
         with os.fdopen(open_regular(os.fspath(path)), "rb") as f:
-            return _ranges(f)
+            return _ranges(f, max_inflated)
     except Exception:  # hostile or damaged input: no ranges, single addresses
         return SymbolTable.empty()
 
@@ -59,13 +63,13 @@ class Entry(NamedTuple):
     ra_undefined: list[tuple[int, int]] | None  # (begin, end) of rows without a caller
 
 
-def _entries(f: BinaryIO, header: ElfHeader, roots: bool) -> Iterator[Entry]:
+def _entries(f: BinaryIO, header: ElfHeader, roots: bool, max_inflated: int) -> Iterator[Entry]:
     """The FDEs of an object with a start and a size; with ``roots``, the
     rows of each that undefine the return address too."""
     if header.is64 and header.endian == "<":
         yield from _shared_entries(f, roots)
     else:
-        yield from _pyelftools_entries(f, roots)
+        yield from _pyelftools_entries(f, roots, max_inflated)
 
 
 def _shared_entries(f: BinaryIO, roots: bool) -> Iterator[Entry]:
@@ -103,13 +107,15 @@ def _shared_entries(f: BinaryIO, roots: bool) -> Iterator[Entry]:
         yield Entry(fde.pc_begin, fde.pc_range, undefined)
 
 
-def _pyelftools_entries(f: BinaryIO, roots: bool) -> Iterator[Entry]:
+def _pyelftools_entries(f: BinaryIO, roots: bool,
+                        max_inflated: int = DEFAULT_LIMITS.debug_size) -> Iterator[Entry]:
     from elftools.dwarf.callframe import FDE
-    from elftools.elf.elffile import ELFFile
-    elf = ELFFile(f)
-    if elf.get_section_by_name(".eh_frame") is None:
+
+    from .lazydwarf import NoDwarf, dwarf_info
+    try:
+        dwarf = dwarf_info(f, max_inflated)
+    except NoDwarf:
         return
-    dwarf = elf.get_dwarf_info(relocate_dwarf_sections=False)
     if not dwarf.has_EH_CFI():
         return
     for n, e in enumerate(dwarf.EH_CFI_entries()):
@@ -142,28 +148,29 @@ def _pyelftools_undefined(fde: Any, end: int) -> list[tuple[int, int]] | None:
     return out
 
 
-def _ranges(f: BinaryIO) -> SymbolTable:
+def _ranges(f: BinaryIO, max_inflated: int) -> SymbolTable:
     return SymbolTable.build(RawSymbol(e.start, e.size, 0, NAME)
-                             for e in _entries(f, read_file_header(f), False))
+                             for e in _entries(f, read_file_header(f), False, max_inflated))
 
 
-def read_root_ranges(path: str | os.PathLike[str]) -> SymbolTable:
+def read_root_ranges(path: str | os.PathLike[str],
+                     max_inflated: int = DEFAULT_LIMITS.debug_size) -> SymbolTable:
     """The pc ranges of ``path`` (link-time addresses) where a stack ends:
     rows of the CFI whose return-address rule is *undefined* (named
     ``RA_UNDEFINED``), and the FDE that holds the entry point (``ENTRY``).
     Empty where there is no CFI or it cannot be read."""
     try:
         with os.fdopen(open_regular(os.fspath(path)), "rb") as f:
-            return _roots(f)
+            return _roots(f, max_inflated)
     except Exception:  # hostile or damaged input: no roots known
         return SymbolTable.empty()
 
 
-def _roots(f: BinaryIO) -> SymbolTable:
+def _roots(f: BinaryIO, max_inflated: int) -> SymbolTable:
     header = read_file_header(f)
     entry_point = header.entry
     raw: list[RawSymbol] = []
-    for e in _entries(f, header, True):
+    for e in _entries(f, header, True, max_inflated):
         if e.start <= entry_point < e.start + e.size:
             raw.append(RawSymbol(e.start, e.size, 1, ENTRY))
         for begin, end in e.ra_undefined or ():

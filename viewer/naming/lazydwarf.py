@@ -5,13 +5,20 @@ a distribution's debug file has them compressed: libc's 5.8 MB of
 ``.debug_info`` (plus its line, abbreviation and location tables) take 40-50
 ms to inflate, while naming the functions inlined at a few return
 addresses reads one compilation unit. Here each section is a stream that
-reads (and inflates, for ``SHF_COMPRESSED`` zlib sections) the file only as
-far as pyelftools reads it. What pyelftools then parses is the same bytes.
+reads the file only as far as pyelftools reads it, and inflates a
+compressed one (``SHF_COMPRESSED`` zlib sections, GNU ``.zdebug``
+sections) no further than that. What pyelftools then parses is the same
+bytes.
+
+A compressed section says how large it is inflated (its ``Elf32_Chdr`` or
+``Elf64_Chdr``, the big-endian size after ``.zdebug``'s "ZLIB"): one that
+says more than the caller's cap (``--limits debug-size``), as a plain
+section larger than it, is read as absent (``oversized`` names it, for a
+warning), and none is inflated past what it says. ``ELFFile``, which inflates a whole section at once and
+checks its size only after, is not used.
 
 The sections are found by qformat.elfhdr, not by pyelftools' ``ELFFile``,
 whose import (every ELF structure it knows) was a sixth of a first view.
-A file of another kind (GNU ``.zdebug`` sections, a machine not named
-here) goes through ``ELFFile`` as before.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from zlib_ng import zlib_ng
 
 from qtools.qformat.elfhdr import SHF_COMPRESSED, SHT_NOBITS, ElfHeader, SectionHeader, \
     read_file_header, read_sections
+from qtools.qformat.limits import DEFAULT_LIMITS
 
 if TYPE_CHECKING:
     from elftools.dwarf.dwarfinfo import DWARFInfo
@@ -33,9 +41,11 @@ SECTIONS = ("info", "aranges", "abbrev", "frame", "str", "loc", "ranges", "line"
             "pubnames", "addr", "str_offsets", "line_str", "loclists", "rnglists", "sup",
             "types")
 ELFCOMPRESS_ZLIB = 1
-CHUNK = 1 << 16  # compressed bytes inflated at a time
-MAX_INFLATED = 4 << 30  # bytes a compressed section may say it holds (held in memory as read)
-#: e_machine -> pyelftools' name of it (``ELFFile.get_machine_arch``, DwarfConfig)
+GNU_ZLIB = struct.Struct(">4sQ")  # a .zdebug section's header: "ZLIB", the inflated size
+CHUNK = 1 << 16  # compressed bytes read, and inflated bytes made, at least at a time
+MAX_INFLATED = DEFAULT_LIMITS.debug_size  # bytes a compressed section may say it holds
+#: e_machine -> pyelftools' name of it (``ELFFile.get_machine_arch``, DwarfConfig: a
+#: name it only shows, in register descriptions)
 MACHINES = {62: "x64", 183: "AArch64", 3: "x86", 40: "ARM", 243: "RISC-V", 21: "64-bit PowerPC",
             20: "PowerPC", 8: "MIPS", 22: "IBM S/390", 2: "SPARC", 43: "SPARC v9"}
 
@@ -45,7 +55,8 @@ class NoDwarf(Exception):
 
 
 class _Lazy(io.RawIOBase):
-    """A section's bytes: read from the file (inflated) as far as asked."""
+    """A section's bytes: read from the file as asked; a compressed one
+    inflated, and kept, only as far as asked, and never past ``size``."""
 
     def __init__(self, fd: int, offset: int, stored: int, size: int, zlib: bool) -> None:
         super().__init__()
@@ -53,20 +64,25 @@ class _Lazy(io.RawIOBase):
         self.size = size  # bytes, inflated
         self._inflate = zlib_ng.decompressobj() if zlib else None
         self._taken = 0  # stored bytes read so far
-        self._buf = bytearray()
+        self._buf = bytearray()  # inflated so far (a plain section is not kept)
         self._pos = 0
 
     def _fill(self, end: int) -> None:
+        assert self._inflate is not None
         end = min(end, self.size)
-        while len(self._buf) < end and self._taken < self._stored:
-            want = min(max(CHUNK, (end - len(self._buf)) // 4), self._stored - self._taken)
-            data = os.pread(self._fd, want, self._offset + self._taken)
+        while len(self._buf) < end:
+            data = self._inflate.unconsumed_tail
             if not data:
-                break
-            self._taken += len(data)
-            self._buf += self._inflate.decompress(data) if self._inflate else data
-        if len(self._buf) > self.size:  # more than the header said: as much as it said
-            del self._buf[self.size:]
+                if self._taken >= self._stored or self._inflate.eof:
+                    break
+                data = os.pread(self._fd, min(CHUNK, self._stored - self._taken),
+                                self._offset + self._taken)
+                if not data:
+                    break
+                self._taken += len(data)
+            # no more than asked (a bomb inflates a thousandfold), nor than said
+            want = min(max(end - len(self._buf), CHUNK), self.size - len(self._buf))
+            self._buf += self._inflate.decompress(data, want)
 
     def readable(self) -> bool:
         return True
@@ -83,10 +99,15 @@ class _Lazy(io.RawIOBase):
         return self._pos
 
     def read(self, size: int | None = -1) -> bytes:
-        end = self.size if size is None or size < 0 else self._pos + size
-        if end > len(self._buf):
-            self._fill(end)
-        data = bytes(self._buf[self._pos:end])
+        end = self.size if size is None or size < 0 else min(self._pos + size, self.size)
+        if end <= self._pos:
+            return b""
+        if self._inflate is None:
+            data = os.pread(self._fd, end - self._pos, self._offset + self._pos)
+        else:
+            if end > len(self._buf):
+                self._fill(end)
+            data = bytes(memoryview(self._buf)[self._pos:end])
         self._pos += len(data)
         return data
 
@@ -96,32 +117,32 @@ class _Lazy(io.RawIOBase):
         return len(data)
 
 
-def plain_sections(f: BinaryIO) -> tuple[ElfHeader, dict[str, SectionHeader]] | None:
-    """The ELF header and the sections by name of ``f``, where its DWARF is
-    read here; None where pyelftools' ``ELFFile`` must read it (GNU
-    ``.zdebug`` sections, a machine not in MACHINES)."""
+def plain_sections(f: BinaryIO) -> tuple[ElfHeader, dict[str, SectionHeader]]:
+    """The ELF header and the sections by name of ``f``; a GNU
+    ``.zdebug_NAME`` section under ``.debug_NAME`` where there is no plain
+    one (``section_stream`` tells them apart by their own name)."""
     header = read_file_header(f)
-    sections = {s.name: s for s in read_sections(f, os.fstat(f.fileno()).st_size)}
-    if header.machine not in MACHINES or ".zdebug_info" in sections:
-        return None
+    found = read_sections(f, os.fstat(f.fileno()).st_size)
+    sections = {s.name: s for s in found}
+    for sec in found:
+        if sec.name.startswith(".zdebug_"):
+            sections.setdefault(".debug_" + sec.name[len(".zdebug_"):], sec)
     return header, sections
 
 
-def dwarf_info(f: BinaryIO) -> DWARFInfo:
+def dwarf_info(f: BinaryIO, max_inflated: int = MAX_INFLATED) -> DWARFInfo:
     """The DWARF of the ELF file ``f`` (which must stay open while it is
     used), as ``ELFFile(f).get_dwarf_info(relocate_dwarf_sections=False)``
-    gives it; NoDwarf where it has none."""
-    plain = plain_sections(f)
-    if plain is None:
-        return _through_elffile(f)
-    header, sections = plain
+    gives it, its compressed sections inflated up to ``max_inflated`` bytes
+    each; NoDwarf where it has none."""
+    header, sections = plain_sections(f)
     if ".debug_info" not in sections and ".eh_frame" not in sections:
         raise NoDwarf()
     from elftools.dwarf import dwarfinfo
     found: dict[str, dwarfinfo.DebugSectionDescriptor | None] = {}
     for name in [f".debug_{s}" for s in SECTIONS] + [".gnu_debugaltlink", ".eh_frame"]:
         sec = sections.get(name)
-        stream = None if sec is None else section_stream(f, header, sec)
+        stream = None if sec is None else section_stream(f, header, sec, max_inflated)
         if sec is None or stream is None:
             found[name] = None
             continue
@@ -131,7 +152,7 @@ def dwarf_info(f: BinaryIO) -> DWARFInfo:
     return dwarfinfo.DWARFInfo(
         config=dwarfinfo.DwarfConfig(little_endian=header.endian == "<",
                            default_address_size=8 if header.is64 else 4,
-                           machine_arch=MACHINES[header.machine]),
+                           machine_arch=MACHINES.get(header.machine, "<unknown>")),
         debug_info_sec=found[".debug_info"], debug_aranges_sec=found[".debug_aranges"],
         debug_abbrev_sec=found[".debug_abbrev"], debug_frame_sec=found[".debug_frame"],
         eh_frame_sec=found[".eh_frame"], debug_str_sec=found[".debug_str"],
@@ -146,32 +167,71 @@ def dwarf_info(f: BinaryIO) -> DWARFInfo:
         debug_types_sec=found[".debug_types"])
 
 
-def section_stream(f: BinaryIO, header: ElfHeader, sec: SectionHeader) -> _Lazy | None:
-    """The bytes of ``sec`` as a stream, inflated where compressed; None for
-    one without bytes in the file (SHT_NOBITS: a debug file's copy of
-    ``.eh_frame``), compressed other than by zlib, or saying it inflates
-    to more than MAX_INFLATED."""
-    if sec.type == SHT_NOBITS:
-        return None
+def inflated_size(f: BinaryIO, header: ElfHeader, sec: SectionHeader) -> int | None:
+    """What a compressed section says it holds inflated (``sec.size`` for
+    a plain one); None where it is compressed other than by zlib, or its
+    header does not fit."""
+    if sec.name.startswith(".zdebug"):  # GNU: "ZLIB", then the size, big-endian
+        raw = os.pread(f.fileno(), GNU_ZLIB.size, sec.offset)
+        if len(raw) < GNU_ZLIB.size or sec.size < GNU_ZLIB.size:
+            return None
+        magic, size = GNU_ZLIB.unpack(raw)
+        return size if magic == b"ZLIB" else None  # type: ignore[no-any-return]
     if not sec.flags & SHF_COMPRESSED:
-        return _Lazy(f.fileno(), sec.offset, sec.size, sec.size, False)
+        return sec.size
     # Elf64_Chdr: type, reserved, size, addralign; Elf32_Chdr: type, size, addralign
-    chdr = struct.Struct(header.endian + ("IIQQ" if header.is64 else "III"))
+    chdr = _chdr(header)
     raw = os.pread(f.fileno(), chdr.size, sec.offset)
     if len(raw) < chdr.size or sec.size < chdr.size:
         return None
     fields = chdr.unpack(raw)
     if fields[0] != ELFCOMPRESS_ZLIB:
         return None
-    size = fields[2] if header.is64 else fields[1]
-    if size > MAX_INFLATED:  # a zlib bomb's header: read as if it were not there
+    return fields[2] if header.is64 else fields[1]  # type: ignore[no-any-return]
+
+
+def _chdr(header: ElfHeader) -> struct.Struct:
+    return struct.Struct(header.endian + ("IIQQ" if header.is64 else "III"))
+
+
+def section_stream(f: BinaryIO, header: ElfHeader, sec: SectionHeader,
+                   max_inflated: int = MAX_INFLATED) -> _Lazy | None:
+    """The bytes of ``sec`` as a stream, inflated where compressed; None for
+    one without bytes in the file (SHT_NOBITS: a debug file's copy of
+    ``.eh_frame``), compressed other than by zlib, or of more than
+    ``max_inflated`` bytes (inflated: as its header says)."""
+    if sec.type == SHT_NOBITS:
         return None
-    return _Lazy(f.fileno(), sec.offset + chdr.size, sec.size - chdr.size, size, True)
+    size = _size(f, header, sec)
+    if size is None or size > max_inflated:  # a zlib bomb's header: read as if not there
+        return None
+    if sec.name.startswith(".zdebug"):
+        skip = GNU_ZLIB.size
+    elif sec.flags & SHF_COMPRESSED:
+        skip = _chdr(header).size
+    else:
+        return _Lazy(f.fileno(), sec.offset, size, size, False)
+    return _Lazy(f.fileno(), sec.offset + skip, sec.size - skip, size, True)
 
 
-def _through_elffile(f: BinaryIO) -> DWARFInfo:
-    from elftools.elf.elffile import ELFFile
-    elf = ELFFile(f)
-    if not elf.has_dwarf_info():
-        raise NoDwarf()
-    return elf.get_dwarf_info(relocate_dwarf_sections=False)
+def _size(f: BinaryIO, header: ElfHeader, sec: SectionHeader) -> int | None:
+    """``inflated_size``, a plain section's clipped to what the file holds."""
+    size = inflated_size(f, header, sec)
+    if size is not None and not (sec.flags & SHF_COMPRESSED or sec.name.startswith(".zdebug")):
+        size = min(size, max(os.fstat(f.fileno()).st_size - sec.offset, 0))
+    return size
+
+
+def oversized(f: BinaryIO, max_inflated: int) -> str | None:
+    """Why a DWARF section of ``f`` is read as absent: one of more than
+    ``max_inflated`` bytes (the first); else None."""
+    header, sections = plain_sections(f)
+    for name in [f".debug_{s}" for s in SECTIONS]:
+        sec = sections.get(name)
+        if sec is None or sec.type == SHT_NOBITS:
+            continue
+        size = _size(f, header, sec)
+        if size is not None and size > max_inflated:
+            compressed = sec.flags & SHF_COMPRESSED or sec.name.startswith(".zdebug")
+            return f"{sec.name} {'says it inflates to' if compressed else 'holds'} {size} bytes"
+    return None

@@ -15,6 +15,7 @@ from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator
 
 from qtools.qformat import open_regular
+from qtools.qformat.limits import DEFAULT_LIMITS
 
 from .aranges import has_lines, read_index
 from .dwarflines import (Functions, InlineFrame, LineIndex, LineProblem, Work, decode_chain,
@@ -37,8 +38,10 @@ class ObjectLines:
     read goes to the symbol cache when the symbolizer closes (``flush``)."""
 
     def __init__(self, index: LineIndex, opener: Opener, label: str,
-                 store: Callable[[LineIndex], None], warn: Callable[[str], None]) -> None:
+                 store: Callable[[LineIndex], None], warn: Callable[[str], None],
+                 max_inflated: int = DEFAULT_LIMITS.debug_size) -> None:
         self.index = index
+        self.max_inflated = max_inflated  # bytes of a compressed section (debug-size)
         self.opener = opener
         self.label = label  # the file the lines come from, for warnings
         self.store = store
@@ -92,7 +95,7 @@ class ObjectLines:
                     self.failed = True
                     return None
                 self._file = self._open.enter_context(os.fdopen(open_regular(path), "rb"))
-                self._own = own_dwarf(self._file)
+                self._own = own_dwarf(self._file, self.max_inflated)
             return run(work, self._own, self._elftools)
         except OSError as e:
             self.warn(f"{self.label}: cannot read: {e.strerror or e}; its source lines "
@@ -107,7 +110,7 @@ class ObjectLines:
     def _elftools(self) -> Any:
         if self._dw is None:
             assert self._file is not None
-            self._dw = dwarf_of(self._file)
+            self._dw = dwarf_of(self._file, self.max_inflated)
         return self._dw
 
     def inlined(self, vaddr: int, with_line: bool = True) -> list[InlineFrame]:

@@ -33,6 +33,9 @@ class _Mapping(NamedTuple):
     crc: int | None  # the copy's crc32, as its name says
 
 
+# Where an address is (``AddressSpace.place``), besides a mapping's index
+KERNEL, NOWHERE = -1, -2
+
 
 class AddressSpace:
     """The address space of one task set, as its `.info` describes it."""
@@ -70,15 +73,30 @@ class AddressSpace:
         (of address-1 for a return address, as ``lookup`` takes it). Kernel
         or not is decided as ``lookup`` decides it: mappings first, JIT
         placements are user code."""
+        return self.location(set_index, address, is_return, self.place(address, is_return))
+
+    def place(self, address: int, is_return: bool = False) -> int:
+        """``locate``'s answer as a small number, for tables of millions of
+        addresses: the index of the mapping, else KERNEL or NOWHERE."""
         target = address - 1 if is_return and address > 0 else address
         if not is_synthetic(target):
-            m = self._mapping_at(target)
-            if m is not None:
-                return Location(set_index, address, is_return, False, m.ref.name, m.copy,
-                                m.crc, m.ref.build_id, m.map.file_offset(target))
+            i = bisect_right(self._starts, target) - 1
+            if i >= 0 and target < self._maps[i].end:
+                return i
             if self.is_kernel(address):  # the address recorded, not the one looked up
-                return Location(set_index, address, is_return, True, KERNEL_OBJECT,
-                                self._kallsyms, _crc_of(self._kallsyms), None, None)
+                return KERNEL
+        return NOWHERE
+
+    def location(self, set_index: int, address: int, is_return: bool, place: int) -> Location:
+        """The Location of ``address`` at ``place`` (``place`` gave it)."""
+        if place >= 0:
+            m = self._maps[place]
+            target = address - 1 if is_return and address > 0 else address
+            return Location(set_index, address, is_return, False, m.ref.name, m.copy, m.crc,
+                            m.ref.build_id, m.map.file_offset(target))
+        if place == KERNEL:
+            return Location(set_index, address, is_return, True, KERNEL_OBJECT, self._kallsyms,
+                            _crc_of(self._kallsyms), None, None)
         return Location(set_index, address, is_return, False, None, None, None, None, None)
 
     def mapping(self, address: int, is_return: bool = False) -> tuple[MapRange, ObjectRef] | None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
 from qtools.qformat import Info, ObjectRef, QDir, open_regular, parse_copy_name
 from qtools.qformat.errors import QFormatError
+from qtools.qformat.limits import DEFAULT_LIMITS
 from qtools.qformat.stores import Store
 
 from .debugfiles import DebugFile, Here, candidates, matching
@@ -50,7 +51,11 @@ JIT_OBJECT = "[jit]"
 OTHER_FUNCTIONS = "(other functions)"
 SYSTEM_DEBUG_ROOT = "/usr/lib/debug"
 MAX_LOCAL = 4 << 30  # bytes of a local file compared with a copy (without --limits copy-size)
-MAX_MEMO = 1 << 20  # addresses remembered per task set; cleared when full
+# Addresses remembered per task set, cleared when full. A set's locations
+# are each named once anyway (build._Names): the memo serves an address
+# met both as a leaf and as a return address, and at 300 bytes an entry a
+# million of them was a third of a crafted set's memory.
+MAX_MEMO = 1 << 16
 
 Warn = Callable[[str], None]
 
@@ -108,8 +113,11 @@ class Symbols:
 
     def __init__(self, cache: SymbolCache, debug_roots: list[str], warn: Warn,
                  max_copy: int | None = None, stores: dict[str, Store] | None = None,
-                 debuginfod: Debuginfod | None = None) -> None:
+                 debuginfod: Debuginfod | None = None,
+                 max_debug: int = DEFAULT_LIMITS.debug_size) -> None:
         self.cache = cache
+        # bytes a compressed DWARF section may inflate to (--limits debug-size)
+        self.max_debug = max_debug
         self.debuginfod = debuginfod  # fetches debug files by build-id when servers are named
         self.max_copy = max_copy  # bytes of one copy checksummed (--limits copy-size)
         self.debug_roots = debug_roots
@@ -248,7 +256,7 @@ class Symbols:
         hit = self.cache.load(key) if key else None
         if hit is not None:
             return hit[0]
-        table = read_fde_ranges(path)
+        table = read_fde_ranges(path, self.max_debug)
         if key:
             self.cache.store(key, table, {})
         return table
@@ -346,7 +354,7 @@ class Symbols:
                 with opener() as path:
                     if path is None:
                         return None
-                    index = read_index(path)
+                    index = read_index(path, self.max_debug)
             except LineProblem as e:
                 self.warn(f"{label}: {e}; its source lines are unknown")
                 return None
@@ -354,7 +362,7 @@ class Symbols:
             if cache_key:
                 self.cache.store(cache_key + "-inl", ix.inlines, ix.meta())
                 self.cache.store(cache_key, ix.table, ix.meta())
-        return ObjectLines(index, opener, label, store, self.warn)
+        return ObjectLines(index, opener, label, store, self.warn, self.max_debug)
 
     def lines_named_here(self, directory: str, ref: ObjectRef, copy: str) -> bool:
         """Whether the line table ``lines`` gave for the copy is that of a file
@@ -381,7 +389,8 @@ class Symbols:
                 if source is not None:
                     cache_key = self._cache_key(source, copy, "roots")
                     hit = self.cache.load(cache_key) if cache_key else None
-                    table = hit[0] if hit is not None else read_root_ranges(source)
+                    table = hit[0] if hit is not None else read_root_ranges(source,
+                                                                            self.max_debug)
                     if hit is None and cache_key:
                         self.cache.store(cache_key, table, {})
                     self._roots[key] = table

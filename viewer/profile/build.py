@@ -17,7 +17,7 @@ import math
 import os
 from typing import Callable
 
-from qtools.qformat import DEFAULT_LIMITS
+from qtools.qformat import DEFAULT_LIMITS, LimitExceeded
 from qtools.qformat.limits import exceeded
 
 from ..errors import ViewError
@@ -93,7 +93,8 @@ class SampleBuilder:
     into one ``Samples``."""
 
     def __init__(self, by: str, warn: Warn, escape: Escape | None = printable,
-                 max_stacks: int = DEFAULT_LIMITS.stacks, inline: bool = False) -> None:
+                 max_stacks: int = DEFAULT_LIMITS.stacks, inline: bool = False,
+                 max_frames: int = DEFAULT_LIMITS.addresses) -> None:
         self.by = by
         # Functions DWARF says were inlined are frames of their own in the
         # stacks (``name (inlined)``); the leaf's only with ``inline``, so
@@ -108,7 +109,7 @@ class SampleBuilder:
         # stack; a run of them is one visit of the object, not recursion.
         self.collapse_runs = by == "object"
         self.warn = warn
-        self.table = FrameTable()
+        self.table = FrameTable(max_frames)
         self.unnamed: set[int] = set()  # frames of single addresses (no symbol, no FDE)
         self.stacks: dict[tuple[int, ...], float] = {}
         self.calls: dict[tuple[int, int], float] | None = None
@@ -132,6 +133,12 @@ class SampleBuilder:
 
     def add(self, sl: SetLocations) -> None:
         """Add a set's stacks (or histogram), then its call counts."""
+        try:
+            self._add(sl)
+        except LimitExceeded as e:  # the frames': the set that brought one too many
+            raise e.located(sl.stack_file or sl.stored.path) from None
+
+    def _add(self, sl: SetLocations) -> None:
         ts = sl.stored
         self.sets.append(ts)
         names = _Names(self, sl)
@@ -225,8 +232,8 @@ class SampleBuilder:
                 innermost_user = next(lid for lid in lstack if not kernel[lid])
                 root = rooted.get(last)
                 if root is None:
-                    loc = locations[last]
-                    root = rooted[last] = space.is_root(loc.address, loc.is_return)
+                    root = rooted[last] = space.is_root(locations.addresses[last],
+                                                        bool(locations.returns[last]))
                 quality.add(objects[innermost_user], w, root)
                 interp.stacks += w
                 if any_python and any(python[lid] for lid in lstack):
@@ -286,9 +293,9 @@ class _Names:
         self.sl = sl
         n = len(sl.locations)
         self.fids: list[int] = [-1] * n  # -1: not named yet
-        self.kernel: list[bool] = [False] * n
+        self.kernel = bytearray(n)  # 1: a kernel frame
         self.objects: list[str] = [""] * n
-        self.python: list[bool] = [False] * n
+        self.python = bytearray(n)  # 1: a Python function's frame
         self.by_line = builder.by == "line"
         # the frames of the functions inlined at each location, innermost
         # first (None: not looked up yet); looked up only where a stack
@@ -308,10 +315,11 @@ class _Names:
                 root._replace(name=self.builder.escape(root.name)))
             self.kernel[lid] = True  # no user frame: left out of the stack quality
         elif fid < 0:
-            loc = self.sl.locations[lid]
-            sym = self.sl.space.lookup(loc.address, loc.is_return)
+            locations = self.sl.locations
+            address, is_return = locations.addresses[lid], bool(locations.returns[lid])
+            sym = self.sl.space.lookup(address, is_return)
             if self.by_line and not sym.kernel:
-                line = self.sl.space.line(loc.address, loc.is_return)
+                line = self.sl.space.line(address, is_return)
                 fid = self.builder.table.id(line_frame(sym, line, self.builder.escape))
                 self.fids[lid] = fid
             else:
@@ -331,17 +339,18 @@ class _Names:
         c = self.chains[lid]
         if c is None:
             self.frame(lid)
-            loc = self.sl.locations[lid]
+            locations = self.sl.locations
             c = () if self.kernel[lid] else self._inlined(
-                loc.address, loc.is_return, self.sl.space.lookup(loc.address, loc.is_return))
+                locations.addresses[lid], bool(locations.returns[lid]), self.objects[lid])
             self.chains[lid] = c
         return c
 
-    def _inlined(self, address: int, is_return: bool, sym: Symbolized) -> tuple[int, ...]:
+    def _inlined(self, address: int, is_return: bool, obj: str) -> tuple[int, ...]:
+        """The frames of what is inlined at ``address`` of the object ``obj``."""
         chain = self.sl.space.inlined(address, is_return)
         escape, table = self.builder.escape, self.builder.table
         return tuple(table.id(Frame(escape(f"{demangle(name)} (inlined)"),
-                                    escape(sym.object), False, inlined=True))
+                                    escape(obj), False, inlined=True))
                      for name, _, _ in chain if name)
 
     def leaf(self, lid: int) -> tuple[int, ...]:
@@ -364,7 +373,7 @@ def build_samples(sets: list[StoredSet], symbols: Symbols, by: str, warn: Warn,
     (locations.py) and named at once, one set at a time. ``escape`` None
     keeps names as they are (for JSON, which escapes them)."""
     limits = sets[0].limits if sets else DEFAULT_LIMITS
-    builder = SampleBuilder(by, warn, escape, limits.stacks, inline)
+    builder = SampleBuilder(by, warn, escape, limits.stacks, inline, limits.addresses)
     for sl in locate(sets, symbols, warn, view):
         builder.add(sl)
     samples = builder.result()

@@ -22,6 +22,7 @@ Call counts come only from `.edge` data; they do not change any time.
 from __future__ import annotations
 
 import math
+from array import array
 from collections import defaultdict
 from typing import Iterable
 
@@ -33,42 +34,49 @@ CYCLE_OBJECT = ""
 def analyze(samples: Samples) -> CallGraph:
     """The CallGraph of ``samples``: every function, arc and cycle with its times."""
     frames = samples.frames
-    self_w: dict[int, float] = defaultdict(float)
-    incl: dict[int, float] = defaultdict(float)
-    spont: dict[int, float] = defaultdict(float)
-    arc_self: dict[tuple[int, int], float] = defaultdict(float)
-    arc_total: dict[tuple[int, int], float] = defaultdict(float)
+    # Sums per frame id in arrays, and arcs by caller * n + callee: a crafted
+    # profile has a million frames, each with a dict entry, a float and a
+    # tuple key apiece otherwise. ``order`` keeps the frames in the order
+    # they were first met, the order of ``functions``.
+    n = len(frames)
+    self_w, incl, spont = (array("d", bytes(8 * n)) for _ in range(3))
+    met = bytearray(n)
+    order: list[int] = []
+    arc_self: dict[int, float] = defaultdict(float)
+    arc_total: dict[int, float] = defaultdict(float)
     for stack, w in samples.stacks.items():
         leaf = stack[0]
         self_w[leaf] += w
         spont[stack[-1]] += w
-        if len(stack) == 1:
-            incl[leaf] += w
-            continue
-        distinct = set(stack)
+        distinct = set(stack) if len(stack) > 1 else (leaf,)
         for f in distinct:
+            if not met[f]:
+                met[f] = 1
+                order.append(f)
             incl[f] += w
-        pairs = zip(stack[1:], stack)
+        if len(stack) == 1:
+            continue
         if len(distinct) == len(stack):
             # No recursion: every pair is distinct, and only the innermost
             # pair has the leaf as its callee.
-            for pair in pairs:
-                arc_total[pair] += w
-            arc_self[(stack[1], leaf)] += w
+            for caller, callee in zip(stack[1:], stack):
+                arc_total[caller * n + callee] += w
+            arc_self[stack[1] * n + leaf] += w
         else:
-            for pair in set(pairs):  # each (caller, callee) once per stack
-                arc_total[pair] += w
-                if pair[1] == leaf:
-                    arc_self[pair] += w
+            for caller, callee in set(zip(stack[1:], stack)):  # each pair once per stack
+                arc_total[caller * n + callee] += w
+                if callee == leaf:
+                    arc_self[caller * n + callee] += w
 
     functions: dict[Frame, Function] = {}
-    for fid in incl:
-        functions[frames[fid]] = Function(frames[fid], self_w[fid], incl[fid], spont[fid])
+    for fid in order:
+        functions[frames[fid]] = Function(frames[fid], self_w[fid] or 0.0, incl[fid],
+                                          spont[fid] or 0.0)
     arcs: dict[tuple[Frame, Frame], Arc] = {}
-    for (caller, callee), total in arc_total.items():
-        s = arc_self.get((caller, callee), 0.0)
-        arcs[(frames[caller], frames[callee])] = Arc(frames[caller], frames[callee], s,
-                                                     max(total - s, 0.0))
+    for key, total in arc_total.items():
+        source, target = frames[key // n], frames[key % n]
+        s = arc_self.get(key, 0.0)
+        arcs[(source, target)] = Arc(source, target, s, max(total - s, 0.0))
     if samples.calls is not None:
         _add_calls(samples, functions, arcs)
 
@@ -105,9 +113,10 @@ def _add_calls(samples: Samples, functions: dict[Frame, Function],
 
 # ---------------------------------------------------------------- cycles
 
-def strongly_connected(nodes: Iterable[Frame],
-                       edges: dict[Frame, list[Frame]]) -> list[list[Frame]]:
-    """Tarjan's strongly connected components, iteratively (deep graphs are fine)."""
+def strongly_connected(nodes: Iterable[Frame], edges: dict[Frame, list[Frame]],
+                       min_size: int = 1) -> list[list[Frame]]:
+    """Tarjan's strongly connected components, iteratively (deep graphs are
+    fine); those of at least ``min_size`` nodes."""
     index: dict[Frame, int] = {}
     low: dict[Frame, int] = {}
     on_stack: set[Frame] = set()
@@ -150,7 +159,8 @@ def strongly_connected(nodes: Iterable[Frame],
                     component.append(member)
                     if member == node:
                         break
-                out.append(component)
+                if len(component) >= min_size:
+                    out.append(component)
     return out
 
 
@@ -162,7 +172,7 @@ def _cycles(samples: Samples, profile: CallGraph) -> list[Cycle]:
     nodes = sorted(profile.functions, key=lambda f: (f.name, f.object))
     for node in edges:
         edges[node].sort(key=lambda f: (f.name, f.object))
-    components = [c for c in strongly_connected(nodes, edges) if len(c) > 1]
+    components = strongly_connected(nodes, edges, 2)
     if not components:
         return []
     frame_id = {f: i for i, f in enumerate(samples.frames)}

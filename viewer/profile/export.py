@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Generic, Hashable, Iterator, TypeVar
 
-from qtools.qformat import LimitExceeded, QFormatError
+from qtools.qformat import DEFAULT_LIMITS, LimitExceeded, QFormatError
 from qtools.qformat.limits import exceeded
 
 from ..errors import UsageError, ViewError
@@ -189,7 +189,8 @@ def build(sets: list[StoredSet], symbols: Symbols, warn: Warn, kernel: bool | No
     """The tables of ``sets``; ``kernel`` False: user samples only (--no-kernel),
     True: kernel samples with their kernel frames only (--kernel-only);
     ``view``: the metric and threads (--event, --tid)."""
-    builder = _Builder(kernel, sets[0].limits.stacks if sets else 0, view.metric)
+    limits = sets[0].limits if sets else DEFAULT_LIMITS
+    builder = _Builder(kernel, limits.stacks, limits.addresses, view.metric)
     for sl in _located(sets, symbols, warn, view):
         builder.add(sl)
     return builder.result()
@@ -227,6 +228,7 @@ def _located(sets: list[StoredSet], symbols: Symbols, warn: Warn, view: ThreadVi
 class _Builder:
     kernel: bool | None
     max_stacks: int
+    max_locations: int  # distinct locations (addresses) of the whole export
     metric: str = "cpu"  # --event: any other is time from `.threads` files, in nanoseconds
     mappings: _Interned[Mapping] = field(default_factory=_Interned)
     functions: _Interned[Function] = field(default_factory=_Interned)
@@ -238,6 +240,12 @@ class _Builder:
     sets: list[StoredSet] = field(default_factory=list)
 
     def add(self, sl: SetLocations) -> None:
+        try:
+            self._add(sl)
+        except LimitExceeded as e:  # the locations': the set that brought one too many
+            raise e.located(sl.stack_file or sl.stored.path) from None
+
+    def _add(self, sl: SetLocations) -> None:
         ts = sl.stored
         self.sets.append(ts)
         base = Labels(_text(ts.comm), ts.pid, ts.cpu, _text(ts.info.task.hostname),
@@ -341,6 +349,9 @@ class _Builder:
         return tuple(out)
 
     def _add_location(self, location: Location, kernel: bool) -> int:
+        if len(self.kernel_of) >= self.max_locations and location not in self.locations.index:
+            raise exceeded(f"more than {self.max_locations} distinct locations in the profile",
+                           None, "addresses", self.max_locations)
         i = self.locations.id(location)
         if i == len(self.kernel_of):
             self.kernel_of.append(kernel)

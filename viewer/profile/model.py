@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
+from qtools.qformat.limits import exceeded
+
 
 class Frame(NamedTuple):
     """A node of the call graph: a function (or object, or address) in an object."""
@@ -30,15 +32,21 @@ class Frame(NamedTuple):
 
 
 class FrameTable:
-    """Frames interned: one id per distinct frame, ids in order of first use."""
+    """Frames interned: one id per distinct frame, ids in order of first use;
+    at most ``limit`` of them (``LimitExceeded``, without a file: the caller
+    knows which it was reading)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int | None = None) -> None:
         self.frames: list[Frame] = []
         self.ids: dict[Frame, int] = {}
+        self.limit = limit
 
     def id(self, frame: Frame) -> int:
         fid = self.ids.get(frame)
         if fid is None:
+            if self.limit is not None and len(self.frames) >= self.limit:
+                raise exceeded(f"more than {self.limit} distinct frames in the profile", None,
+                               "addresses", self.limit)
             fid = self.ids[frame] = len(self.frames)
             self.frames.append(frame)
         return fid
@@ -279,8 +287,12 @@ class CallGraph:
 
     @property
     def base(self) -> float:
-        """What percentages are of (the whole selection, before --focus and co.)."""
-        return self.samples.base
+        """What percentages are of (the whole selection, before --focus and co.).
+        ``total`` is the samples' total, summed once: a renderer asks for this
+        once per row, and summing every stack each time made a call graph of
+        many functions quadratic."""
+        whole = self.samples.whole
+        return self.total if whole is None else whole
 
     @property
     def limit(self) -> float:

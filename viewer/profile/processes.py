@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
+from qtools.qformat import LimitExceeded
+
 from ..errors import ViewError
 from ..inputs.load import StoredSet
 from ..naming.symbols import Symbols, Warn
@@ -62,11 +64,14 @@ def by_process(sets: Iterable[StoredSet], symbols: Symbols, by: str, warn: Warn,
         unit, count_unit = "samples", 1.0
     else:
         scales, unit, count_unit = _event_counts([part for _ts, part in parts], warn)
-    table = FrameTable()
+    table = FrameTable(parts[0][0].limits.addresses)
     stacks: dict[tuple[int, ...], float] = {}
     for (ts, part), scale in zip(parts, scales):
-        root = table.id(process_frame(process_label(ts, per_pid)))
-        local = [table.id(f) for f in part.frames]
+        try:
+            root = table.id(process_frame(process_label(ts, per_pid)))
+            local = [table.id(f) for f in part.frames]
+        except LimitExceeded as e:
+            raise e.located(ts.path) from None
         for stack, w in part.stacks.items():
             if w > 0:
                 key = tuple(local[f] for f in stack) + (root,)

@@ -36,7 +36,7 @@ def symbolizer(args: argparse.Namespace, warn: Warn, sets: list[StoredSet]) -> S
     return Symbols(cache, list(args.debug_root) + debug_roots_from_env(), warn,
                    args.limits.copy_size,
                    {ts.directory: ts.store for ts in sets if ts.store and ts.store.is_archive},
-                   fetcher)
+                   fetcher, args.limits.debug_size)
 
 
 def thread_view(args: argparse.Namespace) -> ThreadView:

@@ -36,20 +36,31 @@ def _line(index: str, pct: str, self_: str, children: str, called: str, name: st
     return f"{index:<6}{pct:>6} {self_:>8} {children:>9} {called:>12}  {name}".rstrip() + "\n"
 
 
-def entries(profile: CallGraph, everything: bool = False) -> list[Entry]:
+def entries(profile: CallGraph) -> list[Entry]:
     """Entries in table order; under --min-percent only those whose inclusive
-    time reaches the limit, unless ``everything``."""
+    time reaches the limit."""
     fns: list[Entry] = [f for f in profile.functions.values()
-                        if (everything or profile.shown(f.frame))
-                        and (f.inclusive > 0 or f.calls)]
-    cycles: list[Entry] = [c for c in profile.cycles
-                           if everything or c.inclusive >= profile.limit]
+                        if profile.shown(f.frame) and _has_entry(f)]
+    cycles: list[Entry] = [c for c in profile.cycles if c.inclusive >= profile.limit]
 
     def key(e: Entry) -> tuple[float, int, str]:
         if isinstance(e, Cycle):
             return (-e.inclusive, 0, e.name)
         return (-e.inclusive, 1, e.frame.name + "\0" + e.frame.object)
     return sorted(fns + cycles, key=key)
+
+
+def _has_entry(fn: Function) -> bool:
+    return fn.inclusive > 0 or bool(fn.calls)
+
+
+def _left_out(profile: CallGraph, shown: int) -> int:
+    """How many entries --min-percent left out of the ``shown`` (counted,
+    not sorted again: a crafted profile has a million)."""
+    if not profile.min_percent:
+        return 0
+    return sum(1 for f in profile.functions.values() if _has_entry(f)) + len(profile.cycles) \
+        - shown
 
 
 def render(profile: CallGraph, out: TextIO) -> None:
@@ -75,7 +86,7 @@ def render(profile: CallGraph, out: TextIO) -> None:
         else:
             _function_entry(profile, e, index[e.frame], ref, out)
         out.write(SEPARATOR + "\n")
-    left = len(entries(profile, everything=True)) - len(order)
+    left = _left_out(profile, len(order))
     if left:
         out.write(below(left, " inclusive each", profile.min_percent) + "\n")
 

@@ -9,10 +9,12 @@ from ..profile.model import Frame, CallGraph
 
 def ambiguous_names(frames: Iterable[Frame]) -> set[str]:
     """The names that functions of more than one object share."""
-    owners: dict[str, set[str]] = {}
+    first: dict[str, str] = {}  # name -> the object of its first frame (not a set per name)
+    shared: set[str] = set()
     for frame in frames:
-        owners.setdefault(frame.name, set()).add(frame.object)
-    return {name for name, objs in owners.items() if len(objs) > 1}
+        if first.setdefault(frame.name, frame.object) != frame.object:
+            shared.add(frame.name)
+    return shared
 
 
 def plain_name(frame: Frame, ambiguous: set[str]) -> str:
