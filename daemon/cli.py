@@ -47,7 +47,8 @@ exit status:
   1     the collection could not start (permissions, event, directory)
   2     a usage error
   {EXIT_LOST}     data was lost (sets that could not be written, a collector that
-        died for good), whatever CMD did; the last line says what"""
+        died for good), whatever CMD did; the last line says what
+  126   CMD is not executable, 127 CMD is not found (nothing is written)"""
 
 
 class UsageError(CollectError):
@@ -266,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"q-syscollect: {e}", file=sys.stderr)
         return 2
+    except command.NotRunnable as e:
+        print(f"q-syscollect: {e}", file=sys.stderr)
+        return e.status
     except (CollectError, arch.UnsupportedMachine) as e:
         print(f"q-syscollect: {e}", file=sys.stderr)
         return 1

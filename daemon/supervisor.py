@@ -22,6 +22,7 @@ from typing import TextIO
 from qtools.qformat import QDir, QFormatError
 
 from . import command
+from .child import PARENT_DEATH_SIGNAL
 from .collectors import Collectors, kill_quietly
 from .command import Ending
 from .config import Config
@@ -72,6 +73,7 @@ class Supervisor:
         self.stopping = False
         self.checkpoint_requested = False
         self.cmd_pid: int | None = None
+        self.cmd_path = ""  # the file the command's name leads to (command.resolve)
         self.cmd_status: int | None = None
         self.started = time.time()
         self.began = time.monotonic()
@@ -81,6 +83,7 @@ class Supervisor:
         self.retention = retention.Index()  # what upkeep knows of .q between rounds
         self.room: DiskRoom | None = None  # with upkeep: the copies' ledger (QDir.room)
         self.pusher: PushChild | None = None  # --push: q-push, beside the collectors
+        self.vdso_name: str | None = None  # its copy in .q
 
     # ------------------------------------------------------------ setup
 
@@ -99,7 +102,8 @@ class Supervisor:
             fd = os.memfd_create("vdso", os.MFD_CLOEXEC)
             try:
                 os.write(fd, image[1])
-                return qdir.store_object(fd, "vdso")
+                self.vdso_name = qdir.store_object(fd, "vdso")
+                return self.vdso_name
             finally:
                 os.close(fd)
         except OSError as e:
@@ -126,26 +130,31 @@ class Supervisor:
     def _release_command(self, release_fd: int, err_fd: int) -> None:
         error = command.release(release_fd, err_fd)
         if error:
-            raise CollectError(f"cannot run {self.cfg.command[0]}: {error}")
+            raise command.exec_failure(self.cfg.command[0], self.cmd_path, error)
 
     # ------------------------------------------------------------ running
 
     def run(self) -> Ending:
         """Collect until the end the options name; how q-syscollect should end."""
         cfg = self.cfg
-        # First of all: a signal that comes while the setup copies kallsyms
-        # on a busy machine must not kill the run half made.
+        if cfg.command:  # a typo in its name leaves nothing behind
+            self.cmd_path = command.resolve(cfg.command[0])
+        # A signal that comes while the setup copies kallsyms on a busy
+        # machine must not kill the run half made.
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_w)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_hup)
         signal.signal(signal.SIGCHLD, lambda *_: None)
+        source = plan(cfg, self._note, self.host)  # what cannot be opened leaves no .q
+        made_dir = not os.path.lexists(cfg.directory)
         try:
             qdir = QDir.open(cfg.directory, create=True, secure=True)
         except QFormatError as e:
             raise CollectError(str(e)) from None
         qdir.remove_stale_temps()
+        before = set(qdir.names())
         qdir.shared = SharedCopies.create()  # one copy per object for all collectors
         shared_notices()  # and each refusal said once, not once per collector
         self.retention.begin(qdir)
@@ -153,7 +162,6 @@ class Supervisor:
             self.room = qdir.room = DiskRoom.create(cfg.max_size, len(cfg.cpus) + 1)
             if self.room is not None:
                 self.room.measured(retention.allocated(qdir), 0)
-        source = plan(cfg, self._note, self.host)
         # kallsyms: copied once sampling runs (_kallsyms_copy)
         run = run_info(cfg, source.event, source, None, self._vdso_copy(qdir), self.host)
         self.kallsyms.expect(self.host)
@@ -182,6 +190,9 @@ class Supervisor:
             self._kallsyms_copy(qdir)
             self._loop(source, run, qdir, wake_r)
             self.notifier.stopping("writing the final checkpoint")
+        except command.NotRunnable:
+            self._undo(qdir, before, made_dir)
+            raise
         except CollectError:
             if self.cmd_pid:
                 kill_quietly(self.cmd_pid, signal.SIGKILL)
@@ -193,6 +204,25 @@ class Supervisor:
                     os.close(fd)
         self._stop()
         return self._ending(qdir)
+
+    def _undo(self, qdir: QDir, before: set[str], made_dir: bool) -> None:
+        """The command could not be run: end the collectors without their
+        final checkpoint (what they sampled is not what was asked for) and
+        remove what this run put into ``qdir``: the copies it made (the vdso,
+        those its collectors told each other) and its temporary files, never
+        what was there before; the directory too if the run made it."""
+        self._stop(PARENT_DEATH_SIGNAL)
+        qdir.remove_stale_temps()  # the collectors' own, now that they are gone
+        made = qdir.shared.names() if qdir.shared is not None else set()
+        if self.vdso_name is not None:
+            made.add(self.vdso_name)
+        try:
+            for name in (set(qdir.names()) - before) & made:
+                qdir.remove(name)
+            if made_dir and not qdir.names():
+                os.rmdir(qdir.path)
+        except OSError as e:
+            self._note(f"cannot remove what this run made in {qdir.path}: {e.strerror or e}")
 
     def _ending(self, qdir: QDir) -> Ending:
         """Say what the run got and lost; the command's end, or EXIT_LOST."""
@@ -336,10 +366,11 @@ class Supervisor:
     def _command_running(self) -> bool:
         return self.cmd_pid is not None and self.cmd_status is None
 
-    def _stop(self) -> None:
-        """Have every collector write its final checkpoint, and wait for them
-        and for the command (sent SIGTERM if the run ended before it did)."""
-        self.collectors.signal_all(signal.SIGTERM)
+    def _stop(self, stop: int = signal.SIGTERM) -> None:
+        """Have every collector write its final checkpoint (or, told
+        PARENT_DEATH_SIGNAL, end without it), and wait for them and for the
+        command (sent SIGTERM if the run ended before it did)."""
+        self.collectors.signal_all(stop)
         now = time.monotonic()
         give_up: float | None = now + STOP_TIMEOUT
         cmd_deadline = None

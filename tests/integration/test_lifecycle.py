@@ -211,3 +211,65 @@ def test_a_collector_that_died_for_good_makes_the_run_exit_3(perf, tmp_path):
     assert last == ("q-syscollect: lost data: the collector for cpu 0 died 5 times (signal 9) "
                     "and was restarted, losing what it had collected since its last checkpoint; "
                     "the collector for cpu 0 died and was not restarted")
+
+
+def _listing(q: Path) -> dict[str, tuple[int, int]]:
+    """Each entry of ``q`` by name: its inode and size."""
+    return {p.name: (p.lstat().st_ino, p.lstat().st_size) for p in q.iterdir()}
+
+
+@pytest.mark.parametrize("mode", [(), ("-i",)])
+def test_a_command_that_is_not_there_leaves_nothing(perf, tmp_path, mode):
+    """A typo in the command's name: one line, a shell's 127, and no .q."""
+    q = tmp_path / "q"
+    r = q_syscollect("-d", str(q), *mode, "--", "no-such-command-q7", "arg")
+    assert r.returncode == 127, r.stderr
+    assert r.stderr == "q-syscollect: cannot run no-such-command-q7: command not found\n"
+    assert not q.exists()
+
+
+def test_a_command_that_may_not_run_is_126_and_leaves_nothing(perf, tmp_path):
+    plain = tmp_path / "notes.txt"
+    plain.write_text("not a program\n")
+    q = tmp_path / "q"
+    for target in (plain, tmp_path):  # a file without x, a directory
+        r = q_syscollect("-d", str(q), "-i", "--", str(target))
+        assert r.returncode == 126, r.stderr
+        assert r.stderr == f"q-syscollect: cannot run {target}: Permission denied\n"
+        assert not q.exists()
+
+
+@pytest.mark.parametrize("mode", [(), ("-i",)])
+def test_a_command_whose_exec_fails_leaves_an_earlier_q_as_it_was(perf, build, tmp_path, mode):
+    """A script whose interpreter is missing is found and executable, so
+    only its exec fails, after the run has started: system-wide (where the
+    collectors already sample, and copy, the machine's programs) and with
+    -i, what the run made goes again and the earlier run's sets and copies
+    stay; a .q the failed run made itself is not left either."""
+    script = tmp_path / "script"
+    script.write_text("#!/no/such/interpreter\n")
+    script.chmod(0o755)
+    q = tmp_path / "q"
+    earlier = q_syscollect("-q", "-d", str(q), "-i", "--min-samples", "1", "--",
+                           str(build("p-fan")), "0.3")
+    assert earlier.returncode == 0, earlier.stderr
+    before = _listing(q)
+    assert any(".info#" in name for name in before), before
+    # a busy machine meanwhile: system-wide, its programs are what gets copied
+    load = subprocess.Popen([str(build("p-fan")), "30"])
+    try:
+        for _ in range(3):
+            r = q_syscollect("-d", str(q), *mode, "--", str(script))
+            assert r.returncode == 127, r.stderr
+            assert _lines(r.stderr)[-1] == (
+                f"q-syscollect: cannot run {script}: a file it needs to start "
+                "(its #! interpreter or ELF loader) is missing")
+            assert "Traceback" not in r.stderr
+            assert _listing(q) == before
+        fresh = tmp_path / "fresh"
+        r = q_syscollect("-d", str(fresh), *mode, "--", str(script))
+        assert r.returncode == 127, r.stderr
+        assert not fresh.exists()
+    finally:
+        load.kill()
+        load.wait()
