@@ -43,7 +43,10 @@ exit status:
   0     the run ended as asked (-t, Ctrl-C, SIGTERM) and lost nothing
   N     with -- CMD: CMD's exit status; if CMD was killed by a signal,
         q-syscollect ends by the same signal (a shell shows 128+N); a run
-        that ends first (-t, Ctrl-C, SIGTERM) sends CMD SIGTERM and waits
+        that ends first (-t, SIGTERM) sends CMD SIGTERM and waits
+  130   with -- CMD, Ctrl-C: CMD gets it from the terminal and is waited
+        for (SIGTERM after 10 s or at a second Ctrl-C); q-syscollect then
+        ends as interrupted, by SIGINT
   1     the collection could not start (permissions, event, directory)
   2     a usage error
   {EXIT_LOST}     data was lost (sets that could not be written, a collector that

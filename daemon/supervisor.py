@@ -12,6 +12,7 @@ exit status (EXIT_LOST) tells.
 from __future__ import annotations
 
 import gc
+import math
 import os
 import select
 import signal
@@ -44,6 +45,9 @@ from .sets.sharedcopies import SharedCopies
 STOP_TIMEOUT = 120.0
 TICK_SECONDS = 15.0  # the supervisor's longest sleep (Supervisor._tick)
 COMMAND_GRACE = 10.0  # a command still running when the run ends: SIGTERM, then SIGKILL
+# Ctrl-C reaches the command from the terminal too: it is given this long to
+# end of it (said after INTERRUPT_NOTE) before SIGTERM, or until a second Ctrl-C
+INTERRUPT_GRACE, INTERRUPT_NOTE = 10.0, 1.0
 
 
 def run_info(cfg: Config, spec: EventSpec, source: SourceSpec, kallsyms: str | None,
@@ -71,6 +75,9 @@ class Supervisor:
         self.upkeep_error: str | None = None
         self.directory_gone = False
         self.stopping = False
+        self.stop_signal: int | None = None  # the first SIGINT or SIGTERM
+        self.interrupted_at: float | None = None  # Ctrl-C while the command runs
+        self.interrupt_noted = False
         self.checkpoint_requested = False
         self.cmd_pid: int | None = None
         self.cmd_path = ""  # the file the command's name leads to (command.resolve)
@@ -239,10 +246,39 @@ class Supervisor:
         if losses:
             self._note(loss_line(losses))  # the last line, whatever the command did
             return Ending(EXIT_LOST)
+        if self.cmd_pid is not None and self.stop_signal == signal.SIGINT:
+            # Ctrl-C interrupted the command: end as interrupted, as the
+            # command alone would (or perf record), whatever it made of it
+            return Ending(128 + signal.SIGINT, signal.SIGINT)
         return command.ending_of(self.cmd_status)
 
     def _on_stop(self, signum: int, frame: object) -> None:
+        """SIGTERM or -t stop at once. A first SIGINT while the command runs
+        waits for it: the terminal sent it the same Ctrl-C, and a SIGTERM
+        now would cut the command's own handling of it short (a Python
+        program died of SIGTERM before its KeyboardInterrupt)."""
+        self.stop_signal = self.stop_signal or signum
+        if signum == signal.SIGINT and self.interrupted_at is None and \
+                self._command_running():
+            self.interrupted_at = time.monotonic()
+            return
         self.stopping = True
+
+    def _interrupt_step(self, now: float) -> float:
+        """After Ctrl-C, with the command still running: say so after
+        INTERRUPT_NOTE, stop after INTERRUPT_GRACE (then _stop sends it
+        SIGTERM); how long until the next of those is due."""
+        if self.interrupted_at is None or not self._command_running():
+            return math.inf
+        waited = now - self.interrupted_at
+        if waited >= INTERRUPT_GRACE:
+            self.stopping = True
+            return 0.0
+        if waited >= INTERRUPT_NOTE and not self.interrupt_noted:
+            self.interrupt_noted = True
+            self._note(f"waiting for {self.cfg.command[0]} to end after Ctrl-C; it is sent "
+                       f"SIGTERM in {INTERRUPT_GRACE - waited:.0f} s, or at the next Ctrl-C")
+        return (INTERRUPT_GRACE if self.interrupt_noted else INTERRUPT_NOTE) - waited
 
     def _on_hup(self, signum: int, frame: object) -> None:
         self.checkpoint_requested = True
@@ -265,6 +301,7 @@ class Supervisor:
                 timeout = max(0.0, min(timeout, deadline - now))
             if watchdog:
                 timeout = max(0.0, min(timeout, next_watchdog - now))
+            timeout = max(0.0, min(timeout, self._interrupt_step(now)))
             fds = [wake_r] + self.collectors.status_fds()
             try:
                 readable, _, _ = select.select(fds, [], [], timeout)
@@ -283,6 +320,7 @@ class Supervisor:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 self.stopping = True
+            self._interrupt_step(now)
             if self.checkpoint_requested:
                 self.checkpoint_requested = False
                 self.collectors.signal_all(signal.SIGUSR1)
