@@ -19,7 +19,7 @@ try:
     from qtools.qformat.pushstate import check_url
     from qtools.qformat.version import package_version
 
-    from . import command
+    from . import attach, command
     from .config import Config, parse_age, parse_size
     from .kernel import arch, events
     from .machine import procfs
@@ -82,6 +82,17 @@ def _positive_size(text: str) -> int:
     return value
 
 
+def _pids(text: str) -> tuple[int, ...]:
+    pids = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) <= 0:
+            raise argparse.ArgumentTypeError(f"not a list of process ids (e.g. 1234,5678): "
+                                             f"{text!r}")
+        pids.append(int(part))
+    return tuple(pids)
+
+
 def _stack_size(text: str) -> int:
     try:
         value = parse_size(text)
@@ -138,6 +149,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cpus", metavar="LIST", help="CPUs to collect, e.g. 0-3,6 (default: all)")
     p.add_argument("-i", dest="inherit_only", action="store_true",
                    help="only the command and the tasks it creates (works unprivileged)")
+    p.add_argument("-p", "--pid", dest="attach", type=_pids, metavar="PID[,PID...]",
+                   help="only these running processes and their threads, until the last "
+                        "of them exits (unprivileged for your own processes, user space "
+                        "only where kernel.perf_event_paranoid is 2)")
+    p.add_argument("--children", action="store_true",
+                   help="with -p, also the processes they start once attached")
     p.add_argument("--checkpoint", type=positive_float, default=10.0, metavar="SECS",
                    help="write everything collected every SECS seconds (default 10)")
     p.add_argument("--call-graph", choices=("dwarf", "fp", "none"), default="dwarf",
@@ -222,6 +239,10 @@ def config_from(args: argparse.Namespace, argv: list[str], host: Host = LIVE) ->
         cpus = online
     if args.inherit_only and not command:
         raise UsageError("-i needs a command: q-syscollect -i -- CMD ARGS")
+    if args.attach and (command or args.inherit_only):
+        raise UsageError("-p attaches to running processes: not with -i or a command")
+    if args.children and not args.attach:
+        raise UsageError("--children goes with -p: q-syscollect -p PID --children")
     if args.ring_pages and args.ring_pages & (args.ring_pages - 1):
         raise UsageError(f"--mmap-pages: not a power of two: {args.ring_pages}")
     directory = args.directory or os.environ.get("Q_DIR") or ".q"
@@ -234,6 +255,7 @@ def config_from(args: argparse.Namespace, argv: list[str], host: Host = LIVE) ->
     return Config(directory=directory, cpus=cpus, command=command, duration=args.duration,
                   verbose=args.verbose, quiet=args.quiet, kernel_only=args.kernel_only, user_only=args.user_only,
                   frequency=args.frequency, event=args.event, inherit_only=args.inherit_only,
+                  attach=attach.processes(args.attach or (), host), children=args.children,
                   checkpoint=args.checkpoint, call_graph=args.call_graph,
                   stack_size=args.stack_size,
                   min_samples=args.min_samples, max_stacks=args.max_stacks,

@@ -22,7 +22,7 @@ from typing import TextIO
 
 from qtools.qformat import QDir, QFormatError
 
-from . import command
+from . import attach, command
 from .child import PARENT_DEATH_SIGNAL
 from .collectors import Collectors, kill_quietly
 from .command import Ending
@@ -90,6 +90,7 @@ class Supervisor:
         self.retention = retention.Index()  # what upkeep knows of .q between rounds
         self.room: DiskRoom | None = None  # with upkeep: the copies' ledger (QDir.room)
         self.pusher: PushChild | None = None  # --push: q-push, beside the collectors
+        self.watched: attach.Watched | None = None  # -p: the processes attached to
         self.vdso_name: str | None = None  # its copy in .q
 
     # ------------------------------------------------------------ setup
@@ -154,6 +155,8 @@ class Supervisor:
             signal.signal(sig, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_hup)
         signal.signal(signal.SIGCHLD, lambda *_: None)
+        if cfg.attach:  # each held from here on (a pidfd), whatever becomes of its pid
+            self.watched = attach.Watched(cfg.attach, self.host)
         source = plan(cfg, self._note, self.host)  # what cannot be opened leaves no .q
         made_dir = not os.path.lexists(cfg.directory)
         try:
@@ -209,6 +212,8 @@ class Supervisor:
             for fd in (release_fd, err_fd):
                 if fd is not None:
                     os.close(fd)
+            if self.watched is not None:
+                self.watched.close()
         self._stop()
         return self._ending(qdir)
 
@@ -302,7 +307,10 @@ class Supervisor:
             if watchdog:
                 timeout = max(0.0, min(timeout, next_watchdog - now))
             timeout = max(0.0, min(timeout, self._interrupt_step(now)))
-            fds = [wake_r] + self.collectors.status_fds()
+            watched = self.watched
+            if watched is not None and watched.poll_every is not None:
+                timeout = min(timeout, watched.poll_every)
+            fds = [wake_r] + self.collectors.status_fds() + list(watched.fds if watched else ())
             try:
                 readable, _, _ = select.select(fds, [], [], timeout)
             except InterruptedError:
@@ -311,6 +319,8 @@ class Supervisor:
                 _drain(wake_r)
             self.collectors.heartbeats(readable)
             self._reap()
+            if watched is not None and watched.ended(readable):
+                self.stopping = True  # the last process attached to has exited
             if self.pusher is not None:
                 self.pusher.tend()
             if os.fstat(qdir.fd).st_nlink == 0:
