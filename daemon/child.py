@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import errno
 import os
+import resource
 import signal
 import time
 from typing import TextIO
 
 from qtools.qformat import QDir
 
+from . import attach
 from .collector import CpuCollector
 from .config import Config, Options
 from .drainloop import Flags
@@ -84,12 +86,19 @@ def _collect(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, status_w
     signal.set_wakeup_fd(wake_w)
     if os.getppid() != parent:
         stop_now()  # it died before the kernel was told to signal us
+    if source.attach:  # the threads as they are now, each opened (attach.py)
+        source = source._replace(tids=attach.threads(host, source.attach))
+        kinds = 1 + bool(source.sched_switch) + bool(source.sched_waking)  # each on every CPU
+        _room_for_fds(len(source.tids) * len(source.cpus) * kinds)
     try:
         perf = PerfSource(source)
     except OSError as e:
         msg = f"cpu {source.cpu}: {e.strerror or e}"
         if e.errno == errno.EPERM:
             msg += " (ring buffer above the locked-memory limit? try --mmap-pages 16)"
+        if e.errno == errno.EMFILE:
+            msg += (f" ({len(source.tids)} threads on {len(source.cpus)} CPUs take an event "
+                    "each: raise the hard limit of open files, ulimit -Hn)")
         os.write(status_w, f"error {msg}\n".encode())
         return 1
     perf.watch(wake_r)
@@ -97,7 +106,7 @@ def _collect(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, status_w
                    run_seconds=cfg.duration, verbose=cfg.verbose, min_samples=cfg.min_samples,
                    max_stacks=cfg.max_stacks, min_stack_share=cfg.min_stack_share,
                    stacks=cfg.call_graph != "none", rotate=cfg.rotate,
-                   compress=cfg.compress_closed, cpu_stats=source.target_pid == -1,
+                   compress=cfg.compress_closed, cpu_stats=not source.per_task,
                    off_cpu=bool(source.sched_switch), off_cpu_min_ns=cfg.off_cpu_min_ns)
     copier = ObjectCopier(qdir, cfg.symlink, CopyLimits(object_size=cfg.max_object_size,
                                                     map_size=cfg.max_map_size), out, host)
@@ -109,7 +118,10 @@ def _collect(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, status_w
                              own_cmdline=host.cmdline(os.getpid()))
     collector = CpuCollector(opts, run, perf, qdir, copier, user_frames=frames, out=out,
                              kallsyms=kallsyms, host=host)
-    if source.target_pid == -1:
+    if source.attach:
+        collector.seed(snapshot or attach.snapshot(host, source.attach, time.monotonic_ns(),
+                                                   source.cgroups))
+    elif not source.per_task:
         collector.seed(snapshot)
     perf.enable()
     if cfg.verbose:
@@ -132,6 +144,20 @@ def _collect(cfg: Config, source: SourceSpec, run: RunInfo, qdir: QDir, status_w
         copier.close()  # copies under way leave no temporaries, also when the parent is gone
     _report(status_w, parent, collector.tally(), "end")
     return 0 if ok else 1
+
+
+def _room_for_fds(events: int) -> None:
+    """Raise the soft limit of open files towards the hard one where
+    ``events`` more descriptors would pass it (-p: an event per thread and
+    CPU); past the hard limit the open fails, and says so."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = events + 256  # what the collector opens besides
+    if soft != resource.RLIM_INFINITY and want > soft:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        except (OSError, ValueError):
+            pass
 
 
 def quiet_interval(cfg: Config) -> float:

@@ -19,7 +19,7 @@ try:
     from qtools.qformat.pushstate import check_url
     from qtools.qformat.version import package_version
 
-    from . import command
+    from . import attach, command
     from .config import Config, parse_age, parse_size
     from .kernel import arch, events
     from .machine import procfs
@@ -43,11 +43,15 @@ exit status:
   0     the run ended as asked (-t, Ctrl-C, SIGTERM) and lost nothing
   N     with -- CMD: CMD's exit status; if CMD was killed by a signal,
         q-syscollect ends by the same signal (a shell shows 128+N); a run
-        that ends first (-t, Ctrl-C, SIGTERM) sends CMD SIGTERM and waits
+        that ends first (-t, SIGTERM) sends CMD SIGTERM and waits
+  130   with -- CMD, Ctrl-C: CMD gets it from the terminal and is waited
+        for (SIGTERM after 10 s or at a second Ctrl-C); q-syscollect then
+        ends as interrupted, by SIGINT
   1     the collection could not start (permissions, event, directory)
   2     a usage error
   {EXIT_LOST}     data was lost (sets that could not be written, a collector that
-        died for good), whatever CMD did; the last line says what"""
+        died for good), whatever CMD did; the last line says what
+  126   CMD is not executable, 127 CMD is not found (nothing is written)"""
 
 
 class UsageError(CollectError):
@@ -76,6 +80,17 @@ def _positive_size(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError("must be positive")
     return value
+
+
+def _pids(text: str) -> tuple[int, ...]:
+    pids = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) <= 0:
+            raise argparse.ArgumentTypeError(f"not a list of process ids (e.g. 1234,5678): "
+                                             f"{text!r}")
+        pids.append(int(part))
+    return tuple(pids)
 
 
 def _stack_size(text: str) -> int:
@@ -134,6 +149,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cpus", metavar="LIST", help="CPUs to collect, e.g. 0-3,6 (default: all)")
     p.add_argument("-i", dest="inherit_only", action="store_true",
                    help="only the command and the tasks it creates (works unprivileged)")
+    p.add_argument("-p", "--pid", dest="attach", type=_pids, metavar="PID[,PID...]",
+                   help="only these running processes and their threads, until the last "
+                        "of them exits (unprivileged for your own processes, user space "
+                        "only where kernel.perf_event_paranoid is 2)")
+    p.add_argument("--children", action="store_true",
+                   help="with -p, also the processes they start once attached")
     p.add_argument("--checkpoint", type=positive_float, default=10.0, metavar="SECS",
                    help="write everything collected every SECS seconds (default 10)")
     p.add_argument("--call-graph", choices=("dwarf", "fp", "none"), default="dwarf",
@@ -218,6 +239,10 @@ def config_from(args: argparse.Namespace, argv: list[str], host: Host = LIVE) ->
         cpus = online
     if args.inherit_only and not command:
         raise UsageError("-i needs a command: q-syscollect -i -- CMD ARGS")
+    if args.attach and (command or args.inherit_only):
+        raise UsageError("-p attaches to running processes: not with -i or a command")
+    if args.children and not args.attach:
+        raise UsageError("--children goes with -p: q-syscollect -p PID --children")
     if args.ring_pages and args.ring_pages & (args.ring_pages - 1):
         raise UsageError(f"--mmap-pages: not a power of two: {args.ring_pages}")
     directory = args.directory or os.environ.get("Q_DIR") or ".q"
@@ -230,6 +255,7 @@ def config_from(args: argparse.Namespace, argv: list[str], host: Host = LIVE) ->
     return Config(directory=directory, cpus=cpus, command=command, duration=args.duration,
                   verbose=args.verbose, quiet=args.quiet, kernel_only=args.kernel_only, user_only=args.user_only,
                   frequency=args.frequency, event=args.event, inherit_only=args.inherit_only,
+                  attach=attach.processes(args.attach or (), host), children=args.children,
                   checkpoint=args.checkpoint, call_graph=args.call_graph,
                   stack_size=args.stack_size,
                   min_samples=args.min_samples, max_stacks=args.max_stacks,
@@ -266,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"q-syscollect: {e}", file=sys.stderr)
         return 2
+    except command.NotRunnable as e:
+        print(f"q-syscollect: {e}", file=sys.stderr)
+        return e.status
     except (CollectError, arch.UnsupportedMachine) as e:
         print(f"q-syscollect: {e}", file=sys.stderr)
         return 1

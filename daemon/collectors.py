@@ -18,6 +18,7 @@ from typing import Callable, TextIO
 
 from qtools.qformat import QDir
 
+from . import attach
 from .child import collector_main
 from .config import Config
 from .kernel.source import SourceSpec
@@ -72,11 +73,14 @@ class Collectors:
     def start_all(self, source: SourceSpec, run: RunInfo, qdir: QDir) -> None:
         """A collector per CPU, all forked before waiting for the first to
         open its events: they start side by side. System-wide, the host's
-        processes are read once here for all of them (a collector restarted
-        later reads them itself)."""
+        processes (-p: those attached to) are read once here for all of
+        them (a collector restarted later reads them itself)."""
         self._run = (source, run, qdir)
         snapshot = None
-        if source.target_pid == -1:
+        if source.attach:
+            snapshot = attach.snapshot(self.host, source.attach, time.monotonic_ns(),
+                                       with_cgroups=source.cgroups)
+        elif source.target_pid == -1:
             snapshot = synthesize.snapshot(self.host, time.monotonic_ns(),
                                            with_cgroups=source.cgroups)
         spawned = []

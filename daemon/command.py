@@ -8,11 +8,15 @@ then ends as it did: with its exit status, or killed by the same signal, as
 
 from __future__ import annotations
 
+import errno
 import os
 import resource
 import signal
+import stat
 import sys
 from typing import NamedTuple, Sequence
+
+NOT_FOUND, NOT_EXECUTABLE = 127, 126  # the statuses a shell gives
 
 
 class Ending(NamedTuple):
@@ -31,11 +35,71 @@ def ending_of(status: int | None) -> Ending:
     return Ending(os.waitstatus_to_exitcode(status))
 
 
+class NotRunnable(Exception):
+    """The command cannot be run: ``status`` is the shell's for it (127 not
+    found, 126 found but not executable), the message is for the user."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _runnable(path: str) -> int | None:
+    """None if exec could run ``path``; else the errno it would fail with."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return e.errno
+    if not stat.S_ISREG(st.st_mode):
+        return errno.EACCES  # what execve says of a directory or a device
+    effective = os.access in os.supports_effective_ids
+    if not os.access(path, os.X_OK, effective_ids=effective):
+        return errno.EACCES
+    return None
+
+
+def resolve(name: str) -> str:
+    """The file ``execvp(name)`` would run, looked for before anything of
+    the run is made; ``NotRunnable`` where there is none.
+
+    As execvp does: a name with a slash is that file; else each directory
+    of PATH in turn, past those that do not have it or do not let it run,
+    and "permission denied" (126) only if some had it but none ran it."""
+    if not name:
+        raise NotRunnable(NOT_FOUND, "cannot run '': command not found")
+    candidates = [name] if "/" in name else \
+        [os.path.join(d or ".", name) for d in os.get_exec_path()]
+    denied = False
+    for path in candidates:
+        err = _runnable(path)
+        if err is None:
+            return path
+        denied = denied or err not in (errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG,
+                                       errno.ELOOP)
+    if denied:
+        raise NotRunnable(NOT_EXECUTABLE, f"cannot run {name}: {os.strerror(errno.EACCES)}")
+    why = os.strerror(errno.ENOENT) if "/" in name else "command not found"
+    raise NotRunnable(NOT_FOUND, f"cannot run {name}: {why}")
+
+
+def exec_failure(name: str, path: str, report: str) -> NotRunnable:
+    """What the held command (``name``, found at ``path``) said when its
+    exec failed (``release``): the errno and its text; not found (127) for
+    ENOENT, as a shell says of a missing program or interpreter, else not
+    executable (126)."""
+    number, _, text = report.partition(" ")
+    if number != str(errno.ENOENT):
+        return NotRunnable(NOT_EXECUTABLE, f"cannot run {name}: {text or report}")
+    if os.path.lexists(path):  # there, but not what it needs to start
+        text = "a file it needs to start (its #! interpreter or ELF loader) is missing"
+    return NotRunnable(NOT_FOUND, f"cannot run {name}: {text or report}")
+
+
 def spawn(argv: Sequence[str]) -> tuple[int, int, int]:
     """Fork ``argv``, held before exec.
 
     Returns its pid, the fd that releases it, and a close-on-exec fd that
-    reads the exec error, or EOF once exec succeeded.
+    reads the exec error ("ERRNO TEXT"), or EOF once exec succeeded.
     """
     r, w = os.pipe()
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
@@ -45,12 +109,15 @@ def spawn(argv: Sequence[str]) -> tuple[int, int, int]:
         os.close(err_r)
         for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores them; a shell does not
             signal.signal(sig, signal.SIG_DFL)
-        os.read(r, 1)
+        status = NOT_EXECUTABLE
         try:
+            os.read(r, 1)
             os.execvp(argv[0], list(argv))
         except OSError as e:
-            os.write(err_w, (e.strerror or str(e)).encode())
-        os._exit(127)
+            status = NOT_FOUND if e.errno == errno.ENOENT else NOT_EXECUTABLE
+            os.write(err_w, f"{e.errno or 0} {e.strerror or e}".encode())
+        finally:
+            os._exit(status)  # never back into q-syscollect's code
     os.close(r)
     os.close(err_w)
     return pid, w, err_r

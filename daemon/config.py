@@ -43,6 +43,8 @@ class Config(NamedTuple):
     frequency: int = 997
     event: str | None = None
     inherit_only: bool = False
+    attach: tuple[int, ...] = ()  # -p: processes that already run
+    children: bool = False  # --children: also what the attached processes start
     checkpoint: float = 10.0
     call_graph: str = "dwarf"  # user stacks: "dwarf", "fp" or "none"
     stack_size: int = 16384  # bytes of user stack copied per sample for dwarf

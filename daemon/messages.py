@@ -110,6 +110,9 @@ def _stacks(cfg: Config, exclude_kernel: bool) -> str:
 
 def _ending(cfg: Config) -> str:
     name = os.path.basename(cfg.command[0]) if cfg.command else ""
+    if cfg.attach:
+        until = "until it exits" if len(cfg.attach) == 1 else "until the last of them exits"
+        return f"{until} or {cfg.duration:g} s have passed" if cfg.duration else until
     if cfg.command and cfg.duration:
         return f"until {name} exits or {cfg.duration:g} s have passed"
     if cfg.command:
@@ -119,11 +122,25 @@ def _ending(cfg: Config) -> str:
     return "until Ctrl-C or SIGTERM"
 
 
+def _attached(cfg: Config) -> str:
+    """-p: "pid 12 and its threads on ", "pids 12, 34, their threads and
+    the processes they start on "."""
+    if not cfg.attach:
+        return ""
+    one = len(cfg.attach) == 1
+    pids = ", ".join(map(str, cfg.attach))
+    whose = "its" if one else "their"
+    if cfg.children:
+        return (f"pid{'' if one else 's'} {pids}, {whose} threads and the processes "
+                f"{'it starts' if one else 'they start'} on ")
+    return f"pid{'' if one else 's'} {pids} and {whose} threads on "
+
+
 def start_line(cfg: Config, event: str, frequency: int, exclude_kernel: bool) -> str:
     """Say what the run does: where, what, how, into where, until when."""
     cpus = len(cfg.cpus)
     what = (f"{os.path.basename(cfg.command[0])} and its children on " if cfg.inherit_only
-            else "") + f"{cpus} CPU{'s' if cpus != 1 else ''}"
+            else _attached(cfg)) + f"{cpus} CPU{'s' if cpus != 1 else ''}"
     return (f"sampling {what} with {event} at {frequency} Hz, "
             f"{_stacks(cfg, exclude_kernel)}, into {os.path.abspath(cfg.directory)}, "
             f"{_ending(cfg)}")

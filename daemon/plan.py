@@ -28,6 +28,25 @@ def permission_message(err: OSError, paranoid: int | None) -> str:
             f"yourself, use: q-syscollect -i -- CMD ({os.strerror(err.errno or 0)})")
 
 
+def attach_refusal(pid: int, err: OSError, host: Host, kernel: bool = False) -> str:
+    """Why ``-p pid`` may not be profiled (``kernel``: its kernel samples
+    were asked for, -k), and what would let it, in one line."""
+    why = os.strerror(err.errno or 0)
+    comm = host.comm(pid) or "?"
+    owner = host.owner(pid)
+    if owner is not None and owner != os.geteuid():
+        # the kernel's ptrace rule (PTRACE_MODE_READ_REALCREDS), which /proc's
+        # owner follows: another user's process, or one that is not dumpable
+        return (f"cannot profile process {pid} ({comm}): it runs as uid {owner}, not as you "
+                f"(uid {os.geteuid()}); only root or a holder of CAP_PERFMON or "
+                f"CAP_SYS_PTRACE may profile another user's process ({why})")
+    paranoid = host.sysctl_int("kernel.perf_event_paranoid")
+    level = "unknown" if paranoid is None else str(paranoid)
+    return (f"cannot profile process {pid} ({comm}): profiling is not permitted here: run "
+            f"as root, or grant CAP_PERFMON, or lower kernel.perf_event_paranoid (now "
+            f"{level}) to {1 if kernel else 2} or less ({why})")
+
+
 def _spec_for(cfg: Config, spec: EventSpec, cpu: int, target: int, exclude_kernel: bool,
               branches: bool, pages: int) -> SourceSpec:
     dwarf = cfg.call_graph == "dwarf" and not cfg.kernel_only
@@ -39,17 +58,48 @@ def _spec_for(cfg: Config, spec: EventSpec, cpu: int, target: int, exclude_kerne
                       regs_user_mask=Unwinder(os.uname().machine).regs_mask if dwarf else 0,
                       stack_user=cfg.stack_size if dwarf else 0,
                       enable_on_exec=target != -1, ring_pages=pages,
-                      sideband_pages=16 if len(cfg.cpus) <= 16 else 4)
+                      sideband_pages=16 if len(cfg.cpus) <= 16 else 4,
+                      attach=tuple(cfg.attach), children=cfg.children or not cfg.attach)
 
 
-def _try_open(spec: SourceSpec) -> OSError | None:
+def _try_open(spec: SourceSpec, pid: int | None = None) -> OSError | None:
+    """Whether the sampling event opens (on ``pid``, else the spec's own probe)."""
     try:
         fd = syscalls.perf_event_open(spec._replace(enable_on_exec=False).sampling_attr(),
-                                      0 if spec.target_pid != -1 else -1, spec.cpu)
+                                      spec.probe_pid if pid is None else pid, spec.cpu)
     except syscalls.PerfError as e:
         return e
     os.close(fd)
     return None
+
+
+def _by_threads(source: SourceSpec, note: Callable[[str], None]) -> SourceSpec:
+    """-p without --children: events inherited by new threads alone, where
+    the kernel has them (attr.inherit_thread, Linux 5.13: before, its
+    unknown bit is EINVAL whoever asks); else by new processes too."""
+    if source.children:
+        return source
+    err = _try_open(source)
+    if err is None or err.errno != errno.EINVAL:
+        return source
+    err = _try_open(source._replace(children=True))
+    if err is not None and err.errno == errno.EINVAL:
+        return source  # something else is wrong: said as for any event
+    note("this kernel cannot follow new threads without new processes "
+         "(perf_event_attr.inherit_thread, Linux 5.13): the processes they start "
+         "are profiled too, as with --children")
+    return source._replace(children=True)
+
+
+def _attachable(source: SourceSpec, host: Host, kernel: bool) -> None:
+    """-p: every process attached to opens with these options; one that
+    does not is an error naming it."""
+    for pid in source.attach:
+        err = _try_open(source, pid)
+        if err is not None and err.errno in (errno.EACCES, errno.EPERM):
+            raise CollectError(attach_refusal(pid, err, host, kernel))
+        if err is not None and err.errno == errno.ESRCH:
+            raise CollectError(f"-p {pid}: no such process")
 
 
 def _sched(cfg: Config, source: SourceSpec, note: Callable[[str], None],
@@ -61,7 +111,8 @@ def _sched(cfg: Config, source: SourceSpec, note: Callable[[str], None],
     switch = host.tracepoint_id("sched:sched_switch")
     waking = host.tracepoint_id("sched:sched_waking") or \
         host.tracepoint_id("sched:sched_wakeup")
-    if switch is None and cfg.inherit_only:
+    per_task = cfg.inherit_only or bool(cfg.attach)
+    if switch is None and per_task:
         note("--off-cpu: no sched:sched_switch tracepoint readable here (tracefs): "
              "the CPU profile by thread only")
         return source
@@ -73,9 +124,9 @@ def _sched(cfg: Config, source: SourceSpec, note: Callable[[str], None],
     for attr in (out.switch_attr(), out.sched_attr(waking or switch)):
         try:
             now = attr._replace(flags=attr.flags & ~abi.FLAG_ENABLE_ON_EXEC)
-            fd = syscalls.perf_event_open(now, 0 if out.target_pid != -1 else -1, out.cpu)
+            fd = syscalls.perf_event_open(now, out.probe_pid, out.cpu)
         except syscalls.PerfError as e:
-            if e.errno in (errno.EACCES, errno.EPERM) and cfg.inherit_only:
+            if e.errno in (errno.EACCES, errno.EPERM) and per_task:
                 note("--off-cpu: the scheduler's tracepoints are not permitted here (raw "
                      "tracepoint fields need root or CAP_PERFMON): no off-CPU or "
                      "wait-for-CPU time, the CPU profile by thread only")
@@ -106,15 +157,17 @@ def plan(cfg: Config, note: Callable[[str], None], host: Host = LIVE) -> SourceS
     record = 600 + (cfg.stack_size if cfg.call_graph == "dwarf" else 1024)
     pages = cfg.ring_pages or ring_pages(cfg.frequency, record, root, len(cfg.cpus))
     target = 0 if cfg.inherit_only else -1
+    per_task = cfg.inherit_only or bool(cfg.attach)
     exclude_kernel = cfg.user_only
     branches = spec.is_hardware and cfg.call_graph != "none"
-    source = _spec_for(cfg, spec, cfg.cpus[0], target, exclude_kernel, branches, pages)
+    source = _by_threads(_spec_for(cfg, spec, cfg.cpus[0], target, exclude_kernel, branches,
+                                   pages), note)
     err = _try_open(source)
     if err is not None and branches:
         branches = False  # no branch sampling (LBR) here: plain samples
         source = source._replace(branches=False)
         err = _try_open(source)
-    if err is not None and err.errno in (errno.EACCES, errno.EPERM) and cfg.inherit_only \
+    if err is not None and err.errno in (errno.EACCES, errno.EPERM) and per_task \
             and not exclude_kernel and not cfg.kernel_only:
         source = source._replace(exclude_kernel=True)
         err = _try_open(source)
@@ -122,9 +175,15 @@ def plan(cfg: Config, note: Callable[[str], None], host: Host = LIVE) -> SourceS
             note("kernel samples are not permitted (kernel.perf_event_paranoid="
                  f"{host.sysctl_int('kernel.perf_event_paranoid')}); "
                  "collecting user space only")
+    if err is None and cfg.attach:
+        _attachable(source, host, cfg.kernel_only)
     if err is None and cfg.off_cpu:
         source = _sched(cfg, source, note, host)
     if err is not None:
+        if err.errno in (errno.EACCES, errno.EPERM) and cfg.attach:
+            raise CollectError(attach_refusal(cfg.attach[0], err, host, cfg.kernel_only))
+        if err.errno == errno.ESRCH and cfg.attach:
+            raise CollectError(f"-p {cfg.attach[0]}: no such process")
         if err.errno in (errno.EACCES, errno.EPERM):
             raise CollectError(permission_message(
                 err, host.sysctl_int("kernel.perf_event_paranoid")))

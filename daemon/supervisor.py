@@ -12,6 +12,7 @@ exit status (EXIT_LOST) tells.
 from __future__ import annotations
 
 import gc
+import math
 import os
 import select
 import signal
@@ -21,7 +22,8 @@ from typing import TextIO
 
 from qtools.qformat import QDir, QFormatError
 
-from . import command
+from . import attach, command
+from .child import PARENT_DEATH_SIGNAL
 from .collectors import Collectors, kill_quietly
 from .command import Ending
 from .config import Config
@@ -43,6 +45,9 @@ from .sets.sharedcopies import SharedCopies
 STOP_TIMEOUT = 120.0
 TICK_SECONDS = 15.0  # the supervisor's longest sleep (Supervisor._tick)
 COMMAND_GRACE = 10.0  # a command still running when the run ends: SIGTERM, then SIGKILL
+# Ctrl-C reaches the command from the terminal too: it is given this long to
+# end of it (said after INTERRUPT_NOTE) before SIGTERM, or until a second Ctrl-C
+INTERRUPT_GRACE, INTERRUPT_NOTE = 10.0, 1.0
 
 
 def run_info(cfg: Config, spec: EventSpec, source: SourceSpec, kallsyms: str | None,
@@ -70,8 +75,12 @@ class Supervisor:
         self.upkeep_error: str | None = None
         self.directory_gone = False
         self.stopping = False
+        self.stop_signal: int | None = None  # the first SIGINT or SIGTERM
+        self.interrupted_at: float | None = None  # Ctrl-C while the command runs
+        self.interrupt_noted = False
         self.checkpoint_requested = False
         self.cmd_pid: int | None = None
+        self.cmd_path = ""  # the file the command's name leads to (command.resolve)
         self.cmd_status: int | None = None
         self.started = time.time()
         self.began = time.monotonic()
@@ -81,6 +90,8 @@ class Supervisor:
         self.retention = retention.Index()  # what upkeep knows of .q between rounds
         self.room: DiskRoom | None = None  # with upkeep: the copies' ledger (QDir.room)
         self.pusher: PushChild | None = None  # --push: q-push, beside the collectors
+        self.watched: attach.Watched | None = None  # -p: the processes attached to
+        self.vdso_name: str | None = None  # its copy in .q
 
     # ------------------------------------------------------------ setup
 
@@ -99,7 +110,8 @@ class Supervisor:
             fd = os.memfd_create("vdso", os.MFD_CLOEXEC)
             try:
                 os.write(fd, image[1])
-                return qdir.store_object(fd, "vdso")
+                self.vdso_name = qdir.store_object(fd, "vdso")
+                return self.vdso_name
             finally:
                 os.close(fd)
         except OSError as e:
@@ -126,26 +138,33 @@ class Supervisor:
     def _release_command(self, release_fd: int, err_fd: int) -> None:
         error = command.release(release_fd, err_fd)
         if error:
-            raise CollectError(f"cannot run {self.cfg.command[0]}: {error}")
+            raise command.exec_failure(self.cfg.command[0], self.cmd_path, error)
 
     # ------------------------------------------------------------ running
 
     def run(self) -> Ending:
         """Collect until the end the options name; how q-syscollect should end."""
         cfg = self.cfg
-        # First of all: a signal that comes while the setup copies kallsyms
-        # on a busy machine must not kill the run half made.
+        if cfg.command:  # a typo in its name leaves nothing behind
+            self.cmd_path = command.resolve(cfg.command[0])
+        # A signal that comes while the setup copies kallsyms on a busy
+        # machine must not kill the run half made.
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_w)
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_hup)
         signal.signal(signal.SIGCHLD, lambda *_: None)
+        if cfg.attach:  # each held from here on (a pidfd), whatever becomes of its pid
+            self.watched = attach.Watched(cfg.attach, self.host)
+        source = plan(cfg, self._note, self.host)  # what cannot be opened leaves no .q
+        made_dir = not os.path.lexists(cfg.directory)
         try:
             qdir = QDir.open(cfg.directory, create=True, secure=True)
         except QFormatError as e:
             raise CollectError(str(e)) from None
         qdir.remove_stale_temps()
+        before = set(qdir.names())
         qdir.shared = SharedCopies.create()  # one copy per object for all collectors
         shared_notices()  # and each refusal said once, not once per collector
         self.retention.begin(qdir)
@@ -153,7 +172,6 @@ class Supervisor:
             self.room = qdir.room = DiskRoom.create(cfg.max_size, len(cfg.cpus) + 1)
             if self.room is not None:
                 self.room.measured(retention.allocated(qdir), 0)
-        source = plan(cfg, self._note, self.host)
         # kallsyms: copied once sampling runs (_kallsyms_copy)
         run = run_info(cfg, source.event, source, None, self._vdso_copy(qdir), self.host)
         self.kallsyms.expect(self.host)
@@ -182,6 +200,9 @@ class Supervisor:
             self._kallsyms_copy(qdir)
             self._loop(source, run, qdir, wake_r)
             self.notifier.stopping("writing the final checkpoint")
+        except command.NotRunnable:
+            self._undo(qdir, before, made_dir)
+            raise
         except CollectError:
             if self.cmd_pid:
                 kill_quietly(self.cmd_pid, signal.SIGKILL)
@@ -191,8 +212,29 @@ class Supervisor:
             for fd in (release_fd, err_fd):
                 if fd is not None:
                     os.close(fd)
+            if self.watched is not None:
+                self.watched.close()
         self._stop()
         return self._ending(qdir)
+
+    def _undo(self, qdir: QDir, before: set[str], made_dir: bool) -> None:
+        """The command could not be run: end the collectors without their
+        final checkpoint (what they sampled is not what was asked for) and
+        remove what this run put into ``qdir``: the copies it made (the vdso,
+        those its collectors told each other) and its temporary files, never
+        what was there before; the directory too if the run made it."""
+        self._stop(PARENT_DEATH_SIGNAL)
+        qdir.remove_stale_temps()  # the collectors' own, now that they are gone
+        made = qdir.shared.names() if qdir.shared is not None else set()
+        if self.vdso_name is not None:
+            made.add(self.vdso_name)
+        try:
+            for name in (set(qdir.names()) - before) & made:
+                qdir.remove(name)
+            if made_dir and not qdir.names():
+                os.rmdir(qdir.path)
+        except OSError as e:
+            self._note(f"cannot remove what this run made in {qdir.path}: {e.strerror or e}")
 
     def _ending(self, qdir: QDir) -> Ending:
         """Say what the run got and lost; the command's end, or EXIT_LOST."""
@@ -209,10 +251,39 @@ class Supervisor:
         if losses:
             self._note(loss_line(losses))  # the last line, whatever the command did
             return Ending(EXIT_LOST)
+        if self.cmd_pid is not None and self.stop_signal == signal.SIGINT:
+            # Ctrl-C interrupted the command: end as interrupted, as the
+            # command alone would (or perf record), whatever it made of it
+            return Ending(128 + signal.SIGINT, signal.SIGINT)
         return command.ending_of(self.cmd_status)
 
     def _on_stop(self, signum: int, frame: object) -> None:
+        """SIGTERM or -t stop at once. A first SIGINT while the command runs
+        waits for it: the terminal sent it the same Ctrl-C, and a SIGTERM
+        now would cut the command's own handling of it short (a Python
+        program died of SIGTERM before its KeyboardInterrupt)."""
+        self.stop_signal = self.stop_signal or signum
+        if signum == signal.SIGINT and self.interrupted_at is None and \
+                self._command_running():
+            self.interrupted_at = time.monotonic()
+            return
         self.stopping = True
+
+    def _interrupt_step(self, now: float) -> float:
+        """After Ctrl-C, with the command still running: say so after
+        INTERRUPT_NOTE, stop after INTERRUPT_GRACE (then _stop sends it
+        SIGTERM); how long until the next of those is due."""
+        if self.interrupted_at is None or not self._command_running():
+            return math.inf
+        waited = now - self.interrupted_at
+        if waited >= INTERRUPT_GRACE:
+            self.stopping = True
+            return 0.0
+        if waited >= INTERRUPT_NOTE and not self.interrupt_noted:
+            self.interrupt_noted = True
+            self._note(f"waiting for {self.cfg.command[0]} to end after Ctrl-C; it is sent "
+                       f"SIGTERM in {INTERRUPT_GRACE - waited:.0f} s, or at the next Ctrl-C")
+        return (INTERRUPT_GRACE if self.interrupt_noted else INTERRUPT_NOTE) - waited
 
     def _on_hup(self, signum: int, frame: object) -> None:
         self.checkpoint_requested = True
@@ -235,7 +306,11 @@ class Supervisor:
                 timeout = max(0.0, min(timeout, deadline - now))
             if watchdog:
                 timeout = max(0.0, min(timeout, next_watchdog - now))
-            fds = [wake_r] + self.collectors.status_fds()
+            timeout = max(0.0, min(timeout, self._interrupt_step(now)))
+            watched = self.watched
+            if watched is not None and watched.poll_every is not None:
+                timeout = min(timeout, watched.poll_every)
+            fds = [wake_r] + self.collectors.status_fds() + list(watched.fds if watched else ())
             try:
                 readable, _, _ = select.select(fds, [], [], timeout)
             except InterruptedError:
@@ -244,6 +319,8 @@ class Supervisor:
                 _drain(wake_r)
             self.collectors.heartbeats(readable)
             self._reap()
+            if watched is not None and watched.ended(readable):
+                self.stopping = True  # the last process attached to has exited
             if self.pusher is not None:
                 self.pusher.tend()
             if os.fstat(qdir.fd).st_nlink == 0:
@@ -253,6 +330,7 @@ class Supervisor:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 self.stopping = True
+            self._interrupt_step(now)
             if self.checkpoint_requested:
                 self.checkpoint_requested = False
                 self.collectors.signal_all(signal.SIGUSR1)
@@ -336,10 +414,11 @@ class Supervisor:
     def _command_running(self) -> bool:
         return self.cmd_pid is not None and self.cmd_status is None
 
-    def _stop(self) -> None:
-        """Have every collector write its final checkpoint, and wait for them
-        and for the command (sent SIGTERM if the run ended before it did)."""
-        self.collectors.signal_all(signal.SIGTERM)
+    def _stop(self, stop: int = signal.SIGTERM) -> None:
+        """Have every collector write its final checkpoint (or, told
+        PARENT_DEATH_SIGNAL, end without it), and wait for them and for the
+        command (sent SIGTERM if the run ended before it did)."""
+        self.collectors.signal_all(stop)
         now = time.monotonic()
         give_up: float | None = now + STOP_TIMEOUT
         cmd_deadline = None

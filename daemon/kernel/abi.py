@@ -71,6 +71,7 @@ FLAG_COMM_EXEC = 1 << 24
 FLAG_USE_CLOCKID = 1 << 25
 FLAG_CONTEXT_SWITCH = 1 << 26  # PERF_RECORD_SWITCH(_CPU_WIDE)
 FLAG_CGROUP = 1 << 32  # PERF_RECORD_CGROUP for cgroups made after the event opened
+FLAG_INHERIT_THREAD = 1 << 35  # inherit only into new threads, not new processes (5.13+)
 
 # branch_sample_type bits
 BRANCH_USER = 1 << 0

@@ -51,7 +51,13 @@ class SourceSpec(NamedTuple):
     cpu: int
     cpus: Sequence[int]  # every CPU collected, this one included
     frequency: int = 997
-    target_pid: int = -1  # -1: system-wide; else this task and its children (inherit)
+    target_pid: int = -1  # -1: system-wide (or attach); else this task and its children
+    # -p: the processes attached to; their threads (``tids``, listed by the
+    # collector as it opens them) each get an event, inherited by the
+    # threads they start, and with ``children`` by the processes too
+    attach: tuple[int, ...] = ()
+    tids: tuple[int, ...] = ()
+    children: bool = True
     exclude_kernel: bool = False
     exclude_user: bool = False
     callchain: bool = True
@@ -71,6 +77,29 @@ class SourceSpec(NamedTuple):
     sched_switch: int = 0
     sched_waking: int = 0
     switch_stack_user: int = 0  # bytes of user stack copied at a switch
+
+    @property
+    def per_task(self) -> bool:
+        """Events that follow tasks (-i, -p), not every task of a CPU."""
+        return self.target_pid != -1 or bool(self.attach)
+
+    @property
+    def probe_pid(self) -> int:
+        """The task to try this spec's events on: a process attached to, this
+        process for -i (its command is not there yet), else none (-1)."""
+        if self.attach:
+            return self.attach[0]
+        return 0 if self.target_pid != -1 else -1
+
+    def _inherit_flags(self) -> int:
+        flags = 0
+        if self.per_task:
+            flags |= abi.FLAG_INHERIT
+            if not self.children:
+                flags |= abi.FLAG_INHERIT_THREAD
+            if self.enable_on_exec:
+                flags |= abi.FLAG_ENABLE_ON_EXEC
+        return flags
 
     @property
     def sample_type(self) -> int:
@@ -114,11 +143,7 @@ class SourceSpec(NamedTuple):
             flags |= abi.FLAG_EXCLUDE_CALLCHAIN_USER
         if self.exclude_user:
             flags |= abi.FLAG_EXCLUDE_USER
-        if self.target_pid != -1:
-            flags |= abi.FLAG_INHERIT
-            if self.enable_on_exec:
-                flags |= abi.FLAG_ENABLE_ON_EXEC
-        return flags
+        return flags | self._inherit_flags()
 
     def sampling_attr(self) -> abi.Attr:
         flags = self._common_flags()
@@ -175,11 +200,7 @@ class SourceSpec(NamedTuple):
     def sched_attr(self, config: int) -> abi.Attr:
         """A scheduler tracepoint without a stack: switch-ins and wake-ups."""
         flags = (abi.FLAG_DISABLED | abi.FLAG_SAMPLE_ID_ALL | abi.FLAG_USE_CLOCKID
-                 | abi.FLAG_WATERMARK)
-        if self.target_pid != -1:
-            flags |= abi.FLAG_INHERIT
-            if self.enable_on_exec:
-                flags |= abi.FLAG_ENABLE_ON_EXEC
+                 | abi.FLAG_WATERMARK) | self._inherit_flags()
         return abi.Attr(abi.TYPE_TRACEPOINT, config, 1, SCHED_SAMPLE_TYPE, flags,
                         wakeup=self.sideband_pages * abi.PAGE_SIZE // 2)
 
@@ -213,7 +234,7 @@ class PerfSource:
         for fd in self.fds:
             self.poller.register(fd, select.POLLIN)
         self.extra_fds: list[int] = []
-        if spec.target_pid == -1:
+        if not spec.per_task:
             self._open_bell(spec)
 
     def _open_bell(self, spec: SourceSpec) -> None:
@@ -243,23 +264,50 @@ class PerfSource:
 
     def _open_sched(self, spec: SourceSpec) -> None:
         if spec.sched_switch:
-            fd = self._open(spec.switch_attr(), spec.cpu, spec.ring_pages)
-            self.layout.add(syscalls.event_id(fd), spec.switch_layout(),
-                            EventRoute(BY_NAME["sched:sched_switch"], True))
+            for fd in self._open(spec.switch_attr(), spec.cpu, spec.ring_pages):
+                self.layout.add(syscalls.event_id(fd), spec.switch_layout(),
+                                EventRoute(BY_NAME["sched:sched_switch"], True))
             for cpu in spec.cpus:
                 if cpu != spec.cpu:
-                    fd = self._open(spec.sched_attr(spec.sched_switch), cpu,
-                                    spec.sideband_pages)
-                    self.layout.add(syscalls.event_id(fd), spec.sched_layout(),
-                                    EventRoute(BY_NAME["sched:sched_switch"], False))
+                    for fd in self._open(spec.sched_attr(spec.sched_switch), cpu,
+                                         spec.sideband_pages):
+                        self.layout.add(syscalls.event_id(fd), spec.sched_layout(),
+                                        EventRoute(BY_NAME["sched:sched_switch"], False))
         if spec.sched_waking:
             for cpu in spec.cpus:
-                fd = self._open(spec.sched_attr(spec.sched_waking), cpu, spec.sideband_pages)
-                self.layout.add(syscalls.event_id(fd), spec.sched_layout(),
-                                EventRoute(BY_NAME["sched:sched_waking"], False))
+                for fd in self._open(spec.sched_attr(spec.sched_waking), cpu,
+                                     spec.sideband_pages):
+                    self.layout.add(syscalls.event_id(fd), spec.sched_layout(),
+                                    EventRoute(BY_NAME["sched:sched_waking"], False))
 
-    def _open(self, attr: abi.Attr, cpu: int, pages: int) -> int:
-        fd = syscalls.perf_event_open(attr, self.spec.target_pid, cpu)
+    def _open(self, attr: abi.Attr, cpu: int, pages: int) -> list[int]:
+        """``attr`` on ``cpu``, with a ring of ``pages``: for the CPU or the
+        -i command, one event; attached (-p), one per thread, all writing
+        into the first one's ring (a ring per thread would pass the locked
+        memory an unprivileged user has). Its events."""
+        if not self.spec.attach:
+            return [self._opened(syscalls.perf_event_open(attr, self.spec.target_pid, cpu),
+                                 pages)]
+        fds: list[int] = []
+        for tid in self.spec.tids:
+            try:
+                fd = syscalls.perf_event_open(attr, tid, cpu)
+            except syscalls.PerfError as e:
+                if e.errno == errno.ESRCH:
+                    continue  # ended since it was listed
+                raise
+            if not fds:
+                fds.append(self._opened(fd, pages))
+                continue
+            self.fds.append(fd)
+            syscalls.set_output(fd, fds[0])
+            fds.append(fd)
+        if not fds:
+            raise syscalls.PerfError(errno.ESRCH, "the processes attached to have ended")
+        return fds
+
+    def _opened(self, fd: int, pages: int) -> int:
+        """Keep ``fd``, with a ring of its own."""
         self.fds.append(fd)
         self.rings.append(RingReader(fd, pages))
         return fd

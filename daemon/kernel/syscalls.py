@@ -78,6 +78,12 @@ def disable(fd: int) -> None:
     fcntl.ioctl(fd, abi.IOC_DISABLE, 0)
 
 
+def set_output(fd: int, into: int) -> None:
+    """Have event ``fd`` write its records into the ring of event ``into``
+    (same CPU): one ring for many tasks' events."""
+    fcntl.ioctl(fd, abi.IOC_SET_OUTPUT, into)
+
+
 def event_id(fd: int) -> int:
     """The id the kernel gives the event's samples (PERF_SAMPLE_IDENTIFIER)."""
     buf = bytearray(8)

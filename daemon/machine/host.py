@@ -35,6 +35,7 @@ class Host(Protocol):
     def cmdline(self, pid: int) -> list[str] | None: ...
     def exe(self, pid: int) -> str | None: ...
     def ppid(self, pid: int) -> int | None: ...
+    def tgid(self, pid: int) -> int | None: ...
     def owner(self, pid: int) -> int | None: ...
     def task_counters(self, pid: int) -> dict[str, float] | None: ...
     def read_memory(self, pid: int, address: int, size: int) -> bytes | None: ...
@@ -83,6 +84,9 @@ class LiveHost:
 
     def ppid(self, pid: int) -> int | None:
         return procfs.ppid(pid)
+
+    def tgid(self, pid: int) -> int | None:
+        return procfs.tgid(pid)
 
     def owner(self, pid: int) -> int | None:
         return procfs.owner(pid)
@@ -209,6 +213,11 @@ class StaticHost:
     def ppid(self, pid: int) -> int | None:
         p = self.procs.get(pid)
         return p.ppid if p else None
+
+    def tgid(self, pid: int) -> int | None:
+        if pid in self.procs:
+            return pid
+        return next((p for p, proc in self.procs.items() if pid in proc.thread_names), None)
 
     def owner(self, pid: int) -> int | None:
         p = self.procs.get(pid)

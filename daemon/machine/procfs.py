@@ -130,6 +130,16 @@ def ppid(pid: int) -> int | None:
     return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
 
 
+def tgid(pid: int) -> int | None:
+    """The process a task id belongs to (itself for a process); None if gone."""
+    status = _read(f"/proc/{pid}/status", 1 << 16)
+    for line in (status or "").splitlines():
+        key, _, value = line.partition(":")
+        if key == "Tgid":
+            return int(value) if value.strip().isdigit() else None
+    return None
+
+
 def owner(pid: int) -> int | None:
     """The user a process runs as, as /proc shows it (its effective uid; root
     for one that is not dumpable, such as a setuid program); None if gone."""

@@ -63,6 +63,11 @@ class SharedCopies:
         except OSError:
             pass  # the others copy for themselves
 
+    def names(self) -> set[str]:
+        """The names of the copies the run's processes have told so far."""
+        self._catch_up()
+        return {stored.name for stored in self._known.values()}
+
     def _catch_up(self) -> None:
         try:
             size = min(os.fstat(self.fd).st_size, MAX_BYTES)

@@ -304,7 +304,7 @@ def test_event_errors_are_one_clear_line(perf, tmp_path):
 
 def test_a_command_that_cannot_run_is_an_error(perf, tmp_path):
     r = q_syscollect("-d", str(tmp_path / "q"), "--", str(tmp_path / "missing"))
-    assert r.returncode == 1 and "cannot run" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 127 and "cannot run" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_symlinked_output_directory_is_refused(perf, tmp_path):

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -211,3 +213,148 @@ def test_a_collector_that_died_for_good_makes_the_run_exit_3(perf, tmp_path):
     assert last == ("q-syscollect: lost data: the collector for cpu 0 died 5 times (signal 9) "
                     "and was restarted, losing what it had collected since its last checkpoint; "
                     "the collector for cpu 0 died and was not restarted")
+
+
+def _listing(q: Path) -> dict[str, tuple[int, int]]:
+    """Each entry of ``q`` by name: its inode and size."""
+    return {p.name: (p.lstat().st_ino, p.lstat().st_size) for p in q.iterdir()}
+
+
+@pytest.mark.parametrize("mode", [(), ("-i",)])
+def test_a_command_that_is_not_there_leaves_nothing(perf, tmp_path, mode):
+    """A typo in the command's name: one line, a shell's 127, and no .q."""
+    q = tmp_path / "q"
+    r = q_syscollect("-d", str(q), *mode, "--", "no-such-command-q7", "arg")
+    assert r.returncode == 127, r.stderr
+    assert r.stderr == "q-syscollect: cannot run no-such-command-q7: command not found\n"
+    assert not q.exists()
+
+
+def test_a_command_that_may_not_run_is_126_and_leaves_nothing(perf, tmp_path):
+    plain = tmp_path / "notes.txt"
+    plain.write_text("not a program\n")
+    q = tmp_path / "q"
+    for target in (plain, tmp_path):  # a file without x, a directory
+        r = q_syscollect("-d", str(q), "-i", "--", str(target))
+        assert r.returncode == 126, r.stderr
+        assert r.stderr == f"q-syscollect: cannot run {target}: Permission denied\n"
+        assert not q.exists()
+
+
+@pytest.mark.parametrize("mode", [(), ("-i",)])
+def test_a_command_whose_exec_fails_leaves_an_earlier_q_as_it_was(perf, build, tmp_path, mode):
+    """A script whose interpreter is missing is found and executable, so
+    only its exec fails, after the run has started: system-wide (where the
+    collectors already sample, and copy, the machine's programs) and with
+    -i, what the run made goes again and the earlier run's sets and copies
+    stay; a .q the failed run made itself is not left either."""
+    script = tmp_path / "script"
+    script.write_text("#!/no/such/interpreter\n")
+    script.chmod(0o755)
+    q = tmp_path / "q"
+    earlier = q_syscollect("-q", "-d", str(q), "-i", "--min-samples", "1", "--",
+                           str(build("p-fan")), "0.3")
+    assert earlier.returncode == 0, earlier.stderr
+    before = _listing(q)
+    assert any(".info#" in name for name in before), before
+    # a busy machine meanwhile: system-wide, its programs are what gets copied
+    load = subprocess.Popen([str(build("p-fan")), "30"])
+    try:
+        for _ in range(3):
+            r = q_syscollect("-d", str(q), *mode, "--", str(script))
+            assert r.returncode == 127, r.stderr
+            assert _lines(r.stderr)[-1] == (
+                f"q-syscollect: cannot run {script}: a file it needs to start "
+                "(its #! interpreter or ELF loader) is missing")
+            assert "Traceback" not in r.stderr
+            assert _listing(q) == before
+        fresh = tmp_path / "fresh"
+        r = q_syscollect("-d", str(fresh), *mode, "--", str(script))
+        assert r.returncode == 127, r.stderr
+        assert not fresh.exists()
+    finally:
+        load.kill()
+        load.wait()
+
+
+def _wait_file(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
+    """Until ``path`` exists; fail (with what the run said) if ``proc`` ends first."""
+    end = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None or time.monotonic() > end:
+            proc.kill()
+            pytest.fail(f"{path.name} never appeared: {proc.communicate()}")
+        time.sleep(0.05)
+
+
+CTRL_C_PROGRAM = """\
+import pathlib, sys
+try:
+    pathlib.Path(sys.argv[1]).touch()
+    while True:
+        pass
+except KeyboardInterrupt:
+    pathlib.Path(sys.argv[2]).touch()
+    raise
+"""
+
+
+@pytest.mark.parametrize("mode", [(), ("-i",)])
+def test_ctrl_c_lets_the_command_handle_it_and_exits_130(perf, tmp_path, mode):
+    """Ctrl-C as a terminal sends it, to the whole foreground process group
+    (here a shell running q-syscollect running Python): Python handles its
+    KeyboardInterrupt, q-syscollect ends as interrupted (130, and the shell
+    says nothing: no "Terminated"), and the sets are written."""
+    q, ready, handled = tmp_path / "q", tmp_path / "ready", tmp_path / "handled"
+    shell = subprocess.Popen(
+        ["bash", "-c", '"$@"; echo "status $?"', "bash", command("q-syscollect"), "-d", str(q),
+         *mode, "--min-samples", "1", "--", sys.executable, "-c", CTRL_C_PROGRAM, str(ready),
+         str(handled)],
+        start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_file(ready, shell)
+        time.sleep(0.5)  # some samples of the loop
+        os.killpg(shell.pid, signal.SIGINT)
+        out, err = shell.communicate(timeout=120)
+    finally:
+        if shell.poll() is None:
+            os.killpg(shell.pid, signal.SIGKILL)
+            shell.wait()
+    # bash, interrupted itself, ends as its command did: dies of SIGINT too,
+    # or says the status it saw
+    status = out.strip() or f"died of signal {-shell.returncode}"
+    assert status in ("status 130", f"died of signal {signal.SIGINT}"), (status, err)
+    assert "Terminated" not in err and "Traceback (most recent call last)" in err, err
+    assert handled.exists()  # its own KeyboardInterrupt handler ran
+    assert _lines(err)[-1].startswith("q-syscollect: captured "), err
+    program = Path(sys.executable).name[:15]  # its comm
+    assert any(i.task.comm == program and i.task.pid for i in infos(q).values()), infos(q)
+    check_complete(q)
+
+
+def test_a_command_that_ignores_ctrl_c_is_waited_for_and_a_second_one_ends_it(perf, tmp_path):
+    """A command that ignores SIGINT keeps running after Ctrl-C: q-syscollect
+    says it waits, and a second Ctrl-C sends it SIGTERM; the run still ends
+    as interrupted."""
+    q, ready = tmp_path / "q", tmp_path / "ready"
+    proc = q_syscollect_popen("-d", str(q), "-i", "--", "sh", "-c",
+                              f'trap "" INT; touch "{ready}"; exec sleep 120',
+                              start_new_session=True)
+    said = ""
+    try:
+        _wait_file(ready, proc)
+        os.killpg(proc.pid, signal.SIGINT)
+        end = time.monotonic() + 60
+        while "to end after Ctrl-C" not in said and time.monotonic() < end:
+            if select.select([proc.stderr], [], [], 1)[0]:
+                said += proc.stderr.readline()
+        assert "waiting for sh to end after Ctrl-C; it is sent SIGTERM in " in said, said
+        assert proc.poll() is None
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == -signal.SIGINT, said + err
+    assert _lines(err)[-1].startswith("q-syscollect: captured "), err
