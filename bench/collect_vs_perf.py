@@ -151,7 +151,7 @@ def compare(work: Path, seconds: float, rate: int, event: str, mode: str) -> tup
     ours = Result(q_cpu, sum(int(s) for s, _ in counts), sum(int(x) for _, x in counts),
                   q_bytes)
     theirs = Result(perf_cpu, samples, lost, data.stat().st_size)
-    ours.view_cpu = cpu_of([sys.executable, "-m", "qtools.viewer.cli", str(q), "--comm", "p-fan",
+    ours.view_cpu = cpu_of([sys.executable, "-m", "qtools.viewer.commands.view", str(q), "--comm", "p-fan",
                             "--no-cache"])
     theirs.view_cpu = cpu_of(["perf", "report", "-i", str(data), "--comm", "p-fan", "--stdio"])
     return ours, theirs

@@ -9,7 +9,8 @@ import pytest
 
 from qtools.viewer.profile import processors
 from qtools.viewer.profile.callgraph import analyze, strongly_connected
-from qtools.viewer.profile.model import Frame, InconsistentGraph, Samples
+from qtools.viewer.model.frames import Frame
+from qtools.viewer.model.graph import InconsistentGraph, Samples
 
 
 def samples_of(stacks, calls=None, kernel=()):
@@ -143,7 +144,8 @@ def test_self_check_still_checks_under_python_O():
     """``python -O`` drops asserts; the check must not be one."""
     script = (
         "from qtools.viewer.profile.callgraph import analyze\n"
-        "from qtools.viewer.profile.model import Frame, InconsistentGraph, Samples\n"
+        "from qtools.viewer.model.frames import Frame\n"
+        "from qtools.viewer.model.graph import InconsistentGraph, Samples\n"
         "assert False, 'asserts are on'\n"
         "s = Samples('cpu-clock', 'seconds', [1.0], 1.0, 0, [], [Frame('f', 'p'), Frame('main', 'p')],\n"
         "            {(0, 1): 3.0}, True, None)\n"

@@ -9,7 +9,7 @@ from qsynth import MS, Loaded, QBuilder
 from scenarios import KALLSYMS, run
 from qtools.viewer.profile.build import SampleBuilder
 from qtools.viewer.inputs.load import sets_in
-from qtools.viewer.inputs.locations import locate
+from qtools.viewer.profile.locate import locate
 from qtools.viewer.naming.symbols import Symbols
 from qtools.viewer.naming.symcache import SymbolCache
 

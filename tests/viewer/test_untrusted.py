@@ -21,7 +21,7 @@ import hostile_names
 from qsynth import MS, Binary, QBuilder
 from scenarios import calls_dir, run
 from tests.conftest import q_view_popen
-from qtools.viewer.escape import printable
+from qtools.viewer.model.escape import printable
 
 # ---------------------------------------------------------------- helpers
 

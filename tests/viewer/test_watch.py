@@ -178,7 +178,7 @@ def test_without_inotify_a_change_of_the_directory_redraws(tmp_path, monkeypatch
     import io
     import threading
 
-    from qtools.viewer import watch as watch_module
+    from qtools.viewer.commands import watch as watch_module
     monkeypatch.setattr(watch_module, "_observe", lambda directories, flag: None)
     qb = QBuilder(tmp_path / "q")
     qb.task("alpha", 1, 0, hist={0x1000: MS})

@@ -23,7 +23,7 @@ from qtools.qformat.info import Unwanted, Wanted
 from qtools.qformat.threads import ThreadName, ThreadWeight, read_threads, with_cpu_rest
 from qtools.qformat.stores import DirStore, Store
 
-from ..errors import ViewError
+from ..model.errors import ViewError
 from . import hints
 
 DEFAULT_DIR = ".q"
@@ -370,3 +370,21 @@ def versions_of(path: str, limits: Limits = DEFAULT_LIMITS) -> list[StoredSet]:
         return [open_info(path, limits)]
     return sets_in(directory or ".", all_versions=True, named=lambda n: n == set_name,
                    limits=limits) or [open_info(path, limits)]
+
+
+# The kernel sets' rows in the overview and roots in whole-machine stacks:
+# the idle task's samples, or with -k every pid's kernel samples.
+IDLE = "idle"
+KERNEL = "kernel"
+
+
+def kernel_only_run(ts: StoredSet) -> bool:
+    """Whether the set was collected with ``q-syscollect -k``."""
+    args = ts.info.task.syscollect_cmdline or []
+    for arg in args[1:]:
+        if arg == "--":
+            break
+        if arg.startswith("-") and not arg.startswith("--") and arg[1:].isalpha() \
+                and "k" in arg[1:]:
+            return True
+    return False

@@ -17,7 +17,7 @@ from qtools.qformat import Info, MapRange, ObjectRef
 from qtools.qformat.arch import kernel_start
 from qtools.qformat.jitaddr import is_synthetic
 
-from ..profile.model import Location
+from ..model.frames import Location
 from .demangle import demangle
 from .lines import InlineFrame, ObjectLines
 from .symbols import (JIT_OBJECT, KERNEL_OBJECT, KERNEL_UNKNOWN, MAX_MEMO, OTHER_FUNCTIONS,

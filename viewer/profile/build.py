@@ -20,12 +20,14 @@ from typing import Callable
 from qtools.qformat import DEFAULT_LIMITS, LimitExceeded
 from qtools.qformat.limits import exceeded
 
-from ..errors import ViewError
+from ..model.errors import ViewError
 from ..inputs.load import StoredSet
-from ..inputs.locations import SetLocations, locate
-from ..inputs.threadlocs import NANOSECOND, ThreadView
-from ..escape import printable
-from .model import Frame, FrameTable, InterpreterQuality, Samples, SetSummary, StackQuality
+from .locate import SetLocations, locate
+from .threadlocs import NANOSECOND, ThreadView
+from ..model.escape import printable
+from ..model.frames import Frame, FrameTable, SetSummary
+from ..model.quality import InterpreterQuality, StackQuality
+from ..model.graph import Samples
 from ..naming.symbols import Symbolized, Symbols, Warn
 from .pyview import is_python
 from ..naming.demangle import demangle

@@ -33,10 +33,10 @@ from typing import Callable, Generic, Hashable, Iterator, TypeVar
 from qtools.qformat import DEFAULT_LIMITS, LimitExceeded, QFormatError
 from qtools.qformat.limits import exceeded
 
-from ..errors import UsageError, ViewError
+from ..model.errors import UsageError, ViewError
 from ..inputs.load import StoredSet
-from ..inputs.locations import SetLocations, locate_set
-from ..inputs.threadlocs import ThreadView, locate_cpu_by_thread, locate_threads
+from .locate import SetLocations, locate_set
+from .threadlocs import ThreadView, locate_cpu_by_thread, locate_threads
 from ..naming.demangle import demangle
 from ..naming.space import AddressSpace
 from ..naming.symbols import KERNEL_OBJECT, Symbolized, Symbols, Warn
@@ -395,7 +395,7 @@ class _Builder:
 
 
 def _text(value: str | None) -> str | None:
-    return value or None  # as the .q says: the exports are data (viewer/escape.py)
+    return value or None  # as the .q says: the exports are data (viewer/model/escape.py)
 
 
 def _nanos(seconds: float | None) -> int | None:

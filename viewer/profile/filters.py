@@ -18,7 +18,7 @@ import argparse
 import re
 from typing import Callable
 
-from .model import Samples
+from ..model.graph import Samples
 
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:

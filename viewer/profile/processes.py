@@ -19,15 +19,17 @@ from typing import Iterable
 
 from qtools.qformat import LimitExceeded
 
-from ..errors import ViewError
+from ..model.errors import ViewError
 from ..inputs.load import StoredSet
 from ..naming.symbols import Symbols, Warn
-from ..overview import IDLE, KERNEL, kernel_only_run
+from ..inputs.load import IDLE, KERNEL, kernel_only_run
 from ..render.units import SECONDS
 from .build import build_samples
-from ..inputs.threadlocs import ThreadView
-from ..escape import printable
-from .model import Frame, FrameTable, Samples, StackQuality
+from .threadlocs import ThreadView
+from ..model.escape import printable
+from ..model.frames import Frame, FrameTable
+from ..model.graph import Samples
+from ..model.quality import StackQuality
 from .processors import PROCESS_OBJECT
 
 WEIGHTS = ("event", "samples")

@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from .model import CallGraph, Samples
+from ..model.graph import CallGraph, Samples
 
 PROCESS_OBJECT = "[process]"  # processes.py: the root frame of whole-machine stacks
 

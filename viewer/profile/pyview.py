@@ -12,7 +12,8 @@ any Python frame (start-up, other threads in C) becomes one frame,
 
 from __future__ import annotations
 
-from .model import Frame, FrameTable, Samples
+from ..model.frames import Frame, FrameTable
+from ..model.graph import Samples
 
 PY_PREFIX = "py::"
 PYTHON_OBJECT = "[python]"

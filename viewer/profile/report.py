@@ -19,10 +19,10 @@ from ..render import FORMATS
 from . import filters, processes, processors
 from .build import build_samples
 from .callgraph import analyze
-from ..escape import printable
-from .model import CallGraph
+from ..model.escape import printable
+from ..model.graph import CallGraph
 from .pyview import python_only
-from ..inputs.threadlocs import ThreadView
+from .threadlocs import ThreadView
 
 
 def symbolizer(args: argparse.Namespace, warn: Warn, sets: list[StoredSet]) -> Symbols:

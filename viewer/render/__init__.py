@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Callable, NamedTuple, TextIO
 
-from ..profile.model import CallGraph
+from ..model.graph import CallGraph
 from . import collapsed, dot, jsonfmt, text
 
 if TYPE_CHECKING:

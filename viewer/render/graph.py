@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 from typing import Iterable, TextIO, Union
 
-from ..numfmt import DASH, calls, percent, si
-from ..profile.model import Arc, Cycle, Frame, Function, CallGraph
+from ..model.numfmt import DASH, calls, percent, si
+from ..model.graph import Arc, Cycle, Function, CallGraph
+from ..model.frames import Frame
 from .names import Namer
 from .units import below, is_time
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
-from ..escape import write_json
-from ..profile.model import Function, CallGraph
+from ..model.escape import write_json
+from ..model.graph import Function, CallGraph
 from .quality import RULE
 
 FORMAT = 1  # docs/json.md: raised only when a field changes meaning or goes away

@@ -16,8 +16,9 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Iterable, TextIO
 
-from ..numfmt import DASH, si
-from ..profile.model import Arc, CallGraph, Frame
+from ..model.numfmt import DASH, si
+from ..model.graph import Arc, CallGraph
+from ..model.frames import Frame
 from .metrics import rows, total, units
 from .names import ambiguous_names, plain_name
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
-from ..escape import write_json
-from ..numfmt import si
-from ..profile.model import CallGraph, Frame
+from ..model.escape import write_json
+from ..model.numfmt import si
+from ..model.graph import CallGraph
+from ..model.frames import Frame
 
 
 def rows(graphs: dict[str, CallGraph]) -> list[tuple[Frame, dict[str, tuple[float, float]]]]:

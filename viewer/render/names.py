@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..profile.model import Frame, CallGraph
+from ..model.frames import Frame
+from ..model.graph import CallGraph
 
 
 def ambiguous_names(frames: Iterable[Frame]) -> set[str]:

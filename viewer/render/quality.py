@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from ..numfmt import si
-from ..profile.model import CallGraph
+from ..model.numfmt import si
+from ..model.graph import CallGraph
 
 RULE = ("the outermost frame is code whose unwind information marks the return address "
         "undefined (_start, clone3), or the function of an entry point")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TextIO
 
-from ..profile.model import CallGraph
+from ..model.graph import CallGraph
 from . import flat, graph, quality
 
 if TYPE_CHECKING:

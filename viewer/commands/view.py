@@ -32,22 +32,23 @@ try:
     from qtools.qformat.version import package_version
 
     from . import overview
-    from .errors import UsageError, ViewError
-    from .inputs import hints, runs
-    from .profile import diff, filters, processes
-    from .profile.build import BY_CHOICES
-    from .escape import escaped, printable, unescaped
-    from .profile.model import CallGraph, InconsistentGraph
-    from .inputs.load import Source, StoredSet, close_inputs, default_directory, is_directory, \
-        open_inputs
-    from .inputs.select import Selection
-    from .inputs.programs import select_inputs
-    from .inputs.timewin import parse_time
-    from .profile.report import call_graph
-    from .inputs.threadlocs import METRICS
-    from .render import DEFAULT_FORMAT, FORMATS, ReportOptions, formats_help
-    from .render import metricgraph as metric_graph
-    from .render import metrics as metrics_view
+    from ..model.errors import UsageError, ViewError
+    from ..inputs import hints, runs
+    from . import diff
+    from ..profile import filters, processes
+    from ..profile.build import BY_CHOICES
+    from ..model.escape import escaped, printable, unescaped
+    from ..model.graph import CallGraph, InconsistentGraph
+    from ..inputs.load import (Source, StoredSet, close_inputs, default_directory, is_directory,
+        open_inputs)
+    from ..inputs.select import Selection
+    from ..inputs.programs import select_inputs
+    from ..inputs.timewin import parse_time
+    from ..profile.report import call_graph
+    from ..profile.threadlocs import METRICS
+    from ..render import DEFAULT_FORMAT, FORMATS, ReportOptions, formats_help
+    from ..render import metricgraph as metric_graph
+    from ..render import metrics as metrics_view
 finally:
     gc.freeze()
     gc.enable()
@@ -349,7 +350,7 @@ def _show(args: argparse.Namespace, inputs: list[Source], selection: Selection,
         return annotate.show(sets, args, out, _Warnings(err))
     encode = FORMATS[args.format].export
     if encode is not None and export_to is not None:
-        from .profile.export import exported  # pprof and otlp only
+        from ..profile.export import exported  # pprof and otlp only
         _write(export_to, exported(sets, args, _Warnings(err), encode))
         return 0
     try:
@@ -394,7 +395,7 @@ def _export_target(args: argparse.Namespace, out: TextIO) -> str | BinaryIO | No
     not a terminal (UsageError when it is); None for the other formats."""
     if FORMATS[args.format].export is None:
         return None
-    from .profile.export import check_options
+    from ..profile.export import check_options
     check_options(args)
     if args.output:
         return str(args.output)

@@ -1,12 +1,10 @@
-"""The profile model: samples in, functions, arcs and cycles out.
+"""The call graph: samples in, functions, arcs and cycles out.
 
 Two stages, as in gprof2dot and pyinstrument:
 
-- ``Samples``: what the loader produced from one or more task sets, already
-  symbolized: distinct call stacks (innermost frame first) with their
-  weight in output units, plus call counts where `.edge` data exists.
-  Processors that work on stacks (hide the kernel, ...) map Samples to
-  Samples.
+- ``Samples``: symbolized call stacks of frames (innermost first) with their
+  weight in output units, plus call counts where `.edge` data exists:
+  what a report groups a profile into (``profile.group``).
 - ``CallGraph``: the call graph computed from Samples (``callgraph.analyze``):
   ``Function``, ``Arc`` and ``Cycle`` with exclusive, inclusive and
   attributed times. ``CallGraph.self_check`` checks the sums hold.
@@ -15,136 +13,15 @@ Two stages, as in gprof2dot and pyinstrument:
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import Any
 
-from qtools.qformat.limits import exceeded
-
-
-class Frame(NamedTuple):
-    """A node of the call graph: a function (or object, or address) in an object."""
-
-    name: str
-    object: str
-    kernel: bool = False
-    # --by line: the function the line is in (the name is FILE:LINE)
-    function: str = ""
-    inlined: bool = False  # a function DWARF says was inlined here ("NAME (inlined)")
-
-
-class FrameTable:
-    """Frames interned: one id per distinct frame, ids in order of first use;
-    at most ``limit`` of them (``LimitExceeded``, without a file: the caller
-    knows which it was reading)."""
-
-    def __init__(self, limit: int | None = None) -> None:
-        self.frames: list[Frame] = []
-        self.ids: dict[Frame, int] = {}
-        self.limit = limit
-
-    def id(self, frame: Frame) -> int:
-        fid = self.ids.get(frame)
-        if fid is None:
-            if self.limit is not None and len(self.frames) >= self.limit:
-                raise exceeded(f"more than {self.limit} distinct frames in the profile", None,
-                               "addresses", self.limit)
-            fid = self.ids[frame] = len(self.frames)
-            self.frames.append(frame)
-        return fid
-
-
-class Location(NamedTuple):
-    """An address of one set's samples with what the set's maps say about
-    it, before any name: what pprof's locations and mappings, annotation
-    (object and offset) and a diff need. Names come later, from the
-    symbolizer (``space.AddressSpace.lookup``)."""
-
-    set: int  # which of the loaded sets (its address space) it comes from
-    address: int  # as the stack holds it
-    is_return: bool  # a return address: its call instruction is at address-1
-    kernel: bool
-    object: str | None  # the mapped object (None: not in a mapping: kernel, JIT, unknown)
-    copy: str | None  # the object's copy in the `.q` (kallsyms for the kernel)
-    crc: int | None  # the copy's crc32 (from its name)
-    build_id: str | None
-    file_offset: int | None  # of the instruction (address-1 for a return address)
-
-
-class SetSummary(NamedTuple):
-    """One task set that went into a profile."""
-
-    file: str  # the `.info` name
-    directory: str
-    comm: str | None
-    pid: int | None
-    pids: tuple[int, ...] | None
-    cpu: int | None
-    command: str  # what the `Command:` line shows
-    hist_file: str | None
-    host: str | None = None  # the machine that collected it (q:hostname)
-    unit: str | None = None  # the systemd unit its samples ran in (q:unit)
-    container: str | None = None  # the container id (q:container)
+from .frames import Frame, SetSummary
+from .quality import StackQuality
 
 
 # Plain classes below, not dataclasses: ``@dataclass`` compiles each class's
 # methods from source text when the module is imported, which every q-view
 # run would pay before reading anything. Nothing compares or hashes them.
-
-class QualityCount:
-    """User stacks seen and how many of them reached a root frame (by weight)."""
-
-    def __init__(self) -> None:
-        self.stacks = 0.0
-        self.rooted = 0.0
-
-    def add(self, weight: float, rooted: bool) -> None:
-        self.stacks += weight
-        if rooted:
-            self.rooted += weight
-
-    @property
-    def share(self) -> float | None:
-        return self.rooted / self.stacks if self.stacks else None
-
-
-class InterpreterQuality:
-    """One process's user stacks: how many went through Python frames to a root,
-    and what JIT information (perf maps, jitdumps) its sets had."""
-
-    def __init__(self) -> None:
-        self.stacks = 0.0
-        self.python = 0.0  # stacks with at least one Python frame
-        self.python_rooted = 0.0  # ... that also reach a root frame
-        self.sources: list[str] = []
-
-    @property
-    def share(self) -> float | None:
-        return self.python_rooted / self.stacks if self.stacks else None
-
-
-class StackQuality:
-    """How complete the user stacks are, per object of the innermost user frame."""
-
-    def __init__(self) -> None:
-        self.overall = QualityCount()
-        self.by_object: dict[str, QualityCount] = {}
-        #: per process (``comm pid N``), where it had Python frames or JIT information
-        self.by_process: dict[str, InterpreterQuality] = {}
-        #: weight whose stacks the collector did not keep (its sets' remainder
-        #: lines: stacks folded by --min-stack-share or past --max-stacks)
-        self.unkept = 0.0
-        #: weight the collector moved from rare addresses to their function's
-        #: first address (q:hist-moved, --min-stack-share)
-        self.moved = 0.0
-
-    def add(self, innermost_object: str, weight: float, rooted: bool) -> None:
-        """One user stack: the object of its innermost user frame, and whether
-        its outermost frame is a root."""
-        self.overall.add(weight, rooted)
-        counts = self.by_object.get(innermost_object)
-        if counts is None:
-            counts = self.by_object[innermost_object] = QualityCount()
-        counts.add(weight, rooted)
-
 
 class Samples:
     """Symbolized call stacks of the selected task sets, merged."""

@@ -43,13 +43,13 @@ from qtools.qformat.limits import DEFAULT_LIMITS, LimitExceeded
 from qtools.qformat.pushstate import STATE_NAME, check_url, read_sent, write_sent
 
 from . import pushhttp
-from .errors import ViewError
-from .escape import printable
-from .inputs.load import StoredSet, _set_name, read_set
-from .naming.symbols import Symbols
-from .naming.symcache import SymbolCache
-from .profile import export
-from .render import pprof
+from ..model.errors import ViewError
+from ..model.escape import printable
+from ..inputs.load import StoredSet, _set_name, read_set
+from ..naming.symbols import Symbols
+from ..naming.symcache import SymbolCache
+from ..profile import export
+from ..render import pprof
 
 PROG = "q-push"
 SPY_NAME = "q-syscollect"

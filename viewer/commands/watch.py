@@ -30,9 +30,9 @@ from watchdog.observers.api import BaseObserver
 
 from qtools.qformat import QFormatError
 
-from .errors import ViewError
-from .escape import printable
-from .render.fit import fit_text
+from ..model.errors import ViewError
+from ..model.escape import printable
+from ..render.fit import fit_text
 
 CLEAR = "\x1b[H\x1b[2J"
 QUIET = 0.5  # seconds without a new `.info` before a redraw: the checkpoint is complete

@@ -23,8 +23,8 @@ from qtools.qformat.limits import exceeded
 
 from ..naming.space import KERNEL, AddressSpace
 from ..naming.symbols import Symbols, Warn
-from ..profile.model import Frame, Location
-from .load import StoredSet
+from ..model.frames import Frame, Location
+from ..inputs.load import StoredSet
 
 if TYPE_CHECKING:
     from .threadlocs import ThreadView

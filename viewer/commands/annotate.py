@@ -22,16 +22,16 @@ from typing import TextIO
 
 from qtools.qformat import ObjectRef
 
-from .errors import ViewError
-from .inputs.load import StoredSet
-from .inputs.locations import locate
-from .naming.disasm import DisasmProblem, Instruction, disassemble, read_code
-from .naming.lines import ObjectLines
-from .naming.symbols import Symbols, Warn
-from .profile.build import one_unit
-from .escape import printable
-from .profile.report import symbolizer
-from .sources import Roots, SourceFiles
+from ..model.errors import ViewError
+from ..inputs.load import StoredSet
+from ..profile.locate import locate
+from ..naming.disasm import DisasmProblem, Instruction, disassemble, read_code
+from ..naming.lines import ObjectLines
+from ..naming.symbols import Symbols, Warn
+from ..profile.build import one_unit
+from ..model.escape import printable
+from ..profile.report import symbolizer
+from ..naming.sources import Roots, SourceFiles
 HOTTEST = 3  # source lines marked as the hottest
 
 

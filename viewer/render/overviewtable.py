@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, TextIO
 
-from ..numfmt import percent, si
+from ..model.numfmt import percent, si
 from .fit import cut, share
 
 

@@ -15,20 +15,19 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Callable, NamedTuple, TextIO
+from typing import Callable, TextIO
 
-from ..errors import UsageError, ViewError
+from ..model.errors import UsageError, ViewError
 from ..inputs import runs
 from ..inputs.select import Selection
 from ..inputs.programs import select_inputs
 from ..inputs.timewin import parse_time
-from ..numfmt import percent
-from ..escape import printable
-from .model import CallGraph, Frame, InconsistentGraph
-from .report import call_graph
+from ..model.escape import printable
+from ..model.graph import InconsistentGraph
+from ..profile.compare import BASE, NEW, Side, compare
+from ..profile.report import call_graph
+from ..render.difftable import RENDERERS
 
-BASE, NEW = "base", "new"
-IN_BOTH, ONLY_NEW, ONLY_BASE = "both", "new", "gone"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -84,120 +83,13 @@ def check_args(args: argparse.Namespace) -> None:
             raise UsageError(f"{option} does not go with --diff")
     if getattr(args, "metrics", None):
         raise UsageError("--diff compares one metric: give --event METRIC, not --metrics")
-    from ..render.diff import RENDERERS  # it imports this module's types
     if args.format not in RENDERERS:
         raise UsageError(f"--diff shows --format {', '.join(RENDERERS)}, not {args.format}")
-
-
-class Side(NamedTuple):
-    """One side of a comparison: its input as given, its selection, its graph."""
-
-    label: str  # BASE or NEW
-    input: str
-    selection: Selection
-    profile: CallGraph
-
-
-class Row(NamedTuple):
-    """One function (object, address: ``--by``) of either side. Times are in
-    the profile's unit, shares in percent of that side's total; a function
-    that a side does not have has 0 there."""
-
-    frame: Frame
-    status: str  # IN_BOTH, ONLY_NEW or ONLY_BASE
-    base_self: float
-    new_self: float
-    base_inclusive: float
-    new_inclusive: float
-    base_self_share: float
-    new_self_share: float
-    base_inclusive_share: float
-    new_inclusive_share: float
-
-    @property
-    def self_points(self) -> float:
-        return _change(self.base_self_share, self.new_self_share)
-
-    @property
-    def inclusive_points(self) -> float:
-        return _change(self.base_inclusive_share, self.new_inclusive_share)
-
-    @property
-    def self_change(self) -> float:
-        return _change(self.base_self, self.new_self)
-
-    @property
-    def inclusive_change(self) -> float:
-        return _change(self.base_inclusive, self.new_inclusive)
-
-
-def _change(base: float, new: float) -> float:
-    """new - base, where a difference in the last bits of two sums is none
-    (100% of one side and 99.99999999999999% of the other are the same)."""
-    change = new - base
-    return 0.0 if abs(change) <= 1e-9 * max(abs(base), abs(new)) else change
-
-
-class Comparison(NamedTuple):
-    base: Side
-    new: Side
-    rows: tuple[Row, ...]  # shown, largest change first
-    left_out: int  # rows --min-percent left out
-    absolute: bool  # ordered (and, in text, shown) by time, not by share
-    has_stacks: bool  # both sides have call stacks: inclusive times mean something
-    min_percent: float = 0.0
-
-
-def compare(base: Side, new: Side, absolute: bool = False,
-            min_percent: float = 0.0) -> Comparison:
-    """The rows of two sides' call graphs, matched by frame, largest change
-    first: in percentage points of the shares, or with ``absolute`` in time.
-    ``min_percent`` leaves out the rows whose self and inclusive changes are
-    both smaller (points; with ``absolute``, percent of the base's total)."""
-    b, n = base.profile, new.profile
-    if b.samples.unit != n.samples.unit:
-        raise ViewError(f"cannot compare {b.samples.unit} (base) with {n.samples.unit} (new): "
-                        "select sets of one event on both sides")
-    has_stacks = b.has_stacks and n.has_stacks
-    b_base, n_base = b.base, n.base
-    rows = []
-    for frame in dict.fromkeys([*b.functions, *n.functions]):
-        bf, nf = b.functions.get(frame), n.functions.get(frame)
-        bs, bi = (bf.self, bf.inclusive) if bf else (0.0, 0.0)
-        ns, ni = (nf.self, nf.inclusive) if nf else (0.0, 0.0)
-        if not has_stacks:  # a leaf-only side's inclusive is only its self
-            bi, ni = bs, ns
-        in_base, in_new = bs > 0 or bi > 0, ns > 0 or ni > 0
-        if not (in_base or in_new):  # called (.edge data) but never sampled
-            continue
-        status = IN_BOTH if in_base and in_new else ONLY_NEW if in_new else ONLY_BASE
-        rows.append(Row(frame, status, bs, ns, bi, ni, percent(bs, b_base), percent(ns, n_base),
-                        percent(bi, b_base), percent(ni, n_base)))
-    size = _size(absolute, b_base)
-    rows.sort(key=lambda r: (-round(size(r.self_change, r.self_points), 9),
-                             -round(size(r.inclusive_change, r.inclusive_points), 9),
-                             r.frame.name, r.frame.object, r.frame.kernel))
-    shown = [r for r in rows if not min_percent
-             or max(size(r.self_change, r.self_points),
-                    size(r.inclusive_change, r.inclusive_points)) >= min_percent]
-    return Comparison(base, new, tuple(shown), len(rows) - len(shown), absolute, has_stacks,
-                      min_percent)
-
-
-def _size(absolute: bool, base_total: float) -> Callable[[float, float], float]:
-    """How big a change is, in percent: the points between the shares, or
-    with ``absolute`` the time changed as percent of the base's total (as
-    pprof's -diff_base percentages are)."""
-    if absolute:
-        return lambda change, _points: abs(percent(change, base_total)) if base_total \
-            else abs(change)
-    return lambda _change, points: abs(points)
 
 
 def run(args: argparse.Namespace, inputs: list[str], selection: Selection, run_id: str | None,
         now: float, out: TextIO, err: TextIO, warn: Callable[[str], None], prog: str) -> int:
     """Build both sides as reports, compare them, render; the exit status."""
-    from ..render.diff import RENDERERS
     base_selection = _base_selection(args, selection, now)
     sides = []
     for label, given, item, chosen in ((BASE, args.diff[0], inputs[0], base_selection),

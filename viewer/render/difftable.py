@@ -14,10 +14,10 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, TextIO
 
-from ..numfmt import DASH, si
-from ..profile.diff import BASE, ONLY_BASE, ONLY_NEW, Comparison, Row, Side
-from ..escape import printable, write_json
-from ..profile.model import Frame
+from ..model.numfmt import DASH, si
+from ..profile.compare import BASE, ONLY_BASE, ONLY_NEW, Comparison, Row, Side
+from ..model.escape import printable, write_json
+from ..model.frames import Frame
 from . import collapsed
 from .units import legend, share_heading
 

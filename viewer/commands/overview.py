@@ -29,29 +29,15 @@ from typing import Callable, Iterable, TextIO
 
 from qtools.qformat import Limits
 
-from .errors import ViewError
-from .inputs import hints, runs
-from .inputs.load import SetRemoved, Source, StoredSet, label, sets_in
-from .inputs.select import Selection, pick_run
-from .escape import printable, write_json
-from .render import overview as table
-from .render.overview import CpuRow, Row
+from ..model.errors import ViewError
+from ..inputs import hints, runs
+from ..inputs.load import IDLE, KERNEL, SetRemoved, Source, StoredSet, kernel_only_run, label, sets_in
+from ..inputs.select import Selection, pick_run
+from ..model.escape import printable, write_json
+from ..render import overviewtable as table
+from ..render.overviewtable import CpuRow, Row
 
-IDLE = "idle"
-KERNEL = "kernel"
 MAX_CPUS_LISTED = 4
-
-
-def kernel_only_run(ts: StoredSet) -> bool:
-    """Whether the set was collected with ``q-syscollect -k``."""
-    args = ts.info.task.syscollect_cmdline or []
-    for arg in args[1:]:
-        if arg == "--":
-            break
-        if arg.startswith("-") and not arg.startswith("--") and arg[1:].isalpha() \
-                and "k" in arg[1:]:
-            return True
-    return False
 
 
 def process_key(ts: StoredSet) -> tuple[object, ...]:

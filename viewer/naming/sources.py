@@ -25,8 +25,8 @@ from typing import Callable, Iterator
 
 from qtools.qformat import open_regular
 
-from .naming.debuginfod import Debuginfod
-from .naming.localfiles import OutsideRoots, default_root, homes, open_within, resolved_roots
+from .debuginfod import Debuginfod
+from .localfiles import OutsideRoots, default_root, homes, open_within, resolved_roots
 
 MAX_SOURCE = 16 << 20  # bytes of one source file read
 

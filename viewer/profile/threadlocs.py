@@ -22,9 +22,9 @@ from qtools.qformat import LimitExceeded, MissingFile, QFormatError, ThreadName,
 
 from ..naming.space import NOWHERE, AddressSpace
 from ..naming.symbols import Warn
-from ..profile.model import Frame
-from .load import StoredSet
-from .locations import SetLocations, _Table
+from ..model.frames import Frame
+from ..inputs.load import StoredSet
+from .locate import SetLocations, _Table
 
 METRICS = ("cpu", "off-cpu", "cpu-wait", "wall")
 KINDS = {"cpu": ("cpu",), "off-cpu": ("S", "D"), "cpu-wait": ("W",),
