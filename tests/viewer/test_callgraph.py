@@ -7,7 +7,9 @@ import sys
 
 import pytest
 
+from qtools.viewer.model.profile import View
 from qtools.viewer.profile import processors
+from qtools.viewer.profile.group import processed
 from qtools.viewer.profile.callgraph import analyze, strongly_connected
 from qtools.viewer.model.frames import Frame
 from qtools.viewer.model.graph import InconsistentGraph, Samples
@@ -178,13 +180,13 @@ def test_hide_kernel_and_kernel_only():
         (4, ["do_sys", "entry", "read", "main"]),  # in the kernel, called from user space
         (6, ["work", "main"]),
     ], calls={("main", "read"): 2, ("entry", "do_sys"): 2}, kernel=("do_sys", "entry"))
-    user = analyze(processors.hide_kernel(s))
+    user = analyze(processed(s, View(kernel="user")))
     user.self_check()
     assert user.total == 6
     assert {f.name for f, fn in user.functions.items() if fn.inclusive} == {"work", "main"}
     assert user.functions[F("read")].calls == 2  # still called, no longer sampled
     assert all(not f.kernel for f in user.functions)
-    kern = analyze(processors.kernel_only(s))
+    kern = analyze(processed(s, View(kernel="kernel")))
     kern.self_check()
     assert kern.total == 4 and set(f.name for f in kern.functions) == {"do_sys", "entry"}
     assert kern.functions[Frame("entry", "[k]", True)].inclusive == 4

@@ -14,7 +14,6 @@ reading them.
 
 from __future__ import annotations
 
-import argparse
 import os
 from bisect import bisect_right
 from dataclasses import dataclass, field
@@ -24,11 +23,12 @@ from qtools.qformat import ObjectRef
 
 from ..model.errors import ViewError
 from ..inputs.load import StoredSet
-from ..profile.locate import locate
+from ..profile.build import located
 from ..naming.disasm import DisasmProblem, Instruction, disassemble, read_code
 from ..naming.lines import ObjectLines
 from ..naming.symbols import Symbols, Warn
-from ..profile.build import one_unit
+from ..profile.group import one_unit
+from ..model.options import Options
 from ..model.escape import printable
 from ..profile.report import symbolizer
 from ..naming.sources import Roots, SourceFiles
@@ -56,13 +56,13 @@ class Target:
 def gather(sets: list[StoredSet], symbols: Symbols, name: str, warn: Warn) -> list[Target]:
     """The function's self samples per object, most first."""
     targets: dict[tuple[int | str, int], Target] = {}
-    for sl in locate(sets, symbols, warn):
+    for sl in located(sets, symbols, warn):
         leaves: dict[int, int] = dict(sl.spread)
         for stack, count in sl.stacks.items():
             leaves[stack[0]] = leaves.get(stack[0], 0) + count
         factor = sl.factor
         for lid, count in leaves.items():
-            loc = sl.locations[lid]
+            loc = sl.location(lid)
             if loc.kernel or loc.copy is None or loc.object is None:
                 continue
             sym = sl.space.lookup(loc.address, loc.is_return)
@@ -150,46 +150,49 @@ def _range(symbols: Symbols, t: Target) -> tuple[int, int, str] | None:
     return None
 
 
-def show(sets: list[StoredSet], args: argparse.Namespace, out: TextIO, warn: Warn) -> int:
+def show(sets: list[StoredSet], name: str, opts: Options, out: TextIO, warn: Warn) -> int:
+    """``--annotate NAME``: the exit status."""
     unit = one_unit(sets)
-    symbols = symbolizer(args, warn, sets)
-    try:
-        targets = gather(sets, symbols, args.annotate, warn)
-        if not targets:
-            raise ViewError(f"--annotate {args.annotate}: no samples in a function of that "
-                            "name in the sets selected")
-        t = targets[0]
-        moved = [ts for ts in sets if ts.info.task.extra.get("q:hist-moved")]
-        if moved:
-            warn(f"{moved[0].path}: the collector counted the samples of rare "
-                 "instructions at their function's first instruction (--min-stack-share); "
-                 "that instruction's count includes them")
-        for other in targets[1:]:
-            warn(f"{args.annotate} in {other.object} too ({f'{other.total:.6g}'} {unit}); "
-                 f"showing the one in {t.object}")
-        span = _range(symbols, t)
-        if span is None:
-            raise ViewError(f"--annotate {args.annotate}: its extent in {t.object} is unknown")
-        obj = symbols.object(t.directory, t.ref, t.copy)
-        with symbols._verified(t.directory, t.copy) as path:
-            if path is None:
-                raise ViewError(f"--annotate {args.annotate}: no readable copy of {t.object}")
-            try:
-                machine, code = read_code(path, obj.segments, span[0], span[1])  # type: ignore
-                instructions = disassemble(machine, code, span[0])
-            except DisasmProblem as e:
-                raise ViewError(f"{os.path.join(t.directory, t.copy)}: {e}") from None
-        lines = symbols.lines(t.directory, t.ref, t.copy)
-        if lines is None:
-            warn(f"{t.object}: no line table (DWARF) for it or a debug file; "
-                 "disassembly alone")
-        sources = SourceFiles(Roots(list(args.source_root)),
-                              lambda: symbols.lines_named_here(t.directory, t.ref, t.copy),
-                              warn, symbols.debuginfod, t.ref.build_id)
-        rows = rows_of(t, instructions, lines, sources)
-        sources.report(t.object)
-    finally:
-        symbols.close()
+    with symbolizer(opts.symbols, opts.limits, warn, sets) as symbols:
+        return _show(sets, name, unit, symbols, opts, out, warn)
+
+
+def _show(sets: list[StoredSet], name: str, unit: str, symbols: Symbols, opts: Options,
+          out: TextIO, warn: Warn) -> int:
+    targets = gather(sets, symbols, name, warn)
+    if not targets:
+        raise ViewError(f"--annotate {name}: no samples in a function of that "
+                        "name in the sets selected")
+    t = targets[0]
+    moved = [ts for ts in sets if ts.info.task.extra.get("q:hist-moved")]
+    if moved:
+        warn(f"{moved[0].path}: the collector counted the samples of rare "
+             "instructions at their function's first instruction (--min-stack-share); "
+             "that instruction's count includes them")
+    for other in targets[1:]:
+        warn(f"{name} in {other.object} too ({f'{other.total:.6g}'} {unit}); "
+             f"showing the one in {t.object}")
+    span = _range(symbols, t)
+    if span is None:
+        raise ViewError(f"--annotate {name}: its extent in {t.object} is unknown")
+    obj = symbols.object(t.directory, t.ref, t.copy)
+    with symbols._verified(t.directory, t.copy) as path:
+        if path is None:
+            raise ViewError(f"--annotate {name}: no readable copy of {t.object}")
+        try:
+            machine, code = read_code(path, obj.segments, span[0], span[1])  # type: ignore
+            instructions = disassemble(machine, code, span[0])
+        except DisasmProblem as e:
+            raise ViewError(f"{os.path.join(t.directory, t.copy)}: {e}") from None
+    lines = symbols.lines(t.directory, t.ref, t.copy)
+    if lines is None:
+        warn(f"{t.object}: no line table (DWARF) for it or a debug file; "
+             "disassembly alone")
+    sources = SourceFiles(Roots(list(opts.symbols.source_roots)),
+                          lambda: symbols.lines_named_here(t.directory, t.ref, t.copy),
+                          warn, symbols.debuginfod, t.ref.build_id)
+    rows = rows_of(t, instructions, lines, sources)
+    sources.report(t.object)
     events = ",".join(dict.fromkeys(ts.event for ts in sets))
     _print(t, rows, events, unit, out)
     return 0

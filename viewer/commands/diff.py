@@ -25,7 +25,8 @@ from ..inputs.timewin import parse_time
 from ..model.escape import printable
 from ..model.graph import InconsistentGraph
 from ..profile.compare import BASE, NEW, Side, compare
-from ..profile.report import call_graph
+from ..model.options import Options
+from .report import graph_for
 from ..render.difftable import RENDERERS
 
 
@@ -87,8 +88,9 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--diff shows --format {', '.join(RENDERERS)}, not {args.format}")
 
 
-def run(args: argparse.Namespace, inputs: list[str], selection: Selection, run_id: str | None,
-        now: float, out: TextIO, err: TextIO, warn: Callable[[str], None], prog: str) -> int:
+def run(args: argparse.Namespace, opts: Options, inputs: list[str], selection: Selection,
+        run_id: str | None, now: float, out: TextIO, err: TextIO, warn: Callable[[str], None],
+        prog: str) -> int:
     """Build both sides as reports, compare them, render; the exit status."""
     base_selection = _base_selection(args, selection, now)
     sides = []
@@ -99,7 +101,7 @@ def run(args: argparse.Namespace, inputs: list[str], selection: Selection, run_i
             line = runs.notice(runs.runs_of(sets), run_id is None and os.path.isdir(item))
             if line:
                 err.write(f"{prog}: note: {label}: {printable(line)}\n")
-            profile = call_graph(sets, args, warn)
+            profile = graph_for(sets, opts, warn)
         except InconsistentGraph as e:  # a bug in q-view, not in the input
             err.write(f"{prog}: internal error: the profile does not add up: {e}\n")
             return 3

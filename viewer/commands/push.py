@@ -45,10 +45,12 @@ from qtools.qformat.pushstate import STATE_NAME, check_url, read_sent, write_sen
 from . import pushhttp
 from ..model.errors import ViewError
 from ..model.escape import printable
-from ..inputs.load import StoredSet, _set_name, read_set
+from ..inputs.load import StoredSet, parse_set_name, read_set
 from ..naming.symbols import Symbols
 from ..naming.symcache import SymbolCache
+from ..model.options import Options as ReportOptions
 from ..profile import export
+from ..profile.report import tables_named_by
 from ..render import pprof
 
 PROG = "q-push"
@@ -182,7 +184,7 @@ class Pusher:
         return Candidate(name, key, end, task.state == "closed")
 
     def _read(self, name: str, objects: bool = True) -> StoredSet | None:
-        set_name = _set_name(name)
+        set_name = parse_set_name(name)
         try:
             return read_set(self.opts.directory, name, set_name, DEFAULT_LIMITS, objects)
         except (ViewError, QFormatError, LimitExceeded) as e:
@@ -212,7 +214,7 @@ class Pusher:
         if self.symbols is None:
             self.symbols = Symbols(SymbolCache(None), [], self.warn, DEFAULT_LIMITS.copy_size, {})
         try:
-            tables = export.build([ts], self.symbols, self.warn)
+            tables = tables_named_by(self.symbols, [ts], ReportOptions(), self.warn)
             body = pprof.encode(tables)
         except (ViewError, QFormatError, LimitExceeded, ValueError) as e:
             self._skip(name, str(e))

@@ -31,24 +31,21 @@ try:
     from qtools.qformat.helptext import HelpFormatter
     from qtools.qformat.version import package_version
 
-    from . import overview
-    from ..model.errors import UsageError, ViewError
+    import re
+
+    from . import diff, overview, report
     from ..inputs import hints, runs
-    from . import diff
-    from ..profile import filters, processes
-    from ..profile.build import BY_CHOICES
-    from ..model.escape import escaped, printable, unescaped
-    from ..model.graph import CallGraph, InconsistentGraph
     from ..inputs.load import (Source, StoredSet, close_inputs, default_directory, is_directory,
-        open_inputs)
-    from ..inputs.select import Selection
+                               open_inputs)
     from ..inputs.programs import select_inputs
+    from ..inputs.select import Selection
     from ..inputs.timewin import parse_time
-    from ..profile.report import call_graph
-    from ..profile.threadlocs import METRICS
-    from ..render import DEFAULT_FORMAT, FORMATS, ReportOptions, formats_help
-    from ..render import metricgraph as metric_graph
-    from ..render import metrics as metrics_view
+    from ..model.errors import UsageError, ViewError
+    from ..model.escape import escaped, printable, unescaped
+    from ..model.options import (METRICS, Options, ProfileOptions, ReportOptions,
+                                 SymbolOptions)
+    from ..model.profile import BY_CHOICES, WEIGHTS
+    from ..render import DEFAULT_FORMAT, FORMATS, formats_help
 finally:
     gc.freeze()
     gc.enable()
@@ -106,7 +103,13 @@ def parser() -> argparse.ArgumentParser:
                      help="sum the rows below P%% of the whole in one row, judged by the "
                           "column a table is sorted by (self in the flat profile, "
                           "inclusive in the call graph); for dot the default is 0.5")
-    filters.add_arguments(rep)
+    rep.add_argument("--focus", metavar="RE", action="append", type=_regex, default=[],
+                     help="only stacks through a function whose name matches RE")
+    rep.add_argument("--ignore", metavar="RE", action="append", type=_regex, default=[],
+                     help="leave out stacks through a function whose name matches RE")
+    rep.add_argument("--hide", metavar="RE", action="append", type=_regex, default=[],
+                     help="leave matching functions out of stacks (their time goes to "
+                          "their callers); percentages stay of the whole selection")
     kern = rep.add_mutually_exclusive_group()
     kern.add_argument("--no-kernel", action="store_true",
                       help="leave out samples taken in the kernel")
@@ -145,7 +148,7 @@ def parser() -> argparse.ArgumentParser:
                      help="with --format json: add the weighted stacks (docs/json.md)")
     rep.add_argument("--per-pid", action="store_true",
                      help="with --format collapsed: the root frame is comm-pid, not comm")
-    rep.add_argument("--weight", choices=processes.WEIGHTS, default="event",
+    rep.add_argument("--weight", choices=WEIGHTS, default="event",
                      help="with --format collapsed: weigh stacks by the event's count "
                           "(default; nanoseconds for clocks) or by samples")
     rep.add_argument("--overview", action="store_true",
@@ -229,6 +232,13 @@ def _metrics(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _regex(text: str) -> re.Pattern[str]:
+    try:
+        return re.compile(text)
+    except re.error as e:
+        raise argparse.ArgumentTypeError(f"not a regular expression: {text!r}: {e}") from None
+
+
 def _limits(text: str) -> object:
     try:
         return parse_limits(text)
@@ -257,8 +267,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
         err.write(f"{PROG}: --annotate prints text; it goes with neither --format, "
                   "--diff nor --watch\n")
         return 2
-    if args.weight != "event" and args.format != "collapsed":
-        err.write(f"{PROG}: --weight {args.weight} goes with --format collapsed\n")
+    refused = _refused(args)
+    if refused:
+        err.write(f"{PROG}: {refused}\n")
         return 2
     try:
         if args.output and FORMATS[args.format].export is None:
@@ -307,8 +318,8 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO, rows: int | None = 
     directory = default_directory(args.directory)
     diff.check_args(args)
     if args.diff:
-        return diff.run(args, [_locate(item, directory) for item in args.diff], selection, run,
-                        now, out, err, _Warnings(err), PROG)
+        return diff.run(args, options(args), [_locate(item, directory) for item in args.diff],
+                        selection, run, now, out, err, _Warnings(err), PROG)
     if not args.inputs and not os.path.isdir(directory):
         given_by = "-d" if args.directory else "Q_DIR" if os.environ.get("Q_DIR") else ""
         raise hints.no_directory(directory, given_by)
@@ -345,49 +356,46 @@ def _show(args: argparse.Namespace, inputs: list[Source], selection: Selection,
         return 0
     sets = select_inputs(inputs, selection, args.all_versions, run, args.limits)
     _note_runs(sets, run is None and any(is_directory(i) for i in inputs), err)
+    opts = options(args)
     if args.annotate is not None:
         from . import annotate  # disassembly and source: only for --annotate
-        return annotate.show(sets, args, out, _Warnings(err))
-    encode = FORMATS[args.format].export
-    if encode is not None and export_to is not None:
-        from ..profile.export import exported  # pprof and otlp only
-        _write(export_to, exported(sets, args, _Warnings(err), encode))
-        return 0
-    try:
-        if args.metrics:
-            return _side_by_side(sets, args, out, err)
-        profile = call_graph(sets, args, _Warnings(err))
-    except InconsistentGraph as e:  # a bug in q-view, not in the input
-        err.write(f"{PROG}: internal error: the profile does not add up: {e}\n")
-        return 3
-    _report(profile, args, out)
-    return 0
+        return annotate.show(sets, args.annotate, opts, out, _Warnings(err))
+    return report.show(sets, opts, out, err, _Warnings(err), export_to, PROG)
 
 
-def _side_by_side(sets: list[StoredSet], args: argparse.Namespace, out: TextIO,
-                  err: TextIO) -> int:
-    """--metrics: one call graph per metric, shown by function side by side."""
-    if args.format not in ("text", "json"):
-        raise UsageError("--metrics shows text or --format json")
-    if args.stacks or args.stack_quality:
-        option = "--stacks" if args.stacks else "--stack-quality"
-        raise UsageError(f"{option} goes with one metric's profile: give --event METRIC, "
-                         "not --metrics")
-    warn = _Warnings(err)
-    graphs = {}
-    for metric in args.metrics:
-        args.event = metric
-        graphs[metric] = call_graph(sets, args, warn)
-    if args.format == "json":
-        metrics_view.render_json(graphs, out, with_arcs=args.graph)
-        return 0
-    if args.flat or not args.graph:
-        metrics_view.render_text(graphs, out, args.min_percent or 0.0)
-    if args.graph:
-        if args.flat:
-            out.write("\n")
-        metric_graph.render_text(graphs, out)
-    return 0
+def _refused(args: argparse.Namespace) -> str | None:
+    """Why a combination of options means nothing (None: it does). Every
+    filter goes with every format; these shape one format's output."""
+    export = FORMATS[args.format].export is not None
+    if args.weight != "event" and args.format != "collapsed":
+        return f"--weight {args.weight} goes with --format collapsed"
+    if args.per_pid and args.format != "collapsed":
+        return "--per-pid goes with --format collapsed"
+    if args.stacks and args.format != "json":
+        return "--stacks goes with --format json"
+    if export and args.min_percent is not None:
+        return (f"--min-percent sums the small rows of q-view's tables; --format "
+                f"{args.format} keeps every sample (pprof's -nodefraction leaves out "
+                "small nodes)")
+    return None
+
+
+def options(args: argparse.Namespace) -> Options:
+    """The typed options of a report: all the pipeline is given."""
+    kernel = "user" if args.no_kernel else "kernel" if args.kernel_only else None
+    metrics = tuple(args.metrics or ())
+    profile = ProfileOptions(
+        by="function" if args.by == "thread" else args.by, by_thread=args.by == "thread",
+        inline=args.inline, metric=args.event or (metrics[0] if len(metrics) == 1 else "cpu"),
+        tids=frozenset(args.tid) if args.tid else None, kernel=kernel, python=args.python,
+        focus=tuple(args.focus), ignore=tuple(args.ignore), hide=tuple(args.hide),
+        per_pid=args.per_pid, weight=args.weight)
+    return Options(profile,
+                   ReportOptions(args.format, args.flat, args.graph, args.stack_quality,
+                                 args.stacks, args.min_percent, metrics),
+                   SymbolOptions(tuple(args.debug_root), tuple(args.debuginfod),
+                                 not args.no_cache, tuple(args.source_root)),
+                   args.limits)
 
 
 def _export_target(args: argparse.Namespace, out: TextIO) -> str | BinaryIO | None:
@@ -395,8 +403,10 @@ def _export_target(args: argparse.Namespace, out: TextIO) -> str | BinaryIO | No
     not a terminal (UsageError when it is); None for the other formats."""
     if FORMATS[args.format].export is None:
         return None
-    from ..profile.export import check_options
-    check_options(args)
+    if args.watch or args.overview:
+        option = "--watch" if args.watch else "--overview"
+        raise UsageError(f"{option} is a report of q-view's; --format {args.format} writes "
+                         "a profile")
     if args.output:
         return str(args.output)
     out = unescaped(out)  # bytes, written as they are: names stay the .q's (escape.py)
@@ -405,15 +415,6 @@ def _export_target(args: argparse.Namespace, out: TextIO) -> str | BinaryIO | No
         raise UsageError(f"--format {args.format} is binary: give -o FILE (or redirect "
                          "standard output to a file or a pipe)")
     return binary  # type: ignore[no-any-return]
-
-
-def _write(target: str | BinaryIO, data: bytes) -> None:
-    if isinstance(target, str):
-        with open(target, "wb") as f:
-            f.write(data)
-    else:
-        target.write(data)
-        target.flush()
 
 
 def _time(option: str, text: str | None, now: float) -> float | None:
@@ -438,11 +439,6 @@ def _locate(item: str, directory: str) -> str:
         return item
     candidate = os.path.join(directory, item)
     return candidate if os.path.isdir(directory) else item
-
-
-def _report(profile: CallGraph, args: argparse.Namespace, out: TextIO) -> None:
-    FORMATS[args.format].render(profile, out, ReportOptions(
-        args.flat, args.graph, args.stack_quality, args.stacks, args.min_percent))
 
 
 def _note_runs(sets: list[StoredSet], hint: bool, err: TextIO) -> bool:

@@ -30,6 +30,14 @@ class FrameTable:
         self.ids: dict[Frame, int] = {}
         self.limit = limit
 
+    @classmethod
+    def of(cls, frames: list[Frame], limit: int | None = None) -> FrameTable:
+        """The table of ``frames`` (distinct, in id order), to add more to."""
+        table = cls(limit)
+        table.frames = list(frames)
+        table.ids = {frame: fid for fid, frame in enumerate(frames)}
+        return table
+
     def id(self, frame: Frame) -> int:
         fid = self.ids.get(frame)
         if fid is None:
@@ -72,3 +80,16 @@ class SetSummary(NamedTuple):
     host: str | None = None  # the machine that collected it (q:hostname)
     unit: str | None = None  # the systemd unit its samples ran in (q:unit)
     container: str | None = None  # the container id (q:container)
+
+
+class Symbolized(NamedTuple):
+    """What an address is: function name, object, and the address in the object."""
+
+    name: str
+    object: str
+    kernel: bool
+    offset: int  # link-time address in the object (absolute where there is no object)
+    start: int | None  # the symbol's start in the same space; None when unknown
+    # No symbol: ``start`` is the start of the unwind entry (FDE) that holds
+    # the address, and the name is ``0xSTART<object>``.
+    by_fde: bool = False

@@ -17,11 +17,15 @@ from qtools.qformat import Info, MapRange, ObjectRef
 from qtools.qformat.arch import kernel_start
 from qtools.qformat.jitaddr import is_synthetic
 
-from ..model.frames import Location
+from ..model.frames import Location, Symbolized
+from ..model.profile import KERNEL, NOWHERE, Mapping
 from .demangle import demangle
 from .lines import InlineFrame, ObjectLines
 from .symbols import (JIT_OBJECT, KERNEL_OBJECT, KERNEL_UNKNOWN, MAX_MEMO, OTHER_FUNCTIONS,
-                      UNKNOWN_OBJECT, Symbolized, Symbols, _crc_of)
+                      UNKNOWN_OBJECT, Symbols, _crc_of)
+
+
+KERNEL_LIMIT = (1 << 64) - 1  # the kernel's mapping reaches the top of the address space
 
 
 class _Mapping(NamedTuple):
@@ -34,7 +38,6 @@ class _Mapping(NamedTuple):
 
 
 # Where an address is (``AddressSpace.place``), besides a mapping's index
-KERNEL, NOWHERE = -1, -2
 
 
 class AddressSpace:
@@ -98,6 +101,18 @@ class AddressSpace:
             return Location(set_index, address, is_return, True, KERNEL_OBJECT, self._kallsyms,
                             _crc_of(self._kallsyms), None, None)
         return Location(set_index, address, is_return, False, None, None, None, None, None)
+
+    def export_mapping(self, place: int) -> Mapping | None:
+        """The mapping at ``place`` (``place`` gave it) as pprof's mappings say
+        it: the kernel's reaches the top of the address space."""
+        if place >= 0:
+            m = self._maps[place]
+            return Mapping(m.map.addr, min(m.map.addr + m.map.size, KERNEL_LIMIT), m.map.offset,
+                           m.ref.path or m.ref.name, m.ref.build_id or "")
+        if place == KERNEL:
+            # locations are written where they are named (a return address less one)
+            return Mapping(self.kernel_names_from, KERNEL_LIMIT, 0, KERNEL_OBJECT, "")
+        return None
 
     def mapping(self, address: int, is_return: bool = False) -> tuple[MapRange, ObjectRef] | None:
         """The mapping ``locate`` places ``address`` in, with its object: where

@@ -15,85 +15,75 @@ whole-machine view holds one set's locations at once, not all of them.
 
 from __future__ import annotations
 
-from array import array
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import Iterable
 
 from qtools.qformat import Arc, LimitExceeded, MissingFile, QFormatError, Stack
 from qtools.qformat.limits import exceeded
 
-from ..naming.space import KERNEL, AddressSpace
-from ..naming.symbols import Symbols, Warn
-from ..model.frames import Frame, Location
-from ..inputs.load import StoredSet
-
-if TYPE_CHECKING:
-    from .threadlocs import ThreadView
+from ..naming.space import AddressSpace
+from ..naming.symbols import Warn
+from ..model.frames import Location, SetSummary
+from ..model.profile import Labels, SetSamples
+from ..inputs.load import IDLE, KERNEL, StoredSet, kernel_only_run
 
 
-class LocationTable:
-    """A set's locations by id, kept as columns (address, return address or
-    not, ``AddressSpace.place``): 13 bytes each, where a ``Location`` tuple
-    took about 200, and a crafted set holds millions of distinct addresses.
-    ``table[lid]`` makes the Location."""
-
-    def __init__(self, space: AddressSpace, set_index: int) -> None:
-        self._space = space
-        self._set = set_index
-        self.addresses = array("Q")
-        self.returns = bytearray()  # 1: a return address
-        self.places = array("i")
-
-    def add(self, address: int, is_return: bool, place: int) -> int:
-        """A new location; its id."""
-        self.addresses.append(address)
-        self.returns.append(is_return)
-        self.places.append(place)
-        return len(self.places) - 1
-
-    def kernel(self, lid: int) -> bool:
-        return self.places[lid] == KERNEL
-
-    def __len__(self) -> int:
-        return len(self.places)
-
-    def __getitem__(self, lid: int) -> Location:
-        return self._space.location(self._set, self.addresses[lid], bool(self.returns[lid]),
-                                    self.places[lid])
-
-
-class SetLocations:
-    """One set's samples: stacks of location ids, innermost first (filled
-    in by ``locate_set``, or threadlocs.py)."""
+class SetLocations(SetSamples):
+    """A set's samples as they are read: the set and its address space
+    beside them (``set_samples`` fills in what the set says of itself)."""
 
     def __init__(self, index: int, stored: StoredSet, space: AddressSpace) -> None:
-        self.index = index  # the set's place among those loaded (``Location.set``)
+        super().__init__(index, summary(stored), labels(stored), space, stored.path)
         self.stored = stored
-        self.space = space  # names the locations (``lookup``)
-        self.locations = LocationTable(space, index)  # id -> location
-        # From the `.stack` (in order of first appearance), or without one from
-        # the `.hist` (stacks of one location); event counts.
-        self.stacks: dict[tuple[int, ...], int] = {}
-        self.from_stacks = False  # ``stacks`` came from a `.stack`
-        self.stack_locations = 0  # locations [0, this) are those of ``stacks``
-        self.stack_file: str | None = None  # its path (where the distinct-stacks limit is told)
-        # Stacks not kept by the collector, placed on the leaves the `.hist`
-        # has beyond the stacks' (added after ``stacks``), and what is left
-        # unplaced (``build.UNKEPT``).
-        self.spread: dict[int, int] = {}
-        self.unkept = 0
-        # (call site, callee) -> calls, from the `.edge` (None: no call counts).
-        self.calls: dict[tuple[int, int], int] | None = None
-        self.no_stack_file = False  # the `.info` names no `.stack` though it has samples
-        # From a `.threads` file (threadlocs.py): counts in these units when
-        # not the set's own, and the locations that stand for a thread
-        self.factor_override: float | None = None
-        self.thread_roots: dict[int, Frame] = {}
-        self.thread_names: dict[int, str] = {}  # tid -> its name
+        self.space = space
+        self.factor = stored.factor
+        self.unit = stored.unit
+        self.event = stored.event
+        info = stored.info
+        h = info.histogram
+        self.granularity = h.y_granularity if h and h.y_granularity else None
+        self.start_time, self.end_time = info.task.start_time, info.task.end_time
+        self.lost_samples = info.task.lost_samples or 0
+        moved = info.task.extra.get("q:hist-moved")
+        self.moved = moved if isinstance(moved, int) and not isinstance(moved, bool) \
+            and moved > 0 else 0
+        cc = info.call_counts
+        self.calls_factor = cc.conversion_factor if cc and cc.conversion_factor else 1.0
+        self.jit_sources = [f"perf map {name}" for name in info.perf_maps] + [
+            f"jitdump {j.path or j.file} ({j.code_loads or 0} code loads"
+            + (", cut short" if j.truncated else "") + ")" for j in info.jitdumps]
+        self.root_label, self.root_label_pid = process_labels(stored)
 
-    @property
-    def factor(self) -> float:
-        """Output units (seconds, usually) per count, of this set alone."""
-        return self.stored.factor if self.factor_override is None else self.factor_override
+    def location(self, lid: int) -> Location:
+        """Location ``lid`` with what the set's maps say of it."""
+        table = self.locations
+        return self.space.location(self.index, table.addresses[lid], bool(table.returns[lid]),
+                                   table.places[lid])
+
+
+def process_labels(ts: StoredSet) -> tuple[str, str]:
+    """The root frame of a set's folded stacks, without and with its pid: the
+    command, or ``idle`` for the idle task's kernel sets (``kernel`` where
+    a -k run put every pid there)."""
+    if ts.is_kernel:
+        if kernel_only_run(ts):
+            return KERNEL, KERNEL
+        return IDLE, f"{IDLE}-0"
+    comm = ts.comm or ts.name
+    return comm, comm if ts.pid is None else f"{comm}-{ts.pid}"
+
+
+def summary(ts: StoredSet) -> SetSummary:
+    """What a report lists of a set (names as the `.q` has them)."""
+    return SetSummary(ts.name, ts.directory, ts.comm, ts.pid,
+                      tuple(ts.info.task.pids) if ts.info.task.pids else None, ts.cpu,
+                      ts.command(), ts.info.histogram.file if ts.info.histogram else None,
+                      ts.host, ts.service, ts.container)
+
+
+def labels(ts: StoredSet) -> Labels:
+    """What a set's samples are labelled with (pprof, OpenTelemetry)."""
+    return Labels(ts.comm or None, ts.pid, ts.cpu, ts.info.task.hostname or None,
+                  ts.service or None, ts.container or None)
 
 
 class _Table:
@@ -119,19 +109,6 @@ class _Table:
             lid = memo[address] = locations.add(address, is_return,
                                                 self.sl.space.place(address, is_return))
         return lid
-
-
-def locate(sets: Iterable[StoredSet], symbols: Symbols, warn: Warn,
-           view: ThreadView | None = None) -> Iterator[SetLocations]:
-    """Each set's locations, one set at a time (see the module's docstring);
-    from its `.threads` file where ``view`` needs one (threadlocs.py)."""
-    for index, ts in enumerate(sets):
-        space = symbols.space(ts.directory, ts.info)
-        if view is not None and view.needed:
-            from .threadlocs import locate_threads
-            yield locate_threads(ts, index, space, view, warn)
-        else:
-            yield locate_set(ts, index, space, warn)
 
 
 def locate_set(ts: StoredSet, index: int, space: AddressSpace, warn: Warn) -> SetLocations:

@@ -1,86 +1,90 @@
-"""From the selected task sets to the call graph a renderer shows.
+"""From the selected task sets to what a report shows, as its options say.
 
-Pipeline: load each set as locations and name them through the one
-symbolizer, merged by frame as ``--by`` says (``build_samples``; for
-folded stacks each set under its process, ``processes.by_process``) ->
-Samples processors (kernel, ``--python``, filters) -> ``analyze`` ->
-``self_check`` -> CallGraph processors (threshold).
+Pipeline: the sets' profile (``build.profile``: located stacks, named
+through the one symbolizer) -> grouped by frame through the profile's
+view (``group.samples``: --by, the kernel options, --python, --focus,
+--ignore, --hide) -> ``analyze`` -> ``self_check`` -> ``threshold``
+(--min-percent). Exports go from the same profile, through the same view,
+to their tables (``export.tables``).
 """
 
 from __future__ import annotations
 
-import argparse
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Iterator
+
+from qtools.qformat.limits import Limits
 
 from ..inputs.load import StoredSet
-from ..naming.symbols import Symbols, Warn, debug_roots_from_env
+from ..model.graph import CallGraph, Samples
+from ..model.options import Options, SymbolOptions
+from ..model.profile import View
 from ..naming.debuginfod import Debuginfod, servers_from
+from ..naming.symbols import Symbols, Warn, debug_roots_from_env
 from ..naming.symcache import SymbolCache, cache_dir, fetch_dir
-from ..render import FORMATS
-from . import filters, processes, processors
-from .build import build_samples
+from . import build, export, group
 from .callgraph import analyze
-from ..model.escape import printable
-from ..model.graph import CallGraph
-from .pyview import python_only
-from .threadlocs import ThreadView
+from .processors import threshold
 
 
-def symbolizer(args: argparse.Namespace, warn: Warn, sets: list[StoredSet]) -> Symbols:
-    """The one symbolizer of a run, as ``args`` set it up (close it after);
-    the object copies of ``sets`` read from archives are opened through
-    their archive."""
-    cache = SymbolCache(None if args.no_cache else cache_dir())
-    servers = servers_from(getattr(args, "debuginfod", None) or [])
-    fetcher = Debuginfod(servers, None if args.no_cache else fetch_dir(), warn) \
+@contextmanager
+def symbolizer(opts: SymbolOptions, limits: Limits, warn: Warn,
+               sets: list[StoredSet]) -> Iterator[Symbols]:
+    """The one symbolizer of a report, closed after it; the object copies of
+    ``sets`` read from archives are opened through their archive."""
+    cache = SymbolCache(cache_dir() if opts.cache else None)
+    servers = servers_from(list(opts.debuginfod))
+    fetcher = Debuginfod(servers, fetch_dir() if opts.cache else None, warn) \
         if servers else None
-    return Symbols(cache, list(args.debug_root) + debug_roots_from_env(), warn,
-                   args.limits.copy_size,
-                   {ts.directory: ts.store for ts in sets if ts.store and ts.store.is_archive},
-                   fetcher, args.limits.debug_size)
-
-
-def thread_view(args: argparse.Namespace) -> ThreadView:
-    """--event, --tid and --by thread: what of the `.threads` files to show."""
-    tids = getattr(args, "tid", None)
-    return ThreadView(getattr(args, "event", None) or "cpu",
-                      frozenset(tids) if tids else None, args.by == "thread")
-
-
-def call_graph(sets: list[StoredSet], args: argparse.Namespace, warn: Warn) -> CallGraph:
-    """The checked call graph of ``sets`` for the report ``args`` ask for
-    (model.InconsistentGraph where its sums do not hold: a bug)."""
-    report = FORMATS[args.format]
-    symbols = symbolizer(args, warn, sets)
-    # JSON escapes control characters itself: names go to it as they are
-    escape = None if report.raw_names else printable
-    view = thread_view(args)
-    if view.in_time and sets and not any(ts.info.threads and ts.info.threads.off_cpu
-                                         for ts in sets):
-        where = ", ".join(dict.fromkeys(ts.directory for ts in sets))
-        warn(f"{where}: no off-CPU data in the selected sets (collected without "
-             f"q-syscollect --off-cpu): {view.metric} "
-             + ("holds their CPU time only" if view.metric == "wall"
-                and any(ts.info.threads for ts in sets) else "is empty"))
+    symbols = Symbols(cache, list(opts.debug_roots) + debug_roots_from_env(), warn,
+                      limits.copy_size,
+                      {ts.directory: ts.store for ts in sets
+                       if ts.store and ts.store.is_archive},
+                      fetcher, limits.debug_size)
     try:
-        by = "function" if args.by == "thread" else args.by
-        if report.process_roots:
-            samples = processes.by_process(sets, symbols, by, warn, args.per_pid,
-                                           args.weight, args.inline, view)
-        else:
-            samples = build_samples(sets, symbols, by, warn, escape, args.inline, view)
+        yield symbols
     finally:
         symbols.close()
-    if args.no_kernel and view.in_time:
-        samples = processors.strip_kernel(samples)
-    elif args.no_kernel:
-        samples = processors.hide_kernel(samples)
-    elif args.kernel_only:
-        samples = processors.kernel_only(samples)
-    if args.python:
-        samples = python_only(samples)
-    samples = filters.apply(samples, args)
-    profile = analyze(samples)
+
+
+def samples(sets: list[StoredSet], opts: Options, view: View, warn: Warn) -> Samples:
+    """The sets' samples grouped into frames as ``view`` says."""
+    with symbolizer(opts.symbols, opts.limits, warn, sets) as symbols:
+        prof = build.profile(sets, symbols, warn, opts.profile, view)
+        return group.samples(prof, prof.each_set(), warn, opts.limits.stacks,
+                             opts.limits.addresses)
+
+
+def call_graph(sets: list[StoredSet], opts: Options, warn: Warn, escape: bool = True,
+               roots: bool = False, threshold_rows: bool = True) -> CallGraph:
+    """The checked call graph of ``sets`` for the report ``opts`` ask for
+    (model.InconsistentGraph where its sums do not hold: a bug); ``escape``
+    names for a text report, ``roots`` each set under its process (folded
+    stacks); ``threshold_rows``: --min-percent sums small rows (a renderer
+    with a cut-off of its own says no)."""
+    profile = analyze(samples(sets, opts, opts.profile.view(escape, roots), warn))
     profile.self_check()
-    if not report.own_threshold:
-        profile = processors.threshold(profile, args.min_percent or 0.0)
+    if threshold_rows:
+        profile = threshold(profile, opts.report.min_percent or 0.0)
     return profile
+
+
+def export_tables(sets: list[StoredSet], opts: Options, warn: Warn) -> export.Tables:
+    """The export tables (pprof, OpenTelemetry) of the report ``opts`` ask
+    for: names as the `.q` has them, each sample under its thread where
+    the sets have them."""
+    with symbolizer(opts.symbols, opts.limits, warn, sets) as symbols:
+        return tables_named_by(symbols, sets, opts, warn)
+
+
+def tables_named_by(symbols: Symbols, sets: list[StoredSet], opts: Options, warn: Warn
+                    ) -> export.Tables:
+    """``export_tables``, named through a symbolizer its caller keeps open.
+    Threads are labels in an export: ``--by thread`` is its default."""
+    popts = replace(opts.profile, by_thread=False)
+    view = popts.view(escape=False)
+    metrics = opts.report.metrics or (popts.metric,)
+    profiles = [build.profile(sets, symbols, warn, replace(popts, metric=metric), view,
+                              thread_labels=True) for metric in metrics]
+    return export.tables(profiles, opts.limits.stacks, opts.limits.addresses)

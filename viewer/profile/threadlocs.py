@@ -101,7 +101,8 @@ def locate_cpu_by_thread(ts: StoredSet, index: int, space: AddressSpace,
 def _new(ts: StoredSet, index: int, space: AddressSpace, view: ThreadView) -> SetLocations:
     sl = SetLocations(index, ts, space)
     sl.from_stacks = True
-    sl.factor_override = NANOSECOND if view.in_time else None
+    if view.in_time:  # docs/q-format.md 4.9: nanoseconds
+        sl.factor, sl.counts_in_time = NANOSECOND, True
     return sl
 
 
@@ -141,7 +142,6 @@ def _fill(sl: SetLocations, table: _Table, view: ThreadView, names: dict[int, st
           weights: list[ThreadWeight]) -> dict[int, int]:
     """Add ``weights`` to ``sl``; return each thread's root location (--by thread)."""
     ts, space = sl.stored, sl.space
-    sl.thread_names.update(names)
     cpu_scale = ts.factor / NANOSECOND if view.in_time else 1.0
     roots: dict[int, int] = {}
     acc = sl.stacks
@@ -154,7 +154,7 @@ def _fill(sl: SetLocations, table: _Table, view: ThreadView, names: dict[int, st
             root = roots.get(w.tid)
             if root is None:
                 root = roots[w.tid] = sl.locations.add(w.tid, False, NOWHERE)
-                sl.thread_roots[root] = thread_frame(w.tid, names.get(w.tid))
+                sl.thread_roots[root] = (w.tid, names.get(w.tid))
             ids = ids + (root,)
         if not ids:
             sl.unkept += weight

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Iterable, TextIO
 
+from ..model.escape import write_json
 from ..model.numfmt import DASH, si
 from ..model.graph import Arc, CallGraph
 from ..model.frames import Frame
@@ -148,3 +149,17 @@ def json_arcs(graphs: dict[str, CallGraph]) -> list[dict[str, Any]]:
 
 def _num(x: float) -> float:
     return float(f"{x:.9g}")
+
+
+def render_json(graphs: dict[str, CallGraph], out: TextIO, with_arcs: bool = False) -> None:
+    """The functions of every metric; ``with_arcs`` (--graph): and every call,
+    with the time of each metric attributed along it."""
+    data: dict[str, Any] = {
+        "format": 1, "metrics": [{"event": m, "unit": g.samples.unit, "total": total(g)}
+                                 for m, g in graphs.items()],
+        "functions": [{"name": f.name, "object": f.object,
+                       **{m: {"self": v[0], "inclusive": v[1]} for m, v in vals.items()}}
+                      for f, vals in rows(graphs)]}
+    if with_arcs:
+        data["arcs"] = json_arcs(graphs)
+    write_json(data, out)
