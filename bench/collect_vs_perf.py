@@ -181,7 +181,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--rate", type=int, default=997)
-    ap.add_argument("--event", default="cpu-clock")
+    ap.add_argument("--metric", default="cpu-clock")
     ap.add_argument("--call-graph", choices=("dwarf", "fp", "both"), default="both")
     ap.add_argument("--skip-rates", action="store_true", help="skip the lossless-rate search")
     args = ap.parse_args()

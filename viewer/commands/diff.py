@@ -82,8 +82,8 @@ def check_args(args: argparse.Namespace) -> None:
     for attr, option in _NOT_WITH_DIFF:
         if getattr(args, attr):
             raise UsageError(f"{option} does not go with --diff")
-    if getattr(args, "metrics", None):
-        raise UsageError("--diff compares one metric: give --event METRIC, not --metrics")
+    if len(args.metric or ()) > 1:
+        raise UsageError("--diff compares one metric: give --metric one name")
     if args.format not in RENDERERS:
         raise UsageError(f"--diff shows --format {', '.join(RENDERERS)}, not {args.format}")
 

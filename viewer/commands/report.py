@@ -55,11 +55,10 @@ def _side_by_side(sets: list[StoredSet], opts: Options, out: TextIO, warn: Warn)
     """Several metrics: one call graph per metric, shown by function side by side."""
     report = opts.report
     if report.format not in ("text", "json"):
-        raise UsageError("--metrics shows text or --format json")
+        raise UsageError("several --metric names show text, --format json, pprof or otlp")
     if report.stacks or report.stack_quality:
         option = "--stacks" if report.stacks else "--stack-quality"
-        raise UsageError(f"{option} goes with one metric's profile: give --event METRIC, "
-                         "not --metrics")
+        raise UsageError(f"{option} goes with one metric's profile: give --metric one name")
     graphs: dict[str, CallGraph] = {}
     for metric in report.metrics:
         graphs[metric] = call_graph(sets, opts.with_metric(metric), warn,

@@ -51,6 +51,7 @@ finally:
     gc.enable()
 
 PROG = "q-view"
+REMOVED_IN = "0.2.0"  # the release that drops --event and --metrics (CHANGELOG.md)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -95,7 +96,8 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--flat", action="store_true",
                      help="the flat profile (default: flat profile and call graph)")
     rep.add_argument("-g", "--graph", action="store_true",
-                     help="the call graph, with the stack-quality section (with --metrics: "
+                     help="the call graph, with the stack-quality section (with several "
+                          "--metric names: "
                           "each metric's time of every function and of every call)")
     rep.add_argument("--stack-quality", action="store_true",
                      help="the share of user stacks that reach a root frame, per object")
@@ -128,15 +130,19 @@ def parser() -> argparse.ArgumentParser:
                           "DWARF line table and the source file are there (as perf annotate "
                           "--stdio; which source files it reads: --source-root); "
                           "NAME<object> picks among functions of one name")
-    rep.add_argument("--event", choices=METRICS, default=None,
+    rep.add_argument("--metric", type=_metrics, metavar="NAME[,NAME...]",
                      help="what time to show: cpu (the samples, default), off-cpu (blocked, "
                           "by the stack at the switch-out), cpu-wait (runnable, waiting for "
-                          "a CPU), wall (all three); all but cpu need q-syscollect --off-cpu")
-    rep.add_argument("--metrics", type=_metrics, metavar="LIST",
-                     help="several metrics side by side, each self and inclusive, by "
-                          "function: e.g. cpu,off-cpu,wall (text or --format json); with "
-                          "--graph the call graph, each caller and callee with each "
-                          "metric's time along that call")
+                          "a CPU), wall (all three); all but cpu need q-syscollect --off-cpu. "
+                          "Several names: side by side, each self and inclusive, by function "
+                          "(text or --format json; with --graph each caller and callee with "
+                          "each metric's time along that call), or as several sample types "
+                          "(pprof, otlp)")
+    # The spellings before --metric, kept until the release CHANGELOG.md names
+    rep.add_argument("--event", type=_metrics, dest="event_alias", metavar="NAME",
+                     help="deprecated: --metric NAME")
+    rep.add_argument("--metrics", type=_metrics, dest="metrics_alias", metavar="LIST",
+                     help="deprecated: --metric LIST")
     rep.add_argument("--tid", type=int, action="append", metavar="TID",
                      help="only this thread (repeat for several)")
     rep.add_argument("--format", choices=list(FORMATS), default=DEFAULT_FORMAT,
@@ -256,6 +262,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None,
         args = parser().parse_args(argv)
     except SystemExit as e:  # argparse has printed the usage message
         return int(e.code or 0)
+    for alias, given in (("--event", args.event_alias), ("--metrics", args.metrics_alias)):
+        if given is not None:
+            err.write(f"{PROG}: warning: {alias} is deprecated and goes in {REMOVED_IN}: "
+                      f"use --metric {','.join(given)}\n")
+            args.metric = (args.metric or []) + [m for m in given if m not in (args.metric or [])]
     if args.python and args.by != "function":
         err.write(f"{PROG}: --python shows functions; it cannot be combined with --by {args.by}\n")
         return 2
@@ -383,10 +394,10 @@ def _refused(args: argparse.Namespace) -> str | None:
 def options(args: argparse.Namespace) -> Options:
     """The typed options of a report: all the pipeline is given."""
     kernel = "user" if args.no_kernel else "kernel" if args.kernel_only else None
-    metrics = tuple(args.metrics or ())
+    metrics = tuple(args.metric or ())
     profile = ProfileOptions(
         by="function" if args.by == "thread" else args.by, by_thread=args.by == "thread",
-        inline=args.inline, metric=args.event or (metrics[0] if len(metrics) == 1 else "cpu"),
+        inline=args.inline, metric=metrics[0] if len(metrics) == 1 else "cpu",
         tids=frozenset(args.tid) if args.tid else None, kernel=kernel, python=args.python,
         focus=tuple(args.focus), ignore=tuple(args.ignore), hide=tuple(args.hide),
         per_pid=args.per_pid, weight=args.weight)
@@ -429,7 +440,7 @@ def _report_asked(args: argparse.Namespace) -> bool:
     return bool(args.annotate or args.flat or args.graph or args.stack_quality
                 or args.format != DEFAULT_FORMAT
                 or args.focus or args.ignore or args.hide or args.min_percent is not None
-                or args.event or args.tid or args.by == "thread" or args.metrics)
+                or args.metric or args.tid or args.by == "thread")
 
 
 def _locate(item: str, directory: str) -> str:
