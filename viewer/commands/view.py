@@ -92,7 +92,11 @@ def parser() -> argparse.ArgumentParser:
                      help="only the sets one q-syscollect run wrote: its id (a unique prefix "
                           "will do), 'latest', or 'unknown' (sets older than run ids); by "
                           "default every run is shown, with a note when there are several")
-    rep = p.add_argument_group("report")
+    rep = p.add_argument_group(
+        "report", "Every option here shapes every --format alike (pprof and otlp: the "
+        "samples and frames they hold). Percentages are of the whole selection after "
+        "--no-kernel, --kernel-only and --python, which choose what is shown, and before "
+        "--focus, --ignore and --hide, which never make a share larger than the time had")
     rep.add_argument("--flat", action="store_true",
                      help="the flat profile (default: flat profile and call graph)")
     rep.add_argument("-g", "--graph", action="store_true",
@@ -104,7 +108,8 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--min-percent", type=float, default=None, metavar="P",
                      help="sum the rows below P%% of the whole in one row, judged by the "
                           "column a table is sorted by (self in the flat profile, "
-                          "inclusive in the call graph); for dot the default is 0.5")
+                          "inclusive in the call graph); for dot the default is 0.5; not "
+                          "with collapsed, pprof or otlp, which keep every stack")
     rep.add_argument("--focus", metavar="RE", action="append", type=_regex, default=[],
                      help="only stacks through a function whose name matches RE")
     rep.add_argument("--ignore", metavar="RE", action="append", type=_regex, default=[],
@@ -384,6 +389,9 @@ def _refused(args: argparse.Namespace) -> str | None:
         return "--per-pid goes with --format collapsed"
     if args.stacks and args.format != "json":
         return "--stacks goes with --format json"
+    if args.format == "collapsed" and args.min_percent is not None and not args.diff:
+        return ("--min-percent sums the small rows of q-view's tables; folded stacks keep "
+                "every stack (flamegraph.pl's --minwidth leaves out narrow ones)")
     if export and args.min_percent is not None:
         return (f"--min-percent sums the small rows of q-view's tables; --format "
                 f"{args.format} keeps every sample (pprof's -nodefraction leaves out "

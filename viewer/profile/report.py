@@ -81,8 +81,10 @@ def export_tables(sets: list[StoredSet], opts: Options, warn: Warn) -> export.Ta
 def tables_named_by(symbols: Symbols, sets: list[StoredSet], opts: Options, warn: Warn
                     ) -> export.Tables:
     """``export_tables``, named through a symbolizer its caller keeps open.
-    Threads are labels in an export: ``--by thread`` is its default."""
-    popts = replace(opts.profile, by_thread=False)
+    Threads are labels in an export where the sets have them; ``--by
+    thread`` takes every sample from the `.threads` files, as the report
+    of it does."""
+    popts = opts.profile
     view = popts.view(escape=False)
     metrics = opts.report.metrics or (popts.metric,)
     profiles = [build.profile(sets, symbols, warn, replace(popts, metric=metric), view,
