@@ -118,6 +118,24 @@ class Labels(NamedTuple):
         return [("thread_id", self.tid)] if self.tid is not None else []
 
 
+class SetFacts(NamedTuple):
+    """What a report says of a set once its samples are grouped: kept for
+    every set of a report where its samples are not (``SetSamples.facts``)."""
+
+    summary: SetSummary
+    path: str
+    factor: float
+    unit: str
+    event: str
+    granularity: float | None
+    lost_samples: int
+    start_time: float | None
+    end_time: float | None
+    no_stack_file: bool
+    root_label: str
+    root_label_pid: str
+
+
 class SetSamples:
     """One task set's samples: stacks of location ids, innermost first, with
     their counts in the set's own units (filled in by ``profile.locate``, or
@@ -170,9 +188,10 @@ class SetSamples:
         self.root_label = summary.comm or summary.file
         self.root_label_pid = self.root_label
 
-    @property
-    def is_empty(self) -> bool:
-        return not (self.stacks or self.spread or self.unkept)
+    def facts(self) -> SetFacts:
+        return SetFacts(self.summary, self.path, self.factor, self.unit, self.event,
+                        self.granularity, self.lost_samples, self.start_time, self.end_time,
+                        self.no_stack_file, self.root_label, self.root_label_pid)
 
 
 @dataclass(frozen=True)

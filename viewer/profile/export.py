@@ -31,7 +31,7 @@ from qtools.qformat.limits import exceeded
 
 from ..model.errors import ViewError
 from ..model.frames import Frame, FrameTable
-from ..model.profile import Labels, Mapping, Profile, SetSamples
+from ..model.profile import Labels, Mapping, Profile, SetFacts, SetSamples
 from .frames import SetFrames
 from .group import UNKEPT as UNKEPT_FRAME, one_unit
 from .process import Processing
@@ -156,7 +156,7 @@ class _Builder:
         self.labels: _Interned[Labels] = _Interned()
         # (labels, locations) -> values, summed in floats, rounded at the end
         self.acc: dict[tuple[int, tuple[int, ...]], list[float]] = {}
-        self.sets: list[SetSamples] = []  # the samples' sets (those of one metric)
+        self.sets: list[SetFacts] = []  # the samples' sets (those of one metric)
         self.column = 0  # of the metric being added
         self.profile = profiles[0]
         self.processing: Processing | None = None
@@ -172,7 +172,7 @@ class _Builder:
         self.sets = []
 
     def add(self, s: SetSamples) -> None:
-        self.sets.append(s)
+        self.sets.append(s.facts())
         names = SetFrames(self.table, self.view, s, set())
         labels = self.labels.id(s.labels)
         column = self.column

@@ -29,7 +29,7 @@ from qtools.qformat.limits import exceeded
 from ..model.errors import ViewError
 from ..model.frames import Frame, FrameTable, SetSummary
 from ..model.graph import Samples
-from ..model.profile import Profile, SetSamples, View
+from ..model.profile import Profile, SetFacts, SetSamples, View
 from ..model.quality import InterpreterQuality, StackQuality
 from .frames import Escape, SetFrames, escaping
 from .process import PROCESS_OBJECT, Processing
@@ -77,13 +77,13 @@ class Grouper:
         self.collapse_runs = view.by == "object"
         # with roots: each set and its own stacks, merged under their process
         # once every set's units are known
-        self.rooted: list[tuple[SetSamples, dict[tuple[int, ...], float]]] = []
+        self.rooted: list[tuple[SetFacts, dict[tuple[int, ...], float]]] = []
         self.stacks: dict[tuple[int, ...], float] = {}
         self.calls: dict[tuple[int, int], float] | None = None
         self.quality = StackQuality()
-        self.sets: list[SetSamples] = []
+        self.sets: list[SetFacts] = []  # each set's, kept where its samples are not
         self.with_stacks = 0
-        self.without_stacks: list[SetSamples] = []  # sets whose .info names no .stack
+        self.without_stacks: list[SetFacts] = []  # sets whose .info names no .stack
 
     # ------------------------------------------------------------ one set
 
@@ -95,11 +95,11 @@ class Grouper:
             raise e.located(s.stack_file or s.path) from None
 
     def _add(self, s: SetSamples) -> None:
-        self.sets.append(s)
+        self.sets.append(s.facts())
         names = SetFrames(self.table, self.view, s, self.unnamed)
         local = self._set_stacks(s, names)
         if self.view.roots:
-            self.rooted.append((s, local))
+            self.rooted.append((s.facts(), local))
         if s.calls is not None:
             self._add_calls(s, names)
 
@@ -123,7 +123,7 @@ class Grouper:
             self.quality.unkept += (sum(s.spread.values()) + s.unkept) * factor
         else:
             if s.no_stack_file:
-                self.without_stacks.append(s)
+                self.without_stacks.append(s.facts())
             for (lid,), count in s.stacks.items():
                 stack = names.leaf(lid)
                 local[stack] = local.get(stack, 0.0) + count * factor
@@ -270,13 +270,13 @@ class Grouper:
                     if before is None:
                         if len(acc) >= cap:
                             raise exceeded(f"more than {cap} distinct stacks",
-                                           s.stack_file or s.path, "stacks", cap)
+                                           s.path, "stacks", cap)
                         acc[key] = w * scale
                     else:
                         acc[key] = before + w * scale
         return unit, count_unit
 
-    def _units(self, s: SetSamples) -> tuple[str, float]:
+    def _units(self, s: SetFacts) -> tuple[str, float]:
         """(unit, output units per count) of one set's stacks."""
         return ("seconds", NANOSECOND) if self.profile.in_time else (s.unit, s.factor)
 
@@ -333,7 +333,7 @@ def _event_counts(parts: list[tuple[dict[tuple[int, ...], float], str, float]], 
     return [1.0] * len(parts), first_unit, NANOSECOND if first_unit == "seconds" else 1.0
 
 
-def _per_sample(s: SetSamples, stacks: dict[tuple[int, ...], float]) -> float:
+def _per_sample(s: SetFacts, stacks: dict[tuple[int, ...], float]) -> float:
     """1 / the weight of one sample of the set, in output units."""
     if not stacks:
         return 1.0
