@@ -33,7 +33,8 @@ def has_lines(path: str) -> bool:
 
 
 def read_index(path: str, max_inflated: int = DEFAULT_LIMITS.debug_size) -> LineIndex:
-    """The unit ranges of the file at ``path``; no rows yet. LineProblem
+    """The unit ranges of the file at ``path`` (none without
+    ``.debug_aranges``); no rows yet. LineProblem
     where a DWARF section says it inflates to more than ``max_inflated``
     bytes (the object's lines are not read, rather than read in part)."""
     from .lazydwarf import oversized
@@ -48,7 +49,8 @@ def read_index(path: str, max_inflated: int = DEFAULT_LIMITS.debug_size) -> Line
     if too_large:
         raise LineProblem(f"{exceeded(too_large, None, 'debug-size', max_inflated).message}; "
                           "raise it with --limits debug-size=N")
-    return LineIndex(SymbolTable.empty(), ranges, set(), not ranges, SymbolTable.empty(), [])
+    # (without ranges no unit is known by address: ObjectLines reads them all, once)
+    return LineIndex(SymbolTable.empty(), ranges, set(), False, SymbolTable.empty(), [])
 
 
 def _aranges(f: BinaryIO, max_inflated: int) -> list[tuple[int, int, int]]:

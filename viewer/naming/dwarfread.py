@@ -101,7 +101,7 @@ class DwarfFile:
         self._max_inflated = max_inflated  # bytes of a compressed section (debug-size)
         self.header, self._sections = plain_sections(f)
         if ".debug_info" not in self._sections:
-            raise Unsupported("not read here")
+            raise Unsupported("no .debug_info")
         self.order: Any = "little" if self.header.endian == "<" else "big"
         self._f = f
         self._streams: dict[str, Any] = {}
