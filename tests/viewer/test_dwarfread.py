@@ -185,6 +185,33 @@ def test_64_bit_dwarf_reads_as_the_same_program_in_32_bit_dwarf(tmp_path, source
     assert ours == theirs and ours[0][0] and any(c[1][2] for c in ours[1])
 
 
+def test_names_in_a_dwz_file_are_not_looked_up(tmp_path):
+    """dwz moves what two programs share into a supplementary file
+    (``.gnu_debugaltlink``), which q-view does not open: the rows and the
+    inlined ranges are read as before, a name found only there is "?"
+    (pyelftools, without that file, raised and the lines were lost)."""
+    dwz = _tool("dwz")
+    a = _build(tmp_path, "shapes.cpp")
+    b = _build(tmp_path, "shapes.cpp", "-O3")
+    before = _everything(a)
+    common = tmp_path / "common.debug"
+    subprocess.run([dwz, "-m", str(common), "-M", str(common), str(a), str(b)], check=True,
+                   capture_output=True)
+    with open(a, "rb") as f:
+        assert ".gnu_debugaltlink" in {s.name for s in read_sections(f, a.stat().st_size)}
+    after = _everything(a)
+    assert after[0] == before[0]  # the rows
+    unknown = 0
+    for (spans, chains), (spans0, chains0) in zip(after[1], before[1], strict=True):
+        assert spans == spans0 and chains[:2] == chains0[:2]  # the inlined ranges
+        for chain, chain0 in zip(chains[2], chains0[2], strict=True):
+            for frame, frame0 in zip(chain.split("\x1e"), chain0.split("\x1e"), strict=True):
+                name, rest = frame.split("\x1f", 1)
+                assert rest == frame0.split("\x1f", 1)[1] and name in ("?", frame0.split("\x1f")[0])
+                unknown += name == "?"
+    assert unknown
+
+
 def test_a_skeleton_unit_gives_its_rows_and_no_inlined_code(tmp_path):
     """-gsplit-dwarf leaves a skeleton unit in the program (its entries are
     in the .dwo file, which q-view does not open): its line rows are read,
