@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import dwarf_oracle
 
 from qtools.viewer.naming import dwarflines
-from qtools.viewer.naming.diescan import UnitBytes, own_unit, subprograms
+from qtools.viewer.naming.diescan import UnitBytes, functions_by_entry, own_unit, subprograms
 
 SRC = Path(__file__).resolve().parent.parent / "data" / "src"
 COLD = """
@@ -50,7 +50,7 @@ def _build(tmp_path: Path, src: Path, *flags: str, cxx: bool = False) -> Path:
 
 def _both(path: Path, units: int = 10_000) -> list[tuple[list, list | None, list]]:
     """Per unit (up to ``units``, picked alike each time): pyelftools' spans,
-    the scan's and dwarfread's entry by entry (``Unit.functions``)."""
+    the scan's and dwarfread's entry by entry (``functions_by_entry``)."""
     out = []
     with open(path, "rb") as f, open(path, "rb") as f2:
         dw = dwarf_oracle.dwarf_of(f)
@@ -62,7 +62,7 @@ def _both(path: Path, units: int = 10_000) -> list[tuple[list, list | None, list
             slow = dwarf_oracle.functions(dw, offset)
             u = df.unit(offset)
             fast = subprograms(own_unit(u), lambda off, u=u: u.ranges(u.entry(off), u.low_pc))
-            whole = u.functions(u.low_pc)
+            whole = functions_by_entry(u, u.low_pc)
             out.append((sorted(slow), None if fast is None else sorted(fast), sorted(whole)))
     return out
 

@@ -359,3 +359,27 @@ def test_a_plain_section_over_the_cap_is_not_read_either(tmp_path):
     with pytest.raises(dwarflines.LineProblem, match=r"\.debug_\w+ holds \d+ bytes, over the "
                                                      r"limit of 64 bytes \(debug-size\)"):
         aranges.read_index(str(path), 64)
+
+
+def test_a_vliw_line_program_and_a_file_it_defines():
+    """What no compiler here emits, on a program made byte by byte: several
+    operations per instruction (the address advances by whole instructions,
+    DWARF 5 6.2.5.1) and DW_LNE_define_file (DWARF 2 to 4)."""
+    from qtools.viewer.naming.lineprog import _Advance, _rows
+    special = bytes([13 + 1 * 14 + 5])  # one operation on, the line as it is
+    program = (b"\x00\x09\x02" + (0x1000).to_bytes(8, "little")  # set_address
+               + special * 3
+               + b"\x02\x04\x01"  # advance_pc: 4 operations, then copy
+               + b"\x08\x01"  # const_add_pc: 17 operations, then copy
+               + b"\x00\x08\x03x.c\x00\x01\x00\x00"  # define_file x.c, directory 1
+               + b"\x04\x02\x01"  # set_file 2, copy
+               + b"\x00\x01\x01")  # end_sequence
+    files: list[tuple[str, int]] = [("a.c", 0)]
+    rows = list(_rows(program, 0, len(program), "little", 8,
+                      _Advance(min_inst=4, max_ops=3, line_base=-5, line_range=14,
+                               opcode_base=13), bytes([0, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0, 1]),
+                      files))
+    assert rows == [(0x1000, 1, 1, False), (0x1000, 1, 1, False), (0x1004, 1, 1, False),
+                    (0x1008, 1, 1, False), (0x1020, 1, 1, False), (0x1020, 2, 1, False),
+                    (0x1020, 2, 1, True)]
+    assert files == [("a.c", 0), ("x.c", 1)]

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, NamedTuple
 
 from qtools.qformat.limits import DEFAULT_LIMITS
 
-from .diescan import own_unit, subprograms
+from .diescan import functions_by_entry, own_unit, subprograms
 from .symtab import RawSymbol, SymbolTable
 
 if TYPE_CHECKING:  # the readers are imported when a view first reads DWARF: not at start
@@ -140,7 +140,7 @@ def parse_inlines(unit: int, vaddr: int, functions: Functions) -> Work:
         if known is None:
             found = subprograms(own_unit(u), lambda offset: u.ranges(u.entry(offset), base))
             if found is None:  # what the scan does not step through: entry by entry
-                found = u.functions(base)
+                found = functions_by_entry(u, base)
             known = functions[unit] = sorted(found, key=lambda f: f[0])
         offset = _holding(known, vaddr)
         if offset is None:

@@ -70,7 +70,6 @@ _ADDRX = frozenset(("DW_FORM_addrx", "DW_FORM_addrx1", "DW_FORM_addrx2", "DW_FOR
 #: forms that point into a supplementary file (dwz's), which is not opened
 SUPPLEMENTARY = frozenset(("DW_FORM_GNU_strp_alt", "DW_FORM_strp_sup", "DW_FORM_GNU_ref_alt",
                            "DW_FORM_ref_sup4", "DW_FORM_ref_sup8"))
-MAX_DEPTH = 256  # nesting of entries
 # unit types (DWARF 5 7.5.1) and what their header holds after the abbreviation offset
 DW_UT_COMPILE, DW_UT_TYPE, DW_UT_PARTIAL, DW_UT_SKELETON, DW_UT_SPLIT_COMPILE, \
     DW_UT_SPLIT_TYPE = 1, 2, 3, 4, 5, 6
@@ -230,9 +229,9 @@ class Unit:
 
     def entry(self, offset: int) -> Entry:
         """The entry at a ``.debug_info`` offset inside this unit."""
-        return self._entry(offset - self.die_offset)[0]
+        return self.step(offset - self.die_offset)[0]
 
-    def _entry(self, pos: int) -> tuple[Entry, int, bool]:
+    def step(self, pos: int) -> tuple[Entry, int, bool]:
         """(entry, next position, has children) at a position of ``data``;
         the entry's tag is "" at a null entry (an end of children)."""
         data = self.data
@@ -299,7 +298,7 @@ class Unit:
             raise Unsupported(f"no entry at {offset:#x}")
         depth, count = 0, 0
         while True:
-            entry, pos, children = self._entry(pos)
+            entry, pos, children = self.step(pos)
             if not entry.tag:
                 depth -= 1
                 if depth <= 0:
@@ -315,33 +314,6 @@ class Unit:
                 return
             if pos >= len(self.data):
                 return  # (a unit may end without closing its lists)
-
-    def functions(self, base: int) -> list[tuple[int, int, int]]:
-        """(low, high, entry offset) of each range of each subprogram with
-        code below the unit's entry (through namespaces and classes), in
-        unit order: what diescan's scan finds, every entry read whole (for
-        the units the scan does not step through)."""
-        from .diescan import SCOPES
-        out: list[tuple[int, int, int]] = []
-        _top, pos, children = self._entry(0)
-        scopes = [True] if children else []  # per open list: whether its entries are read
-        count = 0
-        while scopes and pos < len(self.data):
-            entry, pos, children = self._entry(pos)
-            if not entry.tag:
-                scopes.pop()
-                continue
-            count += 1
-            if count > MAX_ENTRIES:
-                raise Unsupported(f"more than {MAX_ENTRIES} entries in one unit")
-            if scopes[-1] and entry.tag == "DW_TAG_subprogram":
-                out.extend((lo, hi, entry.offset) for lo, hi in self.ranges(entry, base)
-                           if hi > lo)
-            if children:
-                scopes.append(scopes[-1] and entry.tag in SCOPES)
-                if len(scopes) > MAX_DEPTH:
-                    raise Unsupported("entries nested too deeply")
-        return out
 
     # -- attribute values -----------------------------------------------------------
 
