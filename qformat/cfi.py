@@ -134,13 +134,15 @@ def _execute(insns: bytes, cie: Cie, state: CfaState, initial: dict[int, RegRule
         elif op == 0x00:                            # nop
             continue
         elif op == 0x01:                            # set_loc
-            new, pos = read_encoded(insns, pos, end, cie.fde_encoding, insn_vaddr)
+            new, pos = read_encoded(insns, pos, end, cie.fde_encoding, insn_vaddr, None,
+                                    cie.layout)
             advance(new)
         elif op in (0x02, 0x03, 0x04):              # advance_loc1/2/4
             size = 1 << (op - 2)
             if pos + size > end:
                 raise CfiError("truncated advance_loc")
-            delta = int.from_bytes(insns[pos:pos + size], "little")
+            delta = int.from_bytes(insns[pos:pos + size],
+                                   "little" if cie.layout.order == "<" else "big")
             pos += size
             advance(loc + delta * caf)
         elif op in (0x05, 0x11, 0x14, 0x15, 0x2F):  # offset_extended(_sf), val_offset(_sf), GNU neg.

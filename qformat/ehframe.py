@@ -5,6 +5,9 @@ by file offset. `delta` is "vaddr - file offset" of the bytes being read, so
 pc-relative pointers resolve to link-time vaddrs without section headers.
 Malformed input raises CfiError; callers turn that into "no rule". The
 collector's unwinder and q-view's stack roots read the same entries here.
+Entries are 64-bit little-endian (x86_64, aarch64: the collector's) unless
+a ``Layout`` says otherwise: q-view reads 32-bit and big-endian objects'
+entries with the same code.
 Layouts: perf-event-abi.md section 7, LSB "Exception Frames", DWARF 5 6.4.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator
+from functools import cache
 from typing import Any, NamedTuple
 
 
@@ -30,13 +34,32 @@ PE_SLEB128, PE_SDATA2, PE_SDATA4, PE_SDATA8 = 0x09, 0x0A, 0x0B, 0x0C
 PE_PCREL, PE_DATAREL = 0x10, 0x30
 PE_INDIRECT, PE_OMIT = 0x80, 0xFF
 
-_FIXED = {
-    PE_ABSPTR: struct.Struct("<Q"), PE_UDATA8: struct.Struct("<Q"), PE_SDATA8: struct.Struct("<q"),
-    PE_UDATA4: struct.Struct("<I"), PE_SDATA4: struct.Struct("<i"),
-    PE_UDATA2: struct.Struct("<H"), PE_SDATA2: struct.Struct("<h"),
-}
-_U32 = struct.Struct("<I")
-_U64 = struct.Struct("<Q")
+
+
+class Layout(NamedTuple):
+    """How an object's call-frame entries are laid out: its byte order and
+    address size (the size of a DW_EH_PE_absptr pointer)."""
+
+    order: str  # "<" or ">"
+    ptr_size: int  # 4 or 8
+    u32: struct.Struct
+    u64: struct.Struct
+    fixed: dict[int, struct.Struct]  # DW_EH_PE format -> its struct
+    mask: int  # of an address
+
+
+@cache
+def layout(order: str = "<", ptr_size: int = 8) -> Layout:
+    """The ``Layout`` of a byte order ("<", ">") and address size (4, 8)."""
+    fixed = {PE_ABSPTR: struct.Struct(order + ("Q" if ptr_size == 8 else "I")),
+             PE_UDATA8: struct.Struct(order + "Q"), PE_SDATA8: struct.Struct(order + "q"),
+             PE_UDATA4: struct.Struct(order + "I"), PE_SDATA4: struct.Struct(order + "i"),
+             PE_UDATA2: struct.Struct(order + "H"), PE_SDATA2: struct.Struct(order + "h")}
+    return Layout(order, ptr_size, struct.Struct(order + "I"), struct.Struct(order + "Q"), fixed,
+                  (1 << 8 * ptr_size) - 1)
+
+
+LE64 = layout("<", 8)  # x86_64, aarch64: the collector's
 
 #: Which flavour of call-frame section an entry comes from.
 EH_FRAME, DEBUG_FRAME = 0, 1
@@ -66,7 +89,7 @@ def sleb(data: Buffer, pos: int, end: int) -> tuple[int, int]:
 
 
 def read_encoded(data: Buffer, pos: int, end: int, enc: int, delta: int,
-                 datarel: int | None = None) -> tuple[int, int]:
+                 datarel: int | None = None, lay: Layout = LE64) -> tuple[int, int]:
     """Decode one DW_EH_PE-encoded pointer at pos; (value, next pos).
 
     pcrel is relative to the field's own vaddr (pos + delta); datarel is only
@@ -82,7 +105,7 @@ def read_encoded(data: Buffer, pos: int, end: int, enc: int, delta: int,
     elif fmt == PE_SLEB128:
         value, pos = sleb(data, pos, end)
     else:
-        st = _FIXED.get(fmt)
+        st = lay.fixed.get(fmt)
         if st is None or pos + st.size > end:
             raise CfiError(f"bad pointer encoding {enc:#x} or truncated pointer")
         (value,) = st.unpack_from(data, pos)
@@ -95,7 +118,7 @@ def read_encoded(data: Buffer, pos: int, end: int, enc: int, delta: int,
         value += datarel
     elif app:
         raise CfiError(f"unsupported pointer application {app:#x}")
-    return value & MASK64, pos
+    return value & lay.mask, pos
 
 
 class Cie(NamedTuple):
@@ -114,6 +137,7 @@ class Cie(NamedTuple):
     #: "S" augmentation: frames of this CIE are signal trampolines
     signal: bool
     initial_instructions: bytes
+    layout: Layout = LE64
 
 
 class Fde(NamedTuple):
@@ -138,11 +162,12 @@ class EntryHeader(NamedTuple):
     body: int         # offset just past the id field
 
 
-def entry_header(data: Buffer, off: int, limit: int, kind: int) -> EntryHeader | None:
+def entry_header(data: Buffer, off: int, limit: int, kind: int,
+                 lay: Layout = LE64) -> EntryHeader | None:
     """Header of the entry at off; None for a zero terminator."""
     if off + 4 > limit:
         raise CfiError("truncated entry length")
-    (length,) = _U32.unpack_from(data, off)
+    (length,) = lay.u32.unpack_from(data, off)
     if length == 0:
         return None
     pos = off + 4
@@ -150,7 +175,7 @@ def entry_header(data: Buffer, off: int, limit: int, kind: int) -> EntryHeader |
     if wide:
         if pos + 8 > limit:
             raise CfiError("truncated 64-bit entry length")
-        (length,) = _U64.unpack_from(data, pos)
+        (length,) = lay.u64.unpack_from(data, pos)
         pos += 8
     end = pos + length
     if end > limit or length < 4:
@@ -159,9 +184,9 @@ def entry_header(data: Buffer, off: int, limit: int, kind: int) -> EntryHeader |
     if wide and kind == DEBUG_FRAME:
         if pos + 8 > end:
             raise CfiError("truncated CIE id")
-        (ident,) = _U64.unpack_from(data, pos)
+        (ident,) = lay.u64.unpack_from(data, pos)
         return EntryHeader(off, end, pos, ident, pos + 8)
-    (ident,) = _U32.unpack_from(data, pos)
+    (ident,) = lay.u32.unpack_from(data, pos)
     return EntryHeader(off, end, pos, ident, pos + 4)
 
 
@@ -172,9 +197,9 @@ def is_cie(h: EntryHeader, kind: int) -> bool:
     return h.id_value in (0xFFFFFFFF, MASK64)
 
 
-def parse_cie(data: Buffer, off: int, limit: int, kind: int) -> Cie:
+def parse_cie(data: Buffer, off: int, limit: int, kind: int, lay: Layout = LE64) -> Cie:
     """The CIE at file offset off."""
-    h = entry_header(data, off, limit, kind)
+    h = entry_header(data, off, limit, kind, lay)
     if h is None or not is_cie(h, kind):
         raise CfiError(f"no CIE at {off:#x}")
     pos, end = h.body, h.end
@@ -190,8 +215,8 @@ def parse_cie(data: Buffer, off: int, limit: int, kind: int) -> Cie:
     aug = bytes(data[pos:pos + nul]).decode("latin-1")
     pos += nul + 1
     if version == 4:
-        if pos + 2 > end or data[pos] != 8:
-            raise CfiError("only 8-byte addresses are supported")
+        if pos + 2 > end or data[pos] != lay.ptr_size:
+            raise CfiError(f"a CIE of {data[pos] if pos < end else '?'}-byte addresses")
         pos += 2  # address_size, segment_selector_size
     code_align, pos = uleb(data, pos, end)
     data_align, pos = sleb(data, pos, end)
@@ -218,7 +243,7 @@ def parse_cie(data: Buffer, off: int, limit: int, kind: int) -> Cie:
                 pos += 1
             elif ch == "P":
                 # the personality pointer is not needed: decode only its format to skip it
-                _, pos = read_encoded(data, pos + 1, aug_end, data[pos] & 0x0F, 0)
+                _, pos = read_encoded(data, pos + 1, aug_end, data[pos] & 0x0F, 0, None, lay)
             elif ch == "S":
                 signal = True
             elif ch in "BG":  # aarch64 BTI / MTE markers carry no data
@@ -235,17 +260,17 @@ def parse_cie(data: Buffer, off: int, limit: int, kind: int) -> Cie:
     if code_align == 0:
         raise CfiError("CIE code alignment 0")
     return Cie(off, version, aug, code_align, data_align, ra_column, fde_enc, has_z, signal,
-               bytes(data[pos:end]))
+               bytes(data[pos:end]), lay)
 
 
 def parse_fde(data: Buffer, off: int, limit: int, kind: int, delta: int, section_start: int,
-              cie_at: Callable[[int], Cie]) -> Fde:
+              cie_at: Callable[[int], Cie], lay: Layout = LE64) -> Fde:
     """The FDE at file offset off; cie_at resolves (and caches) its CIE by offset.
 
     delta = vaddr - file offset around the FDE (for pc-relative pointers);
     section_start is needed for .debug_frame, whose CIE pointers are section offsets.
     """
-    h = entry_header(data, off, limit, kind)
+    h = entry_header(data, off, limit, kind, lay)
     if h is None or is_cie(h, kind):
         raise CfiError(f"no FDE at {off:#x}")
     if kind == EH_FRAME:
@@ -256,8 +281,8 @@ def parse_fde(data: Buffer, off: int, limit: int, kind: int, delta: int, section
         raise CfiError(f"FDE at {off:#x} points outside the file")
     cie = cie_at(cie_off)
     pos, end = h.body, h.end
-    pc_begin, pos = read_encoded(data, pos, end, cie.fde_encoding, delta)
-    pc_range, pos = read_encoded(data, pos, end, cie.fde_encoding & 0x0F, delta)
+    pc_begin, pos = read_encoded(data, pos, end, cie.fde_encoding, delta, None, lay)
+    pc_range, pos = read_encoded(data, pos, end, cie.fde_encoding & 0x0F, delta, None, lay)
     if cie.has_aug_data:
         aug_len, pos = uleb(data, pos, end)
         pos += aug_len
@@ -266,12 +291,13 @@ def parse_fde(data: Buffer, off: int, limit: int, kind: int, delta: int, section
     return Fde(off, cie, pc_begin, pc_range, bytes(data[pos:end]), pos + delta)
 
 
-def iter_entries(data: Buffer, start: int, end: int, kind: int) -> Iterator[EntryHeader]:
+def iter_entries(data: Buffer, start: int, end: int, kind: int,
+                 lay: Layout = LE64) -> Iterator[EntryHeader]:
     """Walk the entries of a call-frame section, stopping at a terminator or a bad length."""
     off = start
     while off + 4 <= end:
         try:
-            h = entry_header(data, off, end, kind)
+            h = entry_header(data, off, end, kind, lay)
         except CfiError:
             return
         if h is None:
@@ -292,26 +318,27 @@ class CieCache:
     object's thousands of FDEs share a handful of them. Called with an
     offset, as ``parse_fde`` calls its ``cie_at``."""
 
-    __slots__ = ("data", "kind", "parsed")
+    __slots__ = ("data", "kind", "parsed", "layout")
 
-    def __init__(self, data: Buffer, kind: int) -> None:
-        self.data, self.kind = data, kind
+    def __init__(self, data: Buffer, kind: int, lay: Layout = LE64) -> None:
+        self.data, self.kind, self.layout = data, kind, lay
         self.parsed: dict[int, Cie] = {}
 
     def __call__(self, off: int) -> Cie:
         cie = self.parsed.get(off)
         if cie is None:
-            cie = self.parsed[off] = parse_cie(self.data, off, len(self.data), self.kind)
+            cie = self.parsed[off] = parse_cie(self.data, off, len(self.data), self.kind,
+                                               self.layout)
         return cie
 
 
 def iter_fdes(data: Buffer, start: int, end: int, kind: int, parse: Callable[[int], Fde],
-              max_entries: int | None = None) -> Iterator[Fde]:
+              max_entries: int | None = None, lay: Layout = LE64) -> Iterator[Fde]:
     """The FDEs of one call-frame section in file order, each read by
     ``parse`` from its offset (the caller knows where the bytes load). A CIE,
     or an FDE that does not parse, is passed over; at most ``max_entries``
     entries, CIEs included, are walked."""
-    for n, h in enumerate(iter_entries(data, start, end, kind)):
+    for n, h in enumerate(iter_entries(data, start, end, kind, lay)):
         if max_entries is not None and n >= max_entries:
             return
         if is_cie(h, kind):

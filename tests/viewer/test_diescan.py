@@ -2,10 +2,11 @@
 
 A first view names the code inlined at a return address by the subprogram
 that holds it; the scan steps over a unit's entries by their bytes rather
-than building every one with pyelftools. Checked here against pyelftools'
-own walk on real objects (C and C++, DWARF 4 and 5, compressed, a function
-split into a hot and a cold part), and on units made byte by byte: what
-it does not read it leaves to pyelftools, and damaged bytes end it.
+than decoding every one. Checked here against pyelftools' own walk
+(tests/dwarf_oracle.py) on real objects (C and C++, DWARF 4 and 5,
+compressed, a function split into a hot and a cold part), and on units
+made byte by byte: what it does not read it leaves to dwarfread.py, and
+damaged bytes end it.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import dwarf_oracle
+
 from qtools.viewer.naming import dwarflines
-from qtools.viewer.naming.diescan import UnitBytes, elftools_unit, subprograms
+from qtools.viewer.naming.diescan import UnitBytes, functions_by_entry, own_unit, subprograms
 
 SRC = Path(__file__).resolve().parent.parent / "data" / "src"
 COLD = """
@@ -45,22 +48,22 @@ def _build(tmp_path: Path, src: Path, *flags: str, cxx: bool = False) -> Path:
     return out
 
 
-def _both(path: Path, units: int = 10_000) -> list[tuple[list, list | None]]:
-    """Per unit (up to ``units``, picked alike each time): pyelftools' spans
-    and the scan's."""
+def _both(path: Path, units: int = 10_000) -> list[tuple[list, list | None, list]]:
+    """Per unit (up to ``units``, picked alike each time): pyelftools' spans,
+    the scan's and dwarfread's entry by entry (``functions_by_entry``)."""
     out = []
-    with open(path, "rb") as f:
-        dw = dwarflines.dwarf_of(f)
-        cus = list(dw.iter_CUs())
-        if len(cus) > units:
-            cus = random.Random(7).sample(cus, units)
-        for cu in cus:
-            top = cu.get_top_DIE()
-            base = dwarflines._low_pc(top)
-            slow = [(lo, hi, die.offset) for lo, hi, die in dwarflines._functions(dw, cu, top, base)]
-            fast = subprograms(elftools_unit(dw, cu), lambda off, cu=cu, base=base: dwarflines._die_ranges(
-                dw, cu, dw.get_DIE_from_refaddr(off, cu), base))
-            out.append((sorted(slow), None if fast is None else sorted(fast)))
+    with open(path, "rb") as f, open(path, "rb") as f2:
+        dw = dwarf_oracle.dwarf_of(f)
+        df = dwarflines.open_dwarf(f2)
+        offsets = dwarf_oracle.unit_offsets(dw)
+        if len(offsets) > units:
+            offsets = random.Random(7).sample(offsets, units)
+        for offset in offsets:
+            slow = dwarf_oracle.functions(dw, offset)
+            u = df.unit(offset)
+            fast = subprograms(own_unit(u), lambda off, u=u: u.ranges(u.entry(off), u.low_pc))
+            whole = functions_by_entry(u, u.low_pc)
+            out.append((sorted(slow), None if fast is None else sorted(fast), sorted(whole)))
     return out
 
 
@@ -74,18 +77,18 @@ def test_the_scan_finds_what_pyelftools_finds(tmp_path, source, flags):
         src = tmp_path / source
         src.write_text(COLD)
     units = _both(_build(tmp_path, src, *flags, cxx=source.endswith(".cpp")))
-    assert units and any(slow for slow, _ in units)
-    for slow, fast in units:
-        assert fast == slow
+    assert units and any(slow for slow, _, _ in units)
+    for slow, fast, whole in units:
+        assert fast == slow and whole == slow
     if source == "cold.c":  # work and work.cold: one subprogram, two ranges (DW_AT_ranges)
-        offsets = [off for slow, _ in units for _lo, _hi, off in slow]
+        offsets = [off for slow, _, _ in units for _lo, _hi, off in slow]
         assert any(offsets.count(o) == 2 for o in offsets)
 
 
 def test_this_machines_debug_files_scan_as_pyelftools_reads_them(debug_files):
     for path in debug_files[:2]:
-        for slow, fast in _both(path, units=80):
-            assert fast == slow, path
+        for slow, fast, whole in _both(path, units=80):
+            assert fast == slow and whole == slow, path
 
 
 # ---------------------------------------------------------------- units made by hand
@@ -126,7 +129,7 @@ def _unit_bytes() -> tuple[bytes, list[tuple[int, int, int]], int]:
     """A unit: a function; a namespace holding a function with children
     (jumped over by its sibling) and one whose children are stepped over
     (a nested function there is not the unit's); a function with a range
-    list (left to pyelftools). Returns the bytes, the spans and the range
+    list (left to dwarfread). Returns the bytes, the spans and the range
     entry's offset."""
     body = bytearray()
     spans = []

@@ -12,8 +12,10 @@ import pytest
 from qsynth import MS, QBuilder
 from scenarios import run
 
-from qtools.viewer.naming.fde import (_pyelftools_entries, _shared_entries, read_fde_ranges,
-                                       read_root_ranges)
+from dwarf_oracle import fde_entries
+
+from qtools.qformat.elfhdr import read_file_header
+from qtools.viewer.naming.fde import _entries, read_fde_ranges, read_root_ranges
 
 
 def test_fde_ranges_are_the_functions(stripped_plain):
@@ -89,15 +91,17 @@ OBJECTS = ["/lib/x86_64-linux-gnu/libc.so.6", "/bin/bash", "/lib/x86_64-linux-gn
 
 @pytest.mark.parametrize("path", OBJECTS)
 def test_the_shared_parser_reads_what_pyelftools_reads(path):
-    """64-bit little-endian objects are read with the collector's parser
-    (qformat.ehframe): every FDE, and every row that undefines the return
-    address, as pyelftools decodes them."""
+    """Objects are read with the collector's parser (qformat.ehframe):
+    every FDE, and every row that undefines the return address, as
+    pyelftools decodes them (32-bit and big-endian objects:
+    test_dwarfread.py)."""
     if not os.path.exists(path):
         pytest.skip(f"{path} is not on this machine")
     with open(path, "rb") as f:
-        theirs = [(e.start, e.size, e.ra_undefined or None) for e in _pyelftools_entries(f, True)]
+        theirs = [(e.start, e.size, e.ra_undefined or None) for e in fde_entries(f, True)]
     with open(path, "rb") as f:
-        ours = [(e.start, e.size, e.ra_undefined or None) for e in _shared_entries(f, True)]
+        ours = [(e.start, e.size, e.ra_undefined or None)
+                for e in _entries(f, read_file_header(f), True)]
     assert len(ours) > 100 and ours == theirs
 
 

@@ -319,3 +319,17 @@ def test_a_fifo_where_the_source_should_be_does_not_block(tmp_path, hotline):
     q, name = hot_q(tmp_path, hotline)
     r = q_view("--annotate", "spin", "--source-root", str(root), q.info_path(name), timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+def test_an_object_without_aranges_has_its_lines_all_the_same(tmp_path, hotline):
+    """Without ``.debug_aranges`` (clang's default) no unit is known by
+    address: every unit is read once, and the lines are there."""
+    bare = tmp_path / "hotline-noaranges"
+    subprocess.run(["objcopy", "--remove-section=.debug_aranges", str(hotline.path), str(bare)],
+                   check=True)
+    q, name = hot_q(tmp_path, Binary.read(bare), hotline)
+    for _ in range(2):  # cold, then from the cache
+        r = q_view("--flat", "--by", "line", q.info_path(name))
+        assert r.returncode == 0 and not r.stderr, r.stderr
+        rows = [line for line in r.stdout.splitlines() if "hotline.c:" in line]
+        assert rows and f"hotline.c:{source_line('/* HOT */')} (spin)" in rows[0], r.stdout

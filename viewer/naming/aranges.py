@@ -1,22 +1,22 @@
 """Which compilation unit holds an address: an object's ``.debug_aranges``.
 
-Read from the bytes where the section is plain (32-bit DWARF, no
-segments; inflated where compressed), else through pyelftools.
-The ranges make a ``LineIndex`` with no rows yet: ``ObjectLines`` reads
-a unit when an address first falls in it.
+Read from the section's bytes (inflated where compressed): 32- and 64-bit
+DWARF, either byte order, with or without segment selectors (the segment
+is not kept). The ranges make a ``LineIndex`` with no rows yet:
+``ObjectLines`` reads a unit when an address first falls in it.
 """
 
 from __future__ import annotations
 
 import os
 import struct
-from typing import Any, BinaryIO, Callable
+from typing import BinaryIO
 
 from qtools.qformat import open_regular
 from qtools.qformat.elfhdr import read_sections
 from qtools.qformat.limits import DEFAULT_LIMITS, exceeded
 
-from .dwarflines import MAX_UNITS, LineIndex, LineProblem, dwarf_of, guarded
+from .dwarflines import MAX_UNITS, LineIndex, LineProblem
 from .symtab import SymbolTable
 
 MAX_ARANGES = 1 << 28  # bytes of .debug_aranges read at most (libxul's is some MB)
@@ -33,82 +33,78 @@ def has_lines(path: str) -> bool:
 
 
 def read_index(path: str, max_inflated: int = DEFAULT_LIMITS.debug_size) -> LineIndex:
-    """The unit ranges of the file at ``path``; no rows yet. LineProblem
+    """The unit ranges of the file at ``path`` (none without
+    ``.debug_aranges``); no rows yet. LineProblem
     where a DWARF section says it inflates to more than ``max_inflated``
     bytes (the object's lines are not read, rather than read in part)."""
     from .lazydwarf import oversized
     try:
         with os.fdopen(open_regular(path), "rb") as f:
             too_large = oversized(f, max_inflated)
-            ranges = None if too_large else _plain_aranges(f, max_inflated)
-    except Exception:  # read as below, which says what is wrong
-        too_large = ranges = None
+            ranges = [] if too_large else _aranges(f, max_inflated)
+    except OSError as e:
+        raise LineProblem(f"cannot read: {e.strerror or e}") from None
+    except Exception as e:  # Unsupported, or damage of any kind: not ELF, truncated...
+        raise LineProblem(f"unreadable DWARF ({type(e).__name__}: {e})"[:200]) from None
     if too_large:
         raise LineProblem(f"{exceeded(too_large, None, 'debug-size', max_inflated).message}; "
                           "raise it with --limits debug-size=N")
-    if ranges is not None:
-        return LineIndex(SymbolTable.empty(), ranges, set(), not ranges, SymbolTable.empty(), [])
-    return _with_dwarf(path, lambda dw: _ranges(dw), max_inflated)
+    # (without ranges no unit is known by address: ObjectLines reads them all, once)
+    return LineIndex(SymbolTable.empty(), ranges, set(), False, SymbolTable.empty(), [])
 
 
-_ARANGES_HEADER = struct.Struct("IHIBB")  # 32-bit DWARF: length, version, unit, sizes
-
-
-def _plain_aranges(f: BinaryIO, max_inflated: int) -> list[tuple[int, int, int]] | None:
-    """What ``_ranges`` reads through pyelftools, from the ``.debug_aranges``
-    section alone, where it is plain (32-bit DWARF, no segments): pyelftools
-    would parse each entry with construct. None: read it through pyelftools."""
+def _aranges(f: BinaryIO, max_inflated: int) -> list[tuple[int, int, int]]:
+    """(start, end, unit offset) of each range of ``.debug_aranges`` that
+    has a length, sorted; none where there is no such section."""
+    from .dwarfread import Unsupported
     from .lazydwarf import plain_sections, section_stream
     header, sections = plain_sections(f)
     section = sections.get(".debug_aranges")
     if ".debug_info" not in sections or section is None:
-        return None
+        return []
     stream = section_stream(f, header, section, max_inflated)
     if stream is None or stream.size > MAX_ARANGES:
-        return None
+        return []
     data = stream.read()
-    order = header.endian
-    header_fmt = struct.Struct(order + _ARANGES_HEADER.format)
-    pairs = {4: struct.Struct(order + "II"), 8: struct.Struct(order + "QQ")}
+    narrow, wide = (struct.Struct(header.endian + f) for f in _HEADERS)
+    tuples: dict[int, struct.Struct] = {}
     ranges: list[tuple[int, int, int]] = []
     offset = 0
     while offset < len(data):
-        length, _version, unit, address_size, segment_size = header_fmt.unpack_from(data, offset)
-        pair = pairs.get(address_size)
-        if length >= 0xFFFFFFF0 or segment_size or pair is None:
-            return None
-        pos = -(-(offset + header_fmt.size) // pair.size) * pair.size  # tuples are aligned
-        while True:
-            begin, size = pair.unpack_from(data, pos)
-            pos += pair.size
-            if begin == 0 and size == 0:
+        length, _version, unit, address_size, segment_size = narrow.unpack_from(data, offset)
+        pos, end = offset + narrow.size, offset + 4 + length
+        if length == 0xFFFFFFFF:  # 64-bit DWARF
+            _, length, _version, unit, address_size, segment_size = wide.unpack_from(data, offset)
+            pos, end = offset + wide.size, offset + 12 + length
+        elif length >= 0xFFFFFFF0:
+            raise Unsupported("a reserved unit length")
+        tuple_ = tuples.get(segment_size << 8 | address_size) or tuples.setdefault(
+            segment_size << 8 | address_size, _tuple(header.endian, segment_size, address_size))
+        pos = -(-pos // tuple_.size) * tuple_.size  # aligned (in the section, as readelf)
+        stop = (end if end < len(data) else len(data)) - tuple_.size
+        if len(ranges) + (stop - pos) // tuple_.size > MAX_UNITS * 16:
+            raise LineProblem("too many address ranges")
+        while pos <= stop:
+            begin, span = tuple_.unpack_from(data, pos)
+            pos += tuple_.size
+            if begin == 0 and span == 0:
                 break
-            if size > 0:
-                ranges.append((begin, begin + size, unit))
-            if len(ranges) > MAX_UNITS * 16:
-                raise LineProblem("too many address ranges")
-        offset += length + 4
+            if span > 0:
+                ranges.append((begin, begin + span, unit))
+        offset = end
     ranges.sort()
     return ranges
 
 
-def _with_dwarf(path: str, work: Callable[[Any], Any], max_inflated: int) -> Any:
-    try:
-        with os.fdopen(open_regular(path), "rb") as f:
-            return guarded(work, dwarf_of(f, max_inflated))
-    except OSError as e:
-        raise LineProblem(f"cannot read: {e.strerror or e}") from None
+_SIZES = {2: "H", 4: "I", 8: "Q"}
+# a set's header: 32-bit DWARF, 64-bit (length, version, unit, sizes of address and segment)
+_HEADERS = ("IHIBB", "IQHQBB")
 
 
-def _ranges(dw: Any) -> LineIndex:
-    aranges = dw.get_aranges() if dw.has_debug_info else None
-    ranges: list[tuple[int, int, int]] = []
-    if aranges is not None:
-        for entry in aranges.entries:
-            if entry.length > 0:
-                ranges.append((entry.begin_addr, entry.begin_addr + entry.length,
-                               entry.info_offset))
-            if len(ranges) > MAX_UNITS * 16:
-                raise LineProblem("too many address ranges")
-    ranges.sort()
-    return LineIndex(SymbolTable.empty(), ranges, set(), not ranges, SymbolTable.empty(), [])
+def _tuple(endian: str, segment_size: int, address_size: int) -> struct.Struct:
+    """How the address and length of one (segment, address, length) tuple
+    of ``.debug_aranges`` are laid out (the segment is skipped)."""
+    from .dwarfread import Unsupported
+    if address_size not in _SIZES:
+        raise Unsupported(f".debug_aranges: addresses of {address_size} bytes")
+    return struct.Struct(f"{endian}{segment_size}x{2 * _SIZES[address_size]}")

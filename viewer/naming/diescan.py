@@ -10,11 +10,11 @@ are stepped over as the abbreviations lay them out, a subprogram's
 children skipped by its ``DW_AT_sibling`` (or stepped over too), and only
 ``DW_AT_low_pc``, ``DW_AT_high_pc`` and ``DW_AT_ranges`` of subprograms are
 read. Whatever this does not read itself (a form it does not know, an
-indirect form, an address given by index, a range list) is left to the
-caller's reader (dwarfread.py, or pyelftools): an entry of the kind gets
-its ranges from there, and a unit the scan cannot step through is read
-there entry by entry. The unit comes as bytes and an abbreviation lookup
-(``UnitBytes``), from either reader.
+indirect form, an address given by index, a range list) is left to
+dwarfread.py: an entry of the kind gets its ranges from there, and a unit
+the scan cannot step through is read there entry by entry
+(``functions_by_entry``). The unit comes as bytes and an abbreviation lookup
+(``UnitBytes``).
 Nothing is trusted: a reference that does not lead forward, a truncated
 unit or too many entries end the scan (None).
 """
@@ -77,24 +77,6 @@ class UnitBytes(NamedTuple):
     offset_size: int
     order: Any  # "little" or "big"
     abbrev: Callable[[int], tuple[str, bool, Iterable[tuple[str, str]]]]  # KeyError: none
-
-
-def elftools_unit(dw: Any, cu: Any) -> UnitBytes | None:
-    """A unit pyelftools has read the header of (None: truncated)."""
-    begin, end = cu.cu_die_offset, cu.cu_offset + cu.size
-    stream = dw.debug_info_sec.stream
-    stream.seek(begin)
-    data = stream.read(end - begin)
-    table = cu.get_abbrev_table()
-
-    def abbrev(code: int) -> tuple[str, bool, Iterable[tuple[str, str]]]:
-        decl = table.get_abbrev(code)
-        return decl["tag"], decl.has_children(), decl.iter_attr_specs()
-    if len(data) != end - begin:
-        return None
-    return UnitBytes(data, begin, cu.cu_offset, cu["version"], cu["address_size"],
-                     8 if cu.dwarf_format() == 64 else 4,
-                     "little" if dw.config.little_endian else "big", abbrev)
 
 
 def own_unit(unit: Unit) -> UnitBytes:
@@ -189,7 +171,7 @@ def _scan(unit: UnitBytes, ranges_of: Callable[[int], list[tuple[int, int]]]) ->
             raise ScanStop("a sibling that does not lead forward")
         depth += 1  # no sibling: its children are stepped over
         skipping = depth
-    return out  # (a unit may end without closing its lists, as pyelftools allows)
+    return out  # (a unit may end without closing its lists)
 
 
 class _Layouts:
@@ -262,3 +244,29 @@ def _value(data: bytes, pos: int, form: str, width: int, order: str) -> tuple[in
             raise ScanStop("truncated value")
         return int.from_bytes(data[pos:pos + width], order), pos + width  # type: ignore[arg-type]
     return uleb(data, pos, len(data))  # udata, ref_udata
+
+
+def functions_by_entry(unit: Unit, base: int) -> list[Span]:
+    """What ``subprograms`` finds, every entry of the unit read whole by
+    dwarfread (``base``: the unit's base address): for the units the scan
+    does not step through."""
+    from .dwarfread import Unsupported
+    out: list[Span] = []
+    _top, pos, children = unit.step(0)
+    scopes = [True] if children else []  # per open list: whether its entries are read
+    count = 0
+    while scopes and pos < len(unit.data):
+        entry, pos, children = unit.step(pos)
+        if not entry.tag:
+            scopes.pop()
+            continue
+        count += 1
+        if count > MAX_ENTRIES:
+            raise Unsupported(f"more than {MAX_ENTRIES} entries in one unit")
+        if scopes[-1] and entry.tag == "DW_TAG_subprogram":
+            out.extend((lo, hi, entry.offset) for lo, hi in unit.ranges(entry, base) if hi > lo)
+        if children:
+            scopes.append(scopes[-1] and entry.tag in SCOPES)
+            if len(scopes) > MAX_DEPTH:
+                raise Unsupported("entries nested too deeply")
+    return out

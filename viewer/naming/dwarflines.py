@@ -9,20 +9,20 @@ in it. What was read is kept as a ``SymbolTable`` of rows (start, end,
 and which were parsed, so a warm view opens no DWARF at all. Without
 ``.debug_aranges`` every unit is read once.
 
-Each ``Work`` is read from the bytes (dwarfread.py, lineprog.py) and,
-where that raises ``Unsupported``, through pyelftools (``run``). Nothing
-in the file is trusted: errors of any kind make the object's lines
-unknown (one warning), and the rows kept are capped.
+Each ``Work`` is read from the bytes (dwarfread.py, lineprog.py,
+diescan.py; ``run``). Nothing in the file is trusted: errors of any kind
+make the object's lines unknown (one warning), and the rows kept are
+capped.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, NamedTuple
 
 from qtools.qformat.limits import DEFAULT_LIMITS
 
-from .diescan import SCOPES, elftools_unit, own_unit, subprograms
+from .diescan import functions_by_entry, own_unit, subprograms
 from .symtab import RawSymbol, SymbolTable
 
 if TYPE_CHECKING:  # the readers are imported when a view first reads DWARF: not at start
@@ -30,7 +30,6 @@ if TYPE_CHECKING:  # the readers are imported when a view first reads DWARF: not
 
 MAX_ROWS = 4_000_000  # line rows kept for one object (libpython has ~1M)
 MAX_UNITS = 200_000  # compilation units listed for one object
-MAX_ENTRIES = 4_000_000  # entries pyelftools walks in one unit (as diescan and dwarfread)
 
 
 class LineProblem(Exception):
@@ -104,26 +103,12 @@ def split_line(name: str) -> tuple[str, int]:
     return path, int(line) if line.isdigit() else 0
 
 
-class Work(NamedTuple):
-    """What to read, both ways: from the bytes (dwarfread.py) and, where
-    that raises Unsupported, through pyelftools."""
-
-    own: Callable[[DwarfFile], Any]
-    elftools: Callable[[Any], Any]
+Work = Callable[["DwarfFile"], Any]  # what to read of an object's DWARF (``run``)
 
 
 def parse_rows(units: set[int] | None) -> Work:
     """The line rows of ``units`` (None: of every unit) and the units read."""
-    def elftools(dw: Any) -> tuple[SymbolTable, set[int]]:
-        rows: list[RawSymbol] = []
-        todo = _units(dw) if units is None else [dw.get_CU_at(u) for u in sorted(units)]
-        for cu in todo:
-            _unit_rows(dw, cu, rows)
-            if len(rows) > MAX_ROWS:
-                raise LineProblem(f"more than {MAX_ROWS} line rows")
-        return SymbolTable.build(rows), {cu.cu_offset for cu in todo}
-
-    def own(df: DwarfFile) -> tuple[SymbolTable, set[int]]:
+    def work(df: DwarfFile) -> tuple[SymbolTable, set[int]]:
         from .lineprog import line_program
         rows: list[RawSymbol] = []
         todo = df.unit_offsets() if units is None else sorted(units)
@@ -134,7 +119,7 @@ def parse_rows(units: set[int] | None) -> Work:
             if len(rows) > MAX_ROWS:
                 raise LineProblem(f"more than {MAX_ROWS} line rows")
         return SymbolTable.build(rows), set(todo)
-    return Work(own, elftools)
+    return work
 
 
 Functions = dict[int, list[tuple[int, int, int]]]  # unit -> (start, end, entry offset) sorted
@@ -145,37 +130,7 @@ def parse_inlines(unit: int, vaddr: int, functions: Functions) -> Work:
     its ranges, and its inlined ranges named by their chains. Only that
     function's entries are read whole (the unit's other entries are
     stepped over, diescan.py), so a view pays for the functions it shows."""
-    def elftools(dw: Any) -> tuple[list[tuple[int, int]], SymbolTable]:
-        cu = dw.get_CU_at(unit)
-        top = cu.get_top_DIE()
-        base = _low_pc(top)
-        program = dw.line_program_for_CU(cu)
-        file_name = _file_names(cu, program) if program is not None else _no_file
-        known = functions.get(unit)
-        if known is None:
-            found = subprograms(elftools_unit(dw, cu), lambda offset: _die_ranges(
-                dw, cu, dw.get_DIE_from_refaddr(offset, cu), base))
-            if found is None:  # what the scan does not read: pyelftools, entry by entry
-                found = [(lo, hi, die.offset) for lo, hi, die in _functions(dw, cu, top, base)]
-            known = functions[unit] = sorted(found, key=lambda f: f[0])
-        offset = _holding(known, vaddr)
-        if offset is None:
-            return [(vaddr, vaddr + 1)], SymbolTable.empty()
-        die = dw.get_DIE_from_refaddr(offset, cu)
-        spans = [r for r in _die_ranges(dw, cu, die, base) if r[1] > r[0]]
-        pieces: list[Piece] = []
-        for d in _subtree(die):
-            if d.tag == "DW_TAG_inlined_subroutine":
-                attrs = d.attributes
-                call_file = file_name(attrs["DW_AT_call_file"].value) \
-                    if "DW_AT_call_file" in attrs else ""
-                call_line = attrs["DW_AT_call_line"].value if "DW_AT_call_line" in attrs else 0
-                _add_piece(pieces, _die_ranges(dw, cu, d, base), _origin_name(d), call_file,
-                           call_line)
-        return spans, _sweep(pieces)
-
-    def own(df: DwarfFile) -> tuple[list[tuple[int, int]], SymbolTable]:
-        from .dwarfread import Unsupported
+    def work(df: DwarfFile) -> tuple[list[tuple[int, int]], SymbolTable]:
         from .lineprog import line_program
         u = df.unit(unit)
         base = u.low_pc
@@ -184,8 +139,8 @@ def parse_inlines(unit: int, vaddr: int, functions: Functions) -> Work:
         known = functions.get(unit)
         if known is None:
             found = subprograms(own_unit(u), lambda offset: u.ranges(u.entry(offset), base))
-            if found is None:
-                raise Unsupported("a unit the scan cannot step through")
+            if found is None:  # what the scan does not step through: entry by entry
+                found = functions_by_entry(u, base)
             known = functions[unit] = sorted(found, key=lambda f: f[0])
         offset = _holding(known, vaddr)
         if offset is None:
@@ -202,7 +157,7 @@ def parse_inlines(unit: int, vaddr: int, functions: Functions) -> Work:
                 _add_piece(pieces, u.ranges(entry, base), own_origin_name(u, entry), call_file,
                            call_line)
         return spans, _sweep(pieces)
-    return Work(own, elftools)
+    return work
 
 
 def _holding(known: list[tuple[int, int, int]], vaddr: int) -> int | None:
@@ -222,112 +177,35 @@ def _constant(attr: tuple[str, Any]) -> int:
     return attr[1]
 
 
-def _functions(dw: Any, cu: Any, parent: Any, base: int,
-               budget: list[int] | None = None) -> Iterator[tuple[int, int, Any]]:
-    """The subprogram DIEs with code (below ``parent``, through namespaces
-    and classes), by each of their ranges; their children are skipped."""
-    budget = budget if budget is not None else [MAX_ENTRIES]
-    for die in _children(parent, budget):
-        if die.tag == "DW_TAG_subprogram":
-            for lo, hi in _die_ranges(dw, cu, die, base):
-                if hi > lo:
-                    yield lo, hi, die
-        elif die.tag in SCOPES and die.has_children:
-            yield from _functions(dw, cu, die, base, budget)
-
-
-def _subtree(die: Any) -> Iterator[Any]:
-    stack = [die]
-    budget = [MAX_ENTRIES]
-    while stack:
-        d = stack.pop()
-        yield d
-        if d.has_children:
-            stack.extend(_children(d, budget))
-
-
-def _children(die: Any, budget: list[int]) -> Iterator[Any]:
-    """pyelftools' children of ``die``, each after the one before and
-    counted against ``budget``: in a damaged unit a sibling that leads back
-    makes them endless."""
-    last = die.offset
-    for child in die.iter_children():
-        budget[0] -= 1
-        if budget[0] < 0:
-            raise LineProblem(f"more than {MAX_ENTRIES} entries in one unit")
-        if child.offset <= last:
-            raise LineProblem(f"an entry at {child.offset:#x} whose sibling leads back")
-        last = child.offset
-        yield child
-
-
-def dwarf_of(f: BinaryIO, max_inflated: int = DEFAULT_LIMITS.debug_size) -> Any:
-    """The file's DWARF through pyelftools, compressed sections inflated up
-    to ``max_inflated`` bytes each (lazydwarf)."""
-    from .lazydwarf import NoDwarf, dwarf_info
-    try:
-        return dwarf_info(f, max_inflated)
-    except NoDwarf:
-        raise LineProblem("no DWARF") from None
-    except Exception as e:  # pyelftools raises ELFError, DWARFError, struct errors, ...
-        raise LineProblem(f"unreadable DWARF ({type(e).__name__}: {e})"[:200]) from None
-
-
-def own_dwarf(f: BinaryIO, max_inflated: int = DEFAULT_LIMITS.debug_size) -> DwarfFile | None:
-    """The file's DWARF for dwarfread, or None where pyelftools must read it."""
+def open_dwarf(f: BinaryIO, max_inflated: int = DEFAULT_LIMITS.debug_size) -> DwarfFile:
+    """The DWARF of the open ELF file ``f`` (it must stay open), compressed
+    sections inflated up to ``max_inflated`` bytes each (lazydwarf)."""
     from .dwarfread import DwarfFile
     try:
         return DwarfFile(f, max_inflated)
     except OSError:
         raise
-    except Exception:  # not plain ELF, or damaged: pyelftools reads it, or says why not
-        return None
+    except Exception as e:  # not ELF, damaged, no .debug_info
+        raise LineProblem(_unreadable(e)) from None
 
 
-def run(work: Work, own: DwarfFile | None, elftools: Callable[[], Any]) -> Any:
-    """``work`` read from the bytes where dwarfread can (``own``), else
-    through pyelftools (``elftools()``: the file's DWARFInfo)."""
-    if own is not None:
-        try:
-            return work.own(own)
-        except LineProblem:
-            raise  # a bound met: pyelftools would meet it too
-        except Exception:  # Unsupported, or damage of any kind (IndexError, struct.error...)
-            pass  # read again by pyelftools, which says what is wrong, if anything is
-    return guarded(work.elftools, elftools())
-
-
-def guarded(work: Callable[[Any], Any], dw: Any) -> Any:
+def run(work: Work, df: DwarfFile) -> Any:
+    """``work`` read from the bytes of ``df``; LineProblem where they
+    cannot be read."""
     try:
-        return work(dw)
-    except LineProblem:
+        return work(df)
+    except (LineProblem, OSError):
         raise
-    except OSError as e:
-        raise LineProblem(f"cannot read: {e.strerror or e}") from None
-    except Exception as e:  # pyelftools raises ELFError, DWARFError, struct errors, ...
-        raise LineProblem(f"unreadable DWARF ({type(e).__name__}: {e})"[:200]) from None
+    except Exception as e:  # Unsupported, or damage of any kind (IndexError, ValueError...)
+        raise LineProblem(_unreadable(e)) from None
 
 
-def _units(dw: Any) -> list[Any]:
-    units = []
-    for cu in dw.iter_CUs():
-        units.append(cu)
-        if len(units) > MAX_UNITS:
-            raise LineProblem(f"more than {MAX_UNITS} compilation units")
-    return units
+def _unreadable(e: Exception) -> str:
+    return f"unreadable DWARF ({type(e).__name__}: {e})"[:200]
 
 
 def raw_rows(table: SymbolTable) -> list[RawSymbol]:
     return [RawSymbol(s, e - s, 0, n) for s, e, n in zip(table.starts, table.ends, table.names)]
-
-
-def _unit_rows(dw: Any, cu: Any, rows: list[RawSymbol]) -> None:
-    """The rows of one unit's line program into ``rows``, through pyelftools."""
-    program = dw.line_program_for_CU(cu)
-    if program is not None:
-        _rows_of(((e.state.address, e.state.file, e.state.line, e.state.end_sequence)
-                  for e in program.get_entries() if e.state is not None),
-                 _file_names(cu, program), rows)
 
 
 def _rows_of(states: Iterable[tuple[int, int, int, bool]], file_name: Callable[[int], str],
@@ -340,18 +218,6 @@ def _rows_of(states: Iterable[tuple[int, int, int, bool]], file_name: Callable[[
             rows.append(RawSymbol(prev[0], address - prev[0], 0,
                                   f"{file_name(prev[1])}:{prev[2]}"))
         prev = None if end_sequence else (address, file, line)
-
-
-def _file_names(cu: Any, program: Any) -> Callable[[int], str]:
-    """How the unit's line program names its files (by index), as paths."""
-    top = cu.get_top_DIE()
-    comp_dir = _text(top.attributes["DW_AT_comp_dir"].value) \
-        if "DW_AT_comp_dir" in top.attributes else ""
-    header = program.header
-    from .lineprog import file_namer
-    return file_namer(header["version"], comp_dir,
-                      [_text(d) for d in header["include_directory"]],
-                      [(_text(e.name), e.dir_index) for e in header["file_entry"]])
 
 
 MAX_ORIGIN_HOPS = 8  # abstract_origin/specification links followed for a name
@@ -402,66 +268,21 @@ _LINKS = ("DW_AT_abstract_origin", "DW_AT_specification")
 
 
 def own_origin_name(unit: Unit, entry: Entry) -> str:
-    """``_origin_name`` of an entry read by dwarfread."""
+    """The name of an inlined subroutine: its own (linkage name first), or
+    its abstract origin's, or that one's specification's; "?" where there
+    is none, or it is in a supplementary file (dwz's), which is not read."""
+    from .dwarfread import SUPPLEMENTARY
     for _ in range(MAX_ORIGIN_HOPS):
         attrs = entry.attrs
         for key in _NAMES:
             if key in attrs:
-                return unit.text(attrs[key])
+                return unit.text(attrs[key]) if attrs[key][0] not in SUPPLEMENTARY else "?"
         for link in _LINKS:
             if link in attrs:
+                if attrs[link][0] in SUPPLEMENTARY:
+                    return "?"
                 unit, entry = unit.reference(attrs[link])
                 break
         else:
             break
     return "?"
-
-
-def _origin_name(die: Any) -> str:
-    for _ in range(MAX_ORIGIN_HOPS):
-        attrs = die.attributes
-        for key in _NAMES:
-            if key in attrs:
-                return _text(attrs[key].value)
-        for link in _LINKS:
-            if link in attrs:
-                die = die.get_DIE_from_attribute(link)
-                break
-        else:
-            break
-    return "?"
-
-
-def _low_pc(die: Any) -> int:
-    attr = die.attributes.get("DW_AT_low_pc")
-    return int(attr.value) if attr is not None else 0
-
-
-def _die_ranges(dw: Any, cu: Any, die: Any, base: int) -> list[tuple[int, int]]:
-    attrs = die.attributes
-    if "DW_AT_low_pc" in attrs and "DW_AT_high_pc" in attrs:
-        low = attrs["DW_AT_low_pc"].value
-        high = attrs["DW_AT_high_pc"]
-        end = low + high.value if high.form != "DW_FORM_addr" else high.value
-        return [(low, end)]
-    if "DW_AT_ranges" not in attrs:
-        return []
-    lists = dw.range_lists()
-    if lists is None:
-        return []
-    out = []
-    # (a DW_FORM_rnglistx value comes translated to its offset)
-    entries = lists.get_range_list_at_offset(attrs["DW_AT_ranges"].value, cu=cu)
-    for entry in entries:
-        if hasattr(entry, "base_address"):
-            base = entry.base_address
-            continue
-        absolute = getattr(entry, "is_absolute", False)
-        start = entry.begin_offset if absolute else base + entry.begin_offset
-        end = entry.end_offset if absolute else base + entry.end_offset
-        out.append((start, end))
-    return out
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

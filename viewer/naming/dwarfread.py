@@ -1,21 +1,24 @@
 """DWARF units read from their bytes: entries, range lists and line programs.
 
 A first view names the inlined code and the source line of a few return
-addresses. Through pyelftools that costs more than the rest of the view's
-DWARF work together: its import (22 ms: construct, and the structures of
-every DWARF version) and an object per entry and per line-table row. Here
-the one unit that holds an address is read as plain data: its header and
-abbreviations, the entries of the function asked about, its range lists
-(``.debug_ranges``, ``.debug_rnglists``) and its line program (versions 2
-to 5, lineprog.py), the sections through lazydwarf (inflated only as far
-as read).
+addresses. Here the one unit that holds an address is read as plain data:
+its header and abbreviations, the entries of the function asked about,
+its range lists (``.debug_ranges``, ``.debug_rnglists``) and its line
+program (versions 2 to 5, lineprog.py), the sections through lazydwarf
+(inflated only as far as read). This is q-view's only DWARF reader:
+pyelftools (which built an object per entry and per row, and cost 22 ms
+to import) is the tests' oracle, never imported here.
 
-What this does not read raises ``Unsupported`` and is read by pyelftools
-instead (dwarflines.py): split DWARF and type units, supplementary
-(``.gnu_debugaltlink``) strings and references, indirect forms, VLIW line
-programs. Nothing is trusted: every offset is
-checked against its section, every count bounded; damage raises
-``Unsupported`` too, and pyelftools then says what is wrong.
+Read: DWARF 2 to 5, 32- and 64-bit DWARF, either byte order, addresses
+of 2, 4 or 8 bytes; every unit type (a type unit's or a split skeleton's
+header is stepped over; a skeleton has its line program here, its
+entries in a ``.dwo`` file q-view does not open); indirect forms;
+indexed strings and addresses (``DW_FORM_strx*``, ``DW_FORM_addrx*``,
+their GNU forms). A string or reference into a supplementary file
+(``.gnu_debugaltlink``, ``.debug_sup``: dwz) is not followed: such a name
+is "?" (``SUPPLEMENTARY``). Nothing is trusted: every offset is checked
+against its section, every count bounded; damage raises ``Unsupported``,
+which the caller reports as the object's unreadable DWARF.
 """
 
 from __future__ import annotations
@@ -61,14 +64,20 @@ FORMS = {0x01: "DW_FORM_addr", 0x03: "DW_FORM_block2", 0x04: "DW_FORM_block4",
          0x1F01: "DW_FORM_GNU_addr_index", 0x1F02: "DW_FORM_GNU_str_index",
          0x1F20: "DW_FORM_GNU_ref_alt", 0x1F21: "DW_FORM_GNU_strp_alt"}
 _STRX = frozenset(("DW_FORM_strx", "DW_FORM_strx1", "DW_FORM_strx2", "DW_FORM_strx3",
-                   "DW_FORM_strx4"))
+                   "DW_FORM_strx4", "DW_FORM_GNU_str_index"))
 _ADDRX = frozenset(("DW_FORM_addrx", "DW_FORM_addrx1", "DW_FORM_addrx2", "DW_FORM_addrx3",
-                    "DW_FORM_addrx4"))
-DW_UT_COMPILE, DW_UT_PARTIAL = 1, 3
+                    "DW_FORM_addrx4", "DW_FORM_GNU_addr_index"))
+#: forms that point into a supplementary file (dwz's), which is not opened
+SUPPLEMENTARY = frozenset(("DW_FORM_GNU_strp_alt", "DW_FORM_strp_sup", "DW_FORM_GNU_ref_alt",
+                           "DW_FORM_ref_sup4", "DW_FORM_ref_sup8"))
+# unit types (DWARF 5 7.5.1) and what their header holds after the abbreviation offset
+DW_UT_COMPILE, DW_UT_TYPE, DW_UT_PARTIAL, DW_UT_SKELETON, DW_UT_SPLIT_COMPILE, \
+    DW_UT_SPLIT_TYPE = 1, 2, 3, 4, 5, 6
+_DWO_ID, _TYPE_HEADER = (DW_UT_SKELETON, DW_UT_SPLIT_COMPILE), (DW_UT_TYPE, DW_UT_SPLIT_TYPE)
 
 
 class Unsupported(Exception):
-    """What this reader does not read (or cannot trust): pyelftools reads it."""
+    """What this reader cannot read, or cannot trust (damage)."""
 
 
 class Entry(NamedTuple):
@@ -91,7 +100,7 @@ class DwarfFile:
         self._max_inflated = max_inflated  # bytes of a compressed section (debug-size)
         self.header, self._sections = plain_sections(f)
         if ".debug_info" not in self._sections:
-            raise Unsupported("not read here")
+            raise Unsupported("no .debug_info")
         self.order: Any = "little" if self.header.endian == "<" else "big"
         self._f = f
         self._streams: dict[str, Any] = {}
@@ -170,25 +179,32 @@ class Unit:
     def __init__(self, df: DwarfFile, offset: int) -> None:
         self.df, self.offset = df, offset
         order = df.order
-        head = df.read(".debug_info", offset, min(32, df.size(".debug_info") - offset))
+        head = df.read(".debug_info", offset, min(48, df.size(".debug_info") - offset))
         length, pos = initial_length(head, order)
         self.offset_size = 8 if pos == 12 else 4
         self.end = offset + pos + length
         self.version = int_at(head, pos, 2, order)
         pos += 2
         if self.version >= 5:
-            if head[pos] not in (DW_UT_COMPILE, DW_UT_PARTIAL):
-                raise Unsupported(f"unit type {head[pos]}")
+            if pos + 2 > len(head):
+                raise Unsupported("a truncated unit header")
+            kind = head[pos]
             self.addr_size = head[pos + 1]
             abbrev_at = int_at(head, pos + 2, self.offset_size, order)
             pos += 2 + self.offset_size
+            if kind in _DWO_ID:
+                pos += 8
+            elif kind in _TYPE_HEADER:
+                pos += 8 + self.offset_size  # type signature, type offset
+            elif kind not in (DW_UT_COMPILE, DW_UT_PARTIAL):
+                raise Unsupported(f"unit type {kind}")
         elif self.version >= 2:
             abbrev_at = int_at(head, pos, self.offset_size, order)
             self.addr_size = head[pos + self.offset_size]
             pos += self.offset_size + 1
         else:
             raise Unsupported(f"DWARF version {self.version}")
-        if self.addr_size not in (4, 8):
+        if self.addr_size not in (2, 4, 8):
             raise Unsupported(f"address size {self.addr_size}")
         self.die_offset = offset + pos
         if self.end <= self.die_offset:
@@ -196,7 +212,8 @@ class Unit:
         self.data = df.read(".debug_info", self.die_offset, self.end - self.die_offset)
         self.abbrevs = _abbrevs(df, abbrev_at)
         self.top = self.entry(self.die_offset)
-        # the bases DWARF 5's indexed forms count from (pyelftools: 8 and 12 by default)
+        # the bases DWARF 5's indexed forms count from (where a unit does not say:
+        # past a 32-bit section header, as pyelftools reads them)
         self.str_offsets_base = self._base("DW_AT_str_offsets_base", 8)
         self.addr_base = self._base("DW_AT_addr_base", 8, "DW_AT_GNU_addr_base")
         self.rnglists_base = self._base("DW_AT_rnglists_base", 12)
@@ -212,9 +229,9 @@ class Unit:
 
     def entry(self, offset: int) -> Entry:
         """The entry at a ``.debug_info`` offset inside this unit."""
-        return self._entry(offset - self.die_offset)[0]
+        return self.step(offset - self.die_offset)[0]
 
-    def _entry(self, pos: int) -> tuple[Entry, int, bool]:
+    def step(self, pos: int) -> tuple[Entry, int, bool]:
         """(entry, next position, has children) at a position of ``data``;
         the entry's tag is "" at a null entry (an end of children)."""
         data = self.data
@@ -224,15 +241,22 @@ class Unit:
         tag, children, specs = self.abbrevs.get(code) or _no_abbrev(code)
         attrs: dict[str, tuple[str, Any]] = {}
         for name, form, const in specs:
+            if form == "DW_FORM_indirect":  # the form comes first, in the entry
+                number, nxt = uleb(data, nxt, len(data))
+                form = FORMS.get(number, f"DW_FORM_{number:#x}")
+                if form in ("DW_FORM_indirect", "DW_FORM_implicit_const"):
+                    raise Unsupported(f"{form} given indirectly")
             value, nxt = self.value(data, form, nxt, const)
             attrs[name] = (form, value)
         if nxt > len(data):
             raise Unsupported("a truncated entry")
         return Entry(self.die_offset + pos, tag, attrs), nxt, children
 
-    def value(self, data: bytes, form: str, pos: int, const: int = 0) -> tuple[Any, int]:
+    def value(self, data: bytes, form: str, pos: int, const: int = 0,
+              offset_size: int = 0) -> tuple[Any, int]:
         """(value, next position) of an attribute of ``form`` at ``pos`` of
-        ``data`` (this unit's entries, or its line program's tables)."""
+        ``data``: this unit's entries, or its line program's tables, whose
+        offsets are ``offset_size`` bytes (the program's own DWARF format)."""
         order = self.df.order
         width = FIXED_WIDTHS.get(form)
         if width is not None:
@@ -246,8 +270,8 @@ class Unit:
         if form == "DW_FORM_addr":
             return int_at(data, pos, self.addr_size, order), pos + self.addr_size
         if form in OFFSET_FORMS or form == "DW_FORM_ref_addr":
-            size = self.offset_size if form != "DW_FORM_ref_addr" or self.version >= 3 \
-                else self.addr_size
+            size = offset_size or self.offset_size if form != "DW_FORM_ref_addr" \
+                or self.version >= 3 else self.addr_size
             return int_at(data, pos, size, order), pos + size
         if form == "DW_FORM_sdata":
             return sleb(data, pos, len(data))
@@ -265,7 +289,7 @@ class Unit:
         if form in ULEB_BLOCK_FORMS:
             length, pos = uleb(data, pos, len(data))
             return None, pos + length
-        raise Unsupported(f"form {form}")  # indirect, and forms no table names
+        raise Unsupported(f"form {form}")  # forms no table names: their size is unknown
 
     def entries_below(self, offset: int) -> Iterator[Entry]:
         """The entry at ``offset`` and every entry below it, in file order."""
@@ -274,7 +298,7 @@ class Unit:
             raise Unsupported(f"no entry at {offset:#x}")
         depth, count = 0, 0
         while True:
-            entry, pos, children = self._entry(pos)
+            entry, pos, children = self.step(pos)
             if not entry.tag:
                 depth -= 1
                 if depth <= 0:

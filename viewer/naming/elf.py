@@ -62,7 +62,7 @@ def read_elf(path: str | os.PathLike[str], *, symbols: bool = True) -> ElfObject
         raise
     except OSError as e:
         raise ElfProblem(f"cannot read: {e.strerror or e}") from None
-    except Exception as e:  # pyelftools raises ELFError, struct.error, ValueError, ...
+    except Exception as e:  # damage of any kind: struct.error, ValueError, IndexError...
         raise ElfProblem(f"not a readable ELF file ({type(e).__name__}: {e})"[:200]) from None
 
 

@@ -1,24 +1,19 @@
-"""pyelftools' DWARFInfo over sections read, and inflated, only as far as used.
+"""An object's DWARF sections, read, and inflated, only as far as used.
 
-``ELFFile.get_dwarf_info`` reads every DWARF section into memory first, and
-a distribution's debug file has them compressed: libc's 5.8 MB of
-``.debug_info`` (plus its line, abbreviation and location tables) take 40-50
-ms to inflate, while naming the functions inlined at a few return
-addresses reads one compilation unit. Here each section is a stream that
-reads the file only as far as pyelftools reads it, and inflates a
-compressed one (``SHF_COMPRESSED`` zlib sections, GNU ``.zdebug``
-sections) no further than that. What pyelftools then parses is the same
-bytes.
+A distribution's debug file has its DWARF sections compressed: libc's 5.8
+MB of ``.debug_info`` (plus its line, abbreviation and location tables)
+take 40-50 ms to inflate, while naming the functions inlined at a few
+return addresses reads one compilation unit. Here each section is a
+stream that reads the file only as far as dwarfread.py reads it, and
+inflates a compressed one (``SHF_COMPRESSED`` zlib sections, GNU
+``.zdebug`` sections) no further than that.
 
 A compressed section says how large it is inflated (its ``Elf32_Chdr`` or
 ``Elf64_Chdr``, the big-endian size after ``.zdebug``'s "ZLIB"): one that
 says more than the caller's cap (``--limits debug-size``), as a plain
 section larger than it, is read as absent (``oversized`` names it, for a
-warning), and none is inflated past what it says. ``ELFFile``, which inflates a whole section at once and
-checks its size only after, is not used.
-
-The sections are found by qformat.elfhdr, not by pyelftools' ``ELFFile``,
-whose import (every ELF structure it knows) was a sixth of a first view.
+warning), and none is inflated past what it says. The sections are found
+by qformat.elfhdr.
 """
 
 from __future__ import annotations
@@ -26,16 +21,13 @@ from __future__ import annotations
 import io
 import os
 import struct
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 from zlib_ng import zlib_ng
 
 from qtools.qformat.elfhdr import SHF_COMPRESSED, SHT_NOBITS, ElfHeader, SectionHeader, \
     read_file_header, read_sections
 from qtools.qformat.limits import DEFAULT_LIMITS
-
-if TYPE_CHECKING:
-    from elftools.dwarf.dwarfinfo import DWARFInfo
 
 SECTIONS = ("info", "aranges", "abbrev", "frame", "str", "loc", "ranges", "line", "pubtypes",
             "pubnames", "addr", "str_offsets", "line_str", "loclists", "rnglists", "sup",
@@ -44,14 +36,6 @@ ELFCOMPRESS_ZLIB = 1
 GNU_ZLIB = struct.Struct(">4sQ")  # a .zdebug section's header: "ZLIB", the inflated size
 CHUNK = 1 << 16  # compressed bytes read, and inflated bytes made, at least at a time
 MAX_INFLATED = DEFAULT_LIMITS.debug_size  # bytes a compressed section may say it holds
-#: e_machine -> pyelftools' name of it (``ELFFile.get_machine_arch``, DwarfConfig: a
-#: name it only shows, in register descriptions)
-MACHINES = {62: "x64", 183: "AArch64", 3: "x86", 40: "ARM", 243: "RISC-V", 21: "64-bit PowerPC",
-            20: "PowerPC", 8: "MIPS", 22: "IBM S/390", 2: "SPARC", 43: "SPARC v9"}
-
-
-class NoDwarf(Exception):
-    """The file has no DWARF (nor ``.eh_frame``): pyelftools' ``has_dwarf_info``."""
 
 
 class _Lazy(io.RawIOBase):
@@ -128,43 +112,6 @@ def plain_sections(f: BinaryIO) -> tuple[ElfHeader, dict[str, SectionHeader]]:
         if sec.name.startswith(".zdebug_"):
             sections.setdefault(".debug_" + sec.name[len(".zdebug_"):], sec)
     return header, sections
-
-
-def dwarf_info(f: BinaryIO, max_inflated: int = MAX_INFLATED) -> DWARFInfo:
-    """The DWARF of the ELF file ``f`` (which must stay open while it is
-    used), as ``ELFFile(f).get_dwarf_info(relocate_dwarf_sections=False)``
-    gives it, its compressed sections inflated up to ``max_inflated`` bytes
-    each; NoDwarf where it has none."""
-    header, sections = plain_sections(f)
-    if ".debug_info" not in sections and ".eh_frame" not in sections:
-        raise NoDwarf()
-    from elftools.dwarf import dwarfinfo
-    found: dict[str, dwarfinfo.DebugSectionDescriptor | None] = {}
-    for name in [f".debug_{s}" for s in SECTIONS] + [".gnu_debugaltlink", ".eh_frame"]:
-        sec = sections.get(name)
-        stream = None if sec is None else section_stream(f, header, sec, max_inflated)
-        if sec is None or stream is None:
-            found[name] = None
-            continue
-        found[name] = dwarfinfo.DebugSectionDescriptor(
-            stream=stream,  # type: ignore[arg-type]  # a raw stream, read as a file
-            name=name, global_offset=sec.offset, size=stream.size, address=sec.addr)
-    return dwarfinfo.DWARFInfo(
-        config=dwarfinfo.DwarfConfig(little_endian=header.endian == "<",
-                           default_address_size=8 if header.is64 else 4,
-                           machine_arch=MACHINES.get(header.machine, "<unknown>")),
-        debug_info_sec=found[".debug_info"], debug_aranges_sec=found[".debug_aranges"],
-        debug_abbrev_sec=found[".debug_abbrev"], debug_frame_sec=found[".debug_frame"],
-        eh_frame_sec=found[".eh_frame"], debug_str_sec=found[".debug_str"],
-        debug_loc_sec=found[".debug_loc"], debug_ranges_sec=found[".debug_ranges"],
-        debug_line_sec=found[".debug_line"], debug_pubtypes_sec=found[".debug_pubtypes"],
-        debug_pubnames_sec=found[".debug_pubnames"], debug_addr_sec=found[".debug_addr"],
-        debug_str_offsets_sec=found[".debug_str_offsets"],
-        debug_line_str_sec=found[".debug_line_str"],
-        debug_loclists_sec=found[".debug_loclists"],
-        debug_rnglists_sec=found[".debug_rnglists"], debug_sup_sec=found[".debug_sup"],
-        gnu_debugaltlink_sec=found[".gnu_debugaltlink"],
-        debug_types_sec=found[".debug_types"])
 
 
 def inflated_size(f: BinaryIO, header: ElfHeader, sec: SectionHeader) -> int | None:

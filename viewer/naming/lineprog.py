@@ -1,19 +1,20 @@
 """A unit's line program read from its bytes (DWARF 6.2, versions 2 to 5).
 
 The rows q-view keeps (address, file, line, end of sequence) and how the
-program names its files, as dwarfread.py reads the unit they belong to:
-what this does not read (a VLIW program, ``DW_LNE_define_file``) raises
-``Unsupported`` and is read by pyelftools; damage raises it too.
+program names its files, as dwarfread.py reads the unit they belong to,
+files defined in the program (``DW_LNE_define_file``) and VLIW programs
+(several operations per instruction: the address advances by whole
+instructions) included. Damage raises ``Unsupported``.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 from qtools.qformat.ehframe import sleb, uleb
 
-from .dwarfread import FORMS, Unit, Unsupported, initial_length, int_at
+from .dwarfread import FORMS, SUPPLEMENTARY, Unit, Unsupported, initial_length, int_at
 
 MAX_FILES = 100_000  # directories and files of one line program
 
@@ -61,8 +62,8 @@ class _LineProgram:
         default_is_stmt, line_base, line_range, opcode_base = data[pos:pos + 4]
         line_base -= 256 if line_base >= 128 else 0
         pos += 4
-        if max_ops != 1 or line_range == 0 or opcode_base == 0:
-            raise Unsupported("a line program for VLIW code, or damaged")
+        if max_ops == 0 or line_range == 0 or opcode_base == 0:
+            raise Unsupported("a damaged line program header")
         lengths = data[pos:pos + opcode_base - 1]
         pos += opcode_base - 1
         if version >= 5:
@@ -77,18 +78,18 @@ class _LineProgram:
                 pos = end + 1
             pos += 1
             while data[pos]:
-                end = data.index(b"\0", pos)
-                name = data[pos:end].decode("utf-8", "replace")
-                directory, pos = uleb(data, end + 1, len(data))
-                pos = uleb(data, uleb(data, pos, len(data))[1], len(data))[1]  # time, size
-                files.append((name, directory))
+                entry, pos = _file_entry(data, pos, len(data))
+                files.append(entry)
             if len(files) > MAX_FILES:
                 raise Unsupported("too many files")
         comp = self.unit.top.attrs.get("DW_AT_comp_dir")
-        names = file_namer(version, self.unit.text(comp) if comp is not None else "",
-                           directories, files)
-        rows = _rows(data, program, len(data), order, addr_size, min_inst, line_base,
-                     line_range, opcode_base, lengths, bool(default_is_stmt))
+        # (a directory in dwz's supplementary file is not known: paths stay relative)
+        comp_dir = self.unit.text(comp) if comp is not None and comp[0] not in SUPPLEMENTARY \
+            else ""
+        names = file_namer(version, comp_dir, directories, files)
+        rows = _rows(data, program, len(data), order, addr_size,
+                     _Advance(min_inst, max_ops, line_base, line_range, opcode_base), lengths,
+                     files)
         return names, rows
 
     def _entries(self, pos: int) -> tuple[list[tuple[str, int]], int]:
@@ -108,7 +109,7 @@ class _LineProgram:
         for _ in range(n):
             path, directory = "", 0
             for kind, form in formats:
-                value, pos = self.unit.value(data, form, pos)
+                value, pos = self.unit.value(data, form, pos, 0, self.offset_size)
                 if pos > len(data):
                     raise Unsupported("a truncated line program header")
                 if kind == DW_LNCT_PATH:
@@ -147,19 +148,46 @@ def file_namer(version: int, comp_dir: str, directories: list[str],
     return file_name
 
 
-def _rows(data: bytes, pos: int, end: int, order: Any, addr_size: int, min_inst: int,
-          line_base: int, line_range: int, opcode_base: int, lengths: bytes,
-          default_is_stmt: bool) -> Iterator[Row]:
-    """The rows of a line program (DWARF 6.2.5), as pyelftools emits them."""
-    address, file, line = 0, 1, 1
-    const_add = (255 - opcode_base) // line_range * min_inst
+class _Advance(NamedTuple):
+    """How a line program's opcodes advance the address and the line."""
+
+    min_inst: int
+    max_ops: int  # operations per instruction: 1 but on VLIW machines
+    line_base: int
+    line_range: int
+    opcode_base: int
+
+
+def _rows(data: bytes, pos: int, end: int, order: Any, addr_size: int, adv: _Advance,
+          lengths: bytes, files: list[tuple[str, int]]) -> Iterator[Row]:
+    """The rows of a line program (DWARF 6.2.5): each row's address, file,
+    line and whether it ends a sequence. A file the program defines is
+    appended to ``files``."""
+    address, op_index, file, line = 0, 0, 1, 1
+    min_inst, max_ops, line_base, line_range, opcode_base = adv
+
+    def advanced(operations: int) -> tuple[int, int]:
+        """(address, op_index) after ``operations`` operations (6.2.5.1)."""
+        if max_ops == 1:
+            return address + operations * min_inst, 0
+        total = op_index + operations
+        return address + min_inst * (total // max_ops), total % max_ops
+    const_ops = (255 - opcode_base) // line_range
+    # what each special opcode (most of a program) advances, looked up
+    ops_of = [0] * opcode_base + [(op - opcode_base) // line_range
+                                  for op in range(opcode_base, 256)]
+    lines_of = [0] * opcode_base + [line_base + (op - opcode_base) % line_range
+                                    for op in range(opcode_base, 256)]
+    bytes_of = [n * min_inst for n in ops_of]
     while pos < end:
         op = data[pos]
         pos += 1
         if op >= opcode_base:
-            adjusted = op - opcode_base
-            address += adjusted // line_range * min_inst
-            line += line_base + adjusted % line_range
+            if max_ops == 1:
+                address += bytes_of[op]
+            else:
+                address, op_index = advanced(ops_of[op])
+            line += lines_of[op]
             yield address, file, line, False
         elif op == 0:  # extended
             length, pos = uleb(data, pos, end)
@@ -169,30 +197,44 @@ def _rows(data: bytes, pos: int, end: int, order: Any, addr_size: int, min_inst:
             pos += length
             if sub == 1:  # end_sequence
                 yield address, file, line, True
-                address, file, line = 0, 1, 1
+                address, op_index, file, line = 0, 0, 1, 1
             elif sub == 2:  # set_address
                 if length - 1 != addr_size:
                     raise Unsupported("an address of another size")
-                address = int_at(data, operand, addr_size, order)
-            elif sub == 3:  # define_file: pyelftools appends it; so few use it
-                raise Unsupported("DW_LNE_define_file")
+                address, op_index = int_at(data, operand, addr_size, order), 0
+            elif sub == 3:  # define_file: a file entry as the header's (DWARF 2 to 4)
+                files.append(_file_entry(data, operand, pos)[0])
+                if len(files) > MAX_FILES:
+                    raise Unsupported("too many files")
         elif op == 1:  # copy
             yield address, file, line, False
         elif op == 2:  # advance_pc
             value, pos = uleb(data, pos, end)
-            address += value * min_inst
+            address, op_index = advanced(value)
         elif op == 3:  # advance_line
             value, pos = sleb(data, pos, end)
             line += value
         elif op == 4:  # set_file
             file, pos = uleb(data, pos, end)
         elif op == 8:  # const_add_pc
-            address += const_add
+            address, op_index = advanced(const_ops)
         elif op == 9:  # fixed_advance_pc
             if pos + 2 > end:
                 raise Unsupported("a damaged line program")
-            address += int_at(data, pos, 2, order)
+            address, op_index = address + int_at(data, pos, 2, order), 0
             pos += 2
         else:  # set_column, negate_stmt, basic_block, prologue, epilogue, isa, newer ones
             for _ in range(lengths[op - 1] if op - 1 < len(lengths) else 0):
                 pos = uleb(data, pos, end)[1]
+
+
+def _file_entry(data: bytes, pos: int, end: int) -> tuple[tuple[str, int], int]:
+    """A DWARF 2 to 4 file entry (its name and directory index; its time
+    and size are not kept), and where the next begins."""
+    nul = data.find(b"\0", pos, end)
+    if nul < 0:
+        raise Unsupported("a damaged file entry")
+    name = data[pos:nul].decode("utf-8", "replace")
+    directory, pos = uleb(data, nul + 1, end)
+    pos = uleb(data, uleb(data, pos, end)[1], end)[1]  # time, size
+    return (name, directory), pos

@@ -12,15 +12,14 @@ import hashlib
 import os
 from bisect import bisect_right
 from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from qtools.qformat import open_regular
 from qtools.qformat.limits import DEFAULT_LIMITS
 
 from .aranges import has_lines, read_index
 from .dwarflines import (Functions, InlineFrame, LineIndex, LineProblem, Work, decode_chain,
-                         dwarf_of, own_dwarf, parse_inlines, parse_rows, raw_rows, run,
-                         split_line)
+                         open_dwarf, parse_inlines, parse_rows, raw_rows, run, split_line)
 from .symtab import SymbolTable
 
 if TYPE_CHECKING:
@@ -50,12 +49,10 @@ class ObjectLines:
         # read since the cache entry: rows per unit, inlined code per function
         self.units: dict[int, SymbolTable] = {}
         self.functions: list[tuple[int, int, SymbolTable]] = []  # (start, end, chains)
-        # The file stays open, its DWARF parsed once, until ``flush``: both
-        # readers keep the units (and pyelftools the entries) they have read.
+        # The file stays open until ``flush``: its reader keeps the units
+        # (headers, abbreviations, entries' bytes) it has read.
         self._open = ExitStack()
-        self._file: BinaryIO | None = None
-        self._own: DwarfFile | None = None  # None: dwarfread cannot read this file
-        self._dw: Any = None
+        self._dwarf: DwarfFile | None = None
         self._functions: Functions = {}
 
     def lookup(self, vaddr: int) -> tuple[str, int] | None:
@@ -89,14 +86,14 @@ class ObjectLines:
 
     def _read(self, work: Work) -> Any:
         try:
-            if self._file is None:
+            if self._dwarf is None:
                 path = self._open.enter_context(self.opener())
                 if path is None:
                     self.failed = True
                     return None
-                self._file = self._open.enter_context(os.fdopen(open_regular(path), "rb"))
-                self._own = own_dwarf(self._file, self.max_inflated)
-            return run(work, self._own, self._elftools)
+                f = self._open.enter_context(os.fdopen(open_regular(path), "rb"))
+                self._dwarf = open_dwarf(f, self.max_inflated)
+            return run(work, self._dwarf)
         except OSError as e:
             self.warn(f"{self.label}: cannot read: {e.strerror or e}; its source lines "
                       "are unknown")
@@ -106,12 +103,6 @@ class ObjectLines:
             self.warn(f"{self.label}: {e}; its source lines are unknown")
             self.failed = True
             return None
-
-    def _elftools(self) -> Any:
-        if self._dw is None:
-            assert self._file is not None
-            self._dw = dwarf_of(self._file, self.max_inflated)
-        return self._dw
 
     def inlined(self, vaddr: int, with_line: bool = True) -> list[InlineFrame]:
         """The functions inlined at a link-time address, innermost first,
@@ -154,7 +145,7 @@ class ObjectLines:
     def flush(self) -> None:
         """Store what was read, merged into the cached entry; close the file."""
         self._open.close()
-        self._file = self._own = self._dw = None
+        self._dwarf = None
         self._functions.clear()
         if not self.units and not self.functions:
             return

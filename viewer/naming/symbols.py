@@ -242,7 +242,7 @@ class Symbols:
         hit = self.cache.load(key) if key else None
         if hit is not None:
             return hit[0]
-        table = read_fde_ranges(path, self.max_debug)
+        table = read_fde_ranges(path)
         if key:
             self.cache.store(key, table, {})
         return table
@@ -375,8 +375,7 @@ class Symbols:
                 if source is not None:
                     cache_key = self._cache_key(source, copy, "roots")
                     hit = self.cache.load(cache_key) if cache_key else None
-                    table = hit[0] if hit is not None else read_root_ranges(source,
-                                                                            self.max_debug)
+                    table = hit[0] if hit is not None else read_root_ranges(source)
                     if hit is None and cache_key:
                         self.cache.store(cache_key, table, {})
                     self._roots[key] = table
