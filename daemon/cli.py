@@ -14,10 +14,9 @@ try:
     import os
     import sys
 
-    from qtools.qformat.helptext import (RawDescriptionHelpFormatter, positive_float,
-                                         positive_int)
+    from qtools.common.helptext import RawDescriptionHelpFormatter, positive_float, positive_int
     from qtools.qformat.pushstate import check_url
-    from qtools.qformat.version import package_version
+    from qtools.common.version import package_version
 
     from . import attach, command
     from .config import Config, parse_age, parse_size

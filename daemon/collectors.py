@@ -27,7 +27,7 @@ from .machine.host import Host
 from .messages import Tally, parse_line, split_lines, tell
 from .plan import CollectError
 from .sets.checkpoint import RunInfo
-from .sets.kallsyms import KallsymsCopy
+from .sets.kallsymscopy import KallsymsCopy
 
 RESTARTS_PER_MINUTE = 5
 

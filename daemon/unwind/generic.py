@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from .errors import CfiError
+from .unwinderrors import CfiError
 from .expr import MemoryUnavailable, evaluate
 from .regs import ArchRegs
 from .rules import (BAD, CFA_DEREF, CFA_EXPR, FP_BASED, NO_CFI, NO_MAP, OP_AT_BREG, OP_EXPR,

@@ -21,13 +21,13 @@ import bisect
 import os
 import struct
 
-from qtools.qformat.elfhdr import ElfHeader, Segment, offset_of, vaddr_of
+from qtools.qformat.objects.elfhdr import ElfHeader, Segment, offset_of, vaddr_of
 
-from qtools.qformat.cfi import FdeRows, Row, CfaState, cie_state, decode_fde
-from qtools.qformat.ehframe import (DEBUG_FRAME, EH_FRAME, Buffer, CieCache, Fde, HdrTable,
-                                   iter_fdes, parse_fde, parse_hdr)
-from .elf import frame_sections, parse_elf, parse_elf_file
-from .errors import CfiError, UnwindError
+from qtools.qformat.objects.cfi import FdeRows, Row, CfaState, cie_state, decode_fde
+from qtools.qformat.objects.ehframe import (DEBUG_FRAME, EH_FRAME, Buffer, CieCache, Fde, HdrTable,
+                                            iter_fdes, parse_fde, parse_hdr)
+from .elfsections import frame_sections, parse_elf, parse_elf_file
+from .unwinderrors import CfiError, UnwindError
 from .filebytes import FileBytes, MemoryBytes, Source
 from .regs import BY_MACHINE, ArchRegs
 from .rules import RULE_BAD, RULE_NO_CFI, Rule, compile_row

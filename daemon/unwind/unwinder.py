@@ -25,13 +25,13 @@ import struct
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from .errors import CfiError
+from .unwinderrors import CfiError
 from .generic import (BAD_FRAME, END_OF_STACK, MAX_FRAMES, ROOT_REASON, core_step,
                       sample_registers, walk_generic)
 from .regs import ArchRegs, arch_by_name, sample_positions
 from .rules import BAD, GENERAL, NO_MAP, ROOT, RULE_NO_CFI, RULE_NO_MAP, Rule
 from .memo import WalkMemo
-from .space import AddressSpace
+from .procspace import AddressSpace
 
 MASK64 = (1 << 64) - 1
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 TREE = Path(__file__).resolve().parents[2]
-TOP = ("qformat", "daemon", "viewer")
+TOP = ("common", "qformat", "daemon", "viewer")
 
 
 def tree_modules() -> dict[str, Path]:

@@ -18,7 +18,7 @@ from qtools.daemon.decode.records import RecordError, Sample
 from qtools.daemon.kernel.source import PerfSource, SourceSpec
 from qtools.daemon.unwind.regs import sample_positions
 from qtools.qformat import read_hist, read_info, read_stacks
-from qtools.viewer.naming.space import AddressSpace
+from qtools.viewer.naming.addrspace import AddressSpace
 from qtools.viewer.naming.symbols import KERNEL_OBJECT, KERNEL_UNKNOWN, Symbols
 from qtools.viewer.naming.symcache import SymbolCache
 from tests.conftest import OWN_SETS, q_syscollect

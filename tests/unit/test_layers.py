@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGES = ("qtools.qformat", "qtools.daemon", "qtools.viewer")
+PACKAGES = ("qtools.common", "qtools.qformat", "qtools.daemon", "qtools.viewer")
 # q-view's layers, lowest first: a module may import its own layer and those below
 VIEWER_LAYERS = ("model", "inputs", "naming", "profile", "render", "commands")
 
@@ -128,10 +128,14 @@ def test_every_viewer_module_is_in_a_layer():
     assert outside == []
 
 
-@pytest.mark.parametrize("package", ["qtools.qformat"])
-def test_the_file_format_imports_neither_side(package):
+@pytest.mark.parametrize("package, above", [
+    ("qtools.common", ("qtools.qformat", "qtools.daemon", "qtools.viewer")),
+    ("qtools.qformat", ("qtools.daemon", "qtools.viewer"))])
+def test_the_shared_packages_import_neither_side(package, above):
+    """common (what both commands share that is no file format) is below
+    qformat, and qformat below the daemon and the viewer."""
     graph = import_graph()
-    upward = {m: sorted(d for d in deps if d.startswith(("qtools.daemon", "qtools.viewer")))
+    upward = {m: sorted(d for d in deps if d.startswith(above))
               for m, deps in graph.items() if m.startswith(package)}
     assert {m: d for m, d in upward.items() if d} == {}
 

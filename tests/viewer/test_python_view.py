@@ -9,9 +9,8 @@ from pathlib import Path
 from qsynth import MS, QBuilder
 from scenarios import run
 from qtools.qformat import read_info
-from qtools.qformat.jitdump import (CodeLoad, Header, encode, encode_header,
-                                    synthetic_address)
-from qtools.viewer.naming.space import AddressSpace
+from qtools.qformat.jit.jitdump import CodeLoad, Header, encode, encode_header, synthetic_address
+from qtools.viewer.naming.addrspace import AddressSpace
 from qtools.viewer.naming.symbols import Symbols
 from qtools.viewer.naming.symcache import SymbolCache
 

@@ -15,7 +15,7 @@ import pytest
 from qsynth import MS, QBuilder
 from tests.conftest import q_view_popen
 from qtools.viewer.commands.view import main
-from qtools.viewer.model.errors import ViewError
+from qtools.viewer.model.viewerrors import ViewError
 from qtools.viewer.inputs.timewin import overlaps, parse_time
 
 NOW = datetime(2026, 11, 22, 12, 0, 0).timestamp()

@@ -12,7 +12,7 @@ import pytest
 
 from qsynth import QBuilder
 from qtools.qformat import read_info
-from qtools.viewer.naming.space import AddressSpace
+from qtools.viewer.naming.addrspace import AddressSpace
 from qtools.viewer.naming.symbols import KERNEL_OBJECT, KERNEL_UNKNOWN, Symbols
 from qtools.viewer.naming.symcache import SymbolCache
 

@@ -21,7 +21,7 @@ from typing import TextIO
 
 from qtools.qformat import ObjectRef
 
-from ..model.errors import ViewError
+from ..model.viewerrors import ViewError
 from ..inputs.load import StoredSet
 from ..profile.build import located
 from ..naming.disasm import DisasmProblem, Instruction, disassemble, read_code
@@ -30,7 +30,7 @@ from ..naming.symbols import Symbols, Warn
 from ..profile.group import one_unit
 from ..model.options import Options
 from ..model.escape import printable
-from ..profile.report import symbolizer
+from ..profile.pipeline import symbolizer
 from ..naming.sources import Roots, SourceFiles
 HOTTEST = 3  # source lines marked as the hottest
 

@@ -17,7 +17,7 @@ import argparse
 import os
 from typing import Callable, TextIO
 
-from ..model.errors import UsageError, ViewError
+from ..model.viewerrors import UsageError, ViewError
 from ..inputs import runs
 from ..inputs.select import Selection
 from ..inputs.programs import select_inputs

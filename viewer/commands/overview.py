@@ -29,7 +29,7 @@ from typing import Callable, Iterable, TextIO
 
 from qtools.qformat import Limits
 
-from ..model.errors import ViewError
+from ..model.viewerrors import ViewError
 from ..inputs import hints, runs
 from ..inputs.load import IDLE, KERNEL, SetRemoved, Source, StoredSet, kernel_only_run, label, sets_in
 from ..inputs.select import Selection, pick_run

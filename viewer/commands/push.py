@@ -38,19 +38,19 @@ from typing import Callable
 from urllib.parse import urlencode
 
 from qtools.qformat import QDir, QFormatError
-from qtools.qformat.helptext import HelpFormatter, positive_float, positive_int
+from qtools.common.helptext import HelpFormatter, positive_float, positive_int
 from qtools.qformat.limits import DEFAULT_LIMITS, LimitExceeded
 from qtools.qformat.pushstate import STATE_NAME, check_url, read_sent, write_sent
 
 from . import pushhttp
-from ..model.errors import ViewError
+from ..model.viewerrors import ViewError
 from ..model.escape import printable
 from ..inputs.load import StoredSet, parse_set_name, read_set
 from ..naming.symbols import Symbols
 from ..naming.symcache import SymbolCache
 from ..model.options import Options as ReportOptions
 from ..profile import export
-from ..profile.report import tables_named_by
+from ..profile.pipeline import tables_named_by
 from ..render import pprof
 
 PROG = "q-push"

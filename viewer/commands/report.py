@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import BinaryIO, Callable, TextIO
 
 from ..inputs.load import StoredSet
-from ..model.errors import UsageError
+from ..model.viewerrors import UsageError
 from ..model.graph import CallGraph, InconsistentGraph
 from ..model.options import Options
-from ..profile.report import call_graph, export_tables
+from ..profile.pipeline import call_graph, export_tables
 from ..render import FORMATS
 from ..render import metricgraph as metric_graph
 from ..render import metrics as metrics_view

@@ -28,8 +28,8 @@ try:
         parse_limits
     from qtools.qformat import QFormatError
     from qtools.qformat.archive import looks_like_archive
-    from qtools.qformat.helptext import HelpFormatter
-    from qtools.qformat.version import package_version
+    from qtools.common.helptext import HelpFormatter
+    from qtools.common.version import package_version
 
     import re
 
@@ -40,7 +40,7 @@ try:
     from ..inputs.programs import select_inputs
     from ..inputs.select import Selection
     from ..inputs.timewin import parse_time
-    from ..model.errors import UsageError, ViewError
+    from ..model.viewerrors import UsageError, ViewError
     from ..model.escape import escaped, printable, unescaped
     from ..model.options import (METRICS, Options, ProfileOptions, ReportOptions,
                                  SymbolOptions)

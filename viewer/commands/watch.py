@@ -30,7 +30,7 @@ from watchdog.observers.api import BaseObserver
 
 from qtools.qformat import QFormatError
 
-from ..model.errors import ViewError
+from ..model.viewerrors import ViewError
 from ..model.escape import printable
 from ..render.fit import fit_text
 

@@ -23,7 +23,7 @@ from qtools.qformat.info import Unwanted, Wanted
 from qtools.qformat.threads import ThreadName, ThreadWeight, read_threads, with_cpu_rest
 from qtools.qformat.stores import DirStore, Store
 
-from ..model.errors import ViewError
+from ..model.viewerrors import ViewError
 from . import hints
 
 DEFAULT_DIR = ".q"

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, NamedTuple
 
-from qtools.qformat.ehframe import uleb  # LEB128, as DWARF encodes it everywhere
+from qtools.qformat.objects.ehframe import uleb  # LEB128, as DWARF encodes it everywhere
 
 SCOPES = frozenset(("DW_TAG_namespace", "DW_TAG_class_type", "DW_TAG_structure_type",
                     "DW_TAG_union_type", "DW_TAG_module"))

@@ -28,9 +28,9 @@ from qtools.qformat.stores import Store
 
 from .debugfiles import DebugFile, Here, candidates, matching
 from .debuginfod import Debuginfod
-from .elf import ElfObject, ElfProblem, Segment, read_elf
+from .elfsymbols import ElfObject, ElfProblem, Segment, read_elf
 from .fde import read_fde_ranges, read_root_ranges
-from .kallsyms import MAX_TEXT, KallsymsText, read_lines, read_plain
+from .kernelsymbols import MAX_TEXT, KallsymsText, read_lines, read_plain
 from .localfiles import only_owner_can_change, same_file_here
 from .lines import (LineIndex, LineProblem, ObjectLines, has_lines, path_opener, path_tag,
                     read_index)

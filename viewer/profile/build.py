@@ -23,7 +23,7 @@ from qtools.qformat import LimitExceeded, QFormatError
 from ..inputs.load import StoredSet
 from ..model.options import ProfileOptions
 from ..model.profile import Profile, SetSamples, View
-from ..naming.space import AddressSpace
+from ..naming.addrspace import AddressSpace
 from ..naming.symbols import Symbols, Warn
 from .locate import SetLocations, locate_set
 from .threadlocs import ThreadView, locate_cpu_by_thread, locate_threads

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 from ..inputs.select import Selection
-from ..model.errors import ViewError
+from ..model.viewerrors import ViewError
 from ..model.frames import Frame
 from ..model.graph import CallGraph
 from ..model.numfmt import percent

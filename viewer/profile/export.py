@@ -29,10 +29,10 @@ from typing import Callable, Generic, Hashable, TypeVar
 from qtools.qformat import LimitExceeded
 from qtools.qformat.limits import exceeded
 
-from ..model.errors import ViewError
+from ..model.viewerrors import ViewError
 from ..model.frames import Frame, FrameTable
 from ..model.profile import Labels, Mapping, Profile, SetFacts, SetSamples
-from .frames import SetFrames
+from .setframes import SetFrames
 from .group import UNKEPT as UNKEPT_FRAME, one_unit
 from .process import Processing
 

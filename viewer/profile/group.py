@@ -26,12 +26,12 @@ from typing import Callable, Iterable, Protocol
 from qtools.qformat import LimitExceeded
 from qtools.qformat.limits import exceeded
 
-from ..model.errors import ViewError
+from ..model.viewerrors import ViewError
 from ..model.frames import Frame, FrameTable, SetSummary
 from ..model.graph import Samples
 from ..model.profile import Profile, SetFacts, SetSamples, View
 from ..model.quality import InterpreterQuality, StackQuality
-from .frames import Escape, SetFrames, escaping
+from .setframes import Escape, SetFrames, escaping
 from .process import PROCESS_OBJECT, Processing
 
 # Where a `.stack` file's remainder line (``WEIGHT -``: stacks the collector

@@ -20,7 +20,7 @@ from typing import Iterable
 from qtools.qformat import Arc, LimitExceeded, MissingFile, QFormatError, Stack
 from qtools.qformat.limits import exceeded
 
-from ..naming.space import AddressSpace
+from ..naming.addrspace import AddressSpace
 from ..naming.symbols import Warn
 from ..model.frames import Location, SetSummary
 from ..model.profile import Labels, SetSamples

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 from qtools.qformat import LimitExceeded, MissingFile, QFormatError, ThreadName, ThreadWeight
 
-from ..naming.space import NOWHERE, AddressSpace
+from ..naming.addrspace import NOWHERE, AddressSpace
 from ..naming.symbols import Warn
 from ..model.frames import Frame
 from ..inputs.load import StoredSet

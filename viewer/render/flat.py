@@ -7,7 +7,7 @@ from typing import TextIO
 
 from ..model.numfmt import DASH, calls, percent, si
 from ..model.graph import Function, CallGraph
-from .names import Namer
+from .rownames import Namer
 from .units import base_note, below, legend, share_heading
 
 

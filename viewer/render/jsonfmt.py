@@ -12,7 +12,7 @@ from typing import Any, TextIO
 
 from ..model.escape import write_json
 from ..model.graph import Function, CallGraph
-from .quality import RULE
+from .qualitytext import RULE
 
 FORMAT = 1  # docs/json.md: raised only when a field changes meaning or goes away
 

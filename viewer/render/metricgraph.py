@@ -21,7 +21,7 @@ from ..model.numfmt import DASH, si
 from ..model.graph import Arc, CallGraph
 from ..model.frames import Frame
 from .metrics import rows, total, units
-from .names import ambiguous_names, plain_name
+from .rownames import ambiguous_names, plain_name
 
 SEPARATOR = "-" * 47
 Pair = tuple[float, float]  # (self, inclusive) of one metric

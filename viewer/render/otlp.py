@@ -26,7 +26,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationSc
 from opentelemetry.proto.profiles.v1development import profiles_pb2 as pb
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
-from qtools.qformat.version import package_version
+from qtools.common.version import package_version
 
 from ..profile.export import Labels, Strings, Tables
 

@@ -8,7 +8,7 @@ from typing import TextIO
 
 from ..model.graph import CallGraph
 from ..model.options import ReportOptions
-from . import flat, graph, quality
+from . import flat, graphtext as graph, qualitytext as quality
 
 
 def render(profile: CallGraph, out: TextIO, options: ReportOptions) -> None:

@@ -15,7 +15,7 @@ from typing import Iterable, TextIO, Union
 from ..model.numfmt import DASH, calls, percent, si
 from ..model.graph import Arc, Cycle, Function, CallGraph
 from ..model.frames import Frame
-from .names import Namer
+from .rownames import Namer
 from .units import below, is_time
 
 SEPARATOR = "-" * 47

@@ -14,8 +14,8 @@ from bisect import bisect_right
 from typing import NamedTuple
 
 from qtools.qformat import Info, MapRange, ObjectRef
-from qtools.qformat.arch import kernel_start
-from qtools.qformat.jitaddr import is_synthetic
+from qtools.qformat.kernelspace import kernel_start
+from qtools.qformat.jit.jitaddr import is_synthetic
 
 from ..model.frames import Location, Symbolized
 from ..model.profile import KERNEL, NOWHERE, Mapping

@@ -10,10 +10,10 @@ a ValueError).
 
 from __future__ import annotations
 
-from qtools.qformat.elfhdr import SHT_NOBITS, ElfHeader, ElfHeaderError, read_file_header, \
-    read_header, read_sections
+from qtools.qformat.objects.elfhdr import (SHT_NOBITS, ElfHeader, ElfHeaderError, read_file_header,
+                                           read_header, read_sections)
 
-from .errors import ElfError
+from .unwinderrors import ElfError
 from .filebytes import Cursor, Source
 
 FRAME_SECTIONS = (".eh_frame", ".debug_frame")

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Callable, NamedTuple, TextIO, TypeGuard
 
 from qtools.qformat import QDir
 from qtools.qformat.info import JitdumpRef
-from qtools.qformat.jitaddr import synthetic_address
+from qtools.qformat.jit.jitaddr import synthetic_address
 
 from ..machine.host import LIVE, Host
 from ..messages import write_line
@@ -56,7 +56,7 @@ from ..unwind.objcfi import ObjectCFI
 from ..unwind.regs import ArchRegs
 
 if TYPE_CHECKING:  # the decoder itself is imported only for a process with a dump
-    from qtools.qformat.jitdump import Placement, UnwindingInfo
+    from qtools.qformat.jit.jitdump import Placement, UnwindingInfo
 
 REFRESH_SECONDS = 0.25
 # Time reading jitdumps, which runs inside the sample handler: a share of

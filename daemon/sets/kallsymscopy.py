@@ -19,7 +19,7 @@ import time
 import zlib
 
 from qtools.qformat import QFormatError, TooLarge, parse_copy_name
-from qtools.qformat.cachedir import cache_dir, open_cache_dir
+from qtools.common.cachedir import cache_dir, open_cache_dir
 
 from ..machine.host import Host
 from .objects import RETRY_SECONDS, ObjectCopier

@@ -18,9 +18,9 @@ import struct
 from typing import BinaryIO, Iterator
 
 from qtools.qformat import open_regular
-from qtools.qformat.elfhdr import (SHF_EXECINSTR, SHT_DYNSYM, SHT_NOBITS, SHT_NOTE, SHT_REL,
-                                   SHT_RELA, SHT_SYMTAB, SectionHeader, Segment, read_file_header,
-                                   read_sections, vaddr_of)
+from qtools.qformat.objects.elfhdr import (SHF_EXECINSTR, SHT_DYNSYM, SHT_NOBITS, SHT_NOTE,
+                                           SHT_REL, SHT_RELA, SHT_SYMTAB, SectionHeader, Segment,
+                                           read_file_header, read_sections, vaddr_of)
 
 from .symtab import RawSymbol, SymbolTable
 
