@@ -25,9 +25,10 @@ def cache_dir(kind: str) -> str | None:
 def open_cache_dir(path: str, create: bool, private: bool = True) -> int | None:
     """A descriptor of the directory ``path``, reached one component at a
     time; None where that fails, or where the directory is not this user's
-    (with ``private``, also where anyone else may write in it). A symlink on the way is followed only if
-    it is root's or this user's (``/home`` pointing elsewhere, a user's own
-    link in a run as that user), never another user's: a run as root must
+    (with ``private``, also where anyone else may write in it). A symlink on
+    the way is followed only if it is root's or this user's (``/home``
+    pointing elsewhere, a user's own link in a run as that user), never
+    another user's: a run as root must
     not be led anywhere by a link in someone's home (``sudo -E`` keeps
     HOME). With ``create`` the missing components are made (mode 0700),
     but only inside a directory this user owns, so a root run leaves no

@@ -160,7 +160,7 @@ class Checkpoints:
         ok = self.write(read_until, final=True)
         self.book.start_slice()
         self.start_counters()
-        for proc, ts in self.book.by_process.items():
+        for ts in self.book.by_process.values():
             ts.stats.counters_start = ts.stats.counters_last
         return ok
 

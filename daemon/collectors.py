@@ -40,7 +40,8 @@ class Child:
     def __init__(self, pid: int, cpu: int, status_fd: int, last_seen: float) -> None:
         self.pid = pid
         self.cpu = cpu
-        self.status_fd = status_fd  # the status lines of messages.py: "ok", a "beat" a second, "end"
+        # the status lines of messages.py: "ok", a "beat" a second, "end"
+        self.status_fd = status_fd
         self.last_seen = last_seen
         self.pending = b""  # the start of a line not yet complete
         self.tally = Tally()  # its totals as last reported

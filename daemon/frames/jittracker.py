@@ -232,7 +232,8 @@ class JitTracker:
             return st.stubs[ip]
         found = None
         start = max(0, ip - MAX_STUB)
-        window = self.host.read_memory(proc.pid, start, ip + MAX_STUB - start) if not proc.ended else None
+        window = None if proc.ended else \
+            self.host.read_memory(proc.pid, start, ip + MAX_STUB - start)
         if window:
             hit = match_stub(self.arch, window, start, ip)
             if hit is not None:

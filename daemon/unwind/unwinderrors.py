@@ -4,7 +4,8 @@ and are turned into "no rules" or a clean stop."""
 
 from __future__ import annotations
 
-from qtools.qformat.objects.ehframe import CfiError  # malformed CFI (a ValueError): the shared parser's
+# malformed CFI (a ValueError): the shared parser's
+from qtools.qformat.objects.ehframe import CfiError
 
 __all__ = ["CfiError", "ElfError", "UnwindError"]
 

@@ -47,6 +47,9 @@ import struct
 from dataclasses import dataclass, field
 from typing import NamedTuple, Union
 
+from .jitaddr import (JIT_BASE, JIT_END, JIT_STRIDE, MAX_ORDINAL, is_synthetic,  # noqa: F401
+                      split_synthetic, synthetic_address)
+
 MAGIC = 0x4A695444
 MAGIC_SWAPPED = 0x4454694A
 FLAGS_ARCH_TIMESTAMP = 1
@@ -55,9 +58,6 @@ CODE_LOAD, CODE_MOVE, CODE_DEBUG_INFO, CODE_CLOSE, CODE_UNWINDING_INFO = range(5
 
 MAX_RECORD = 4 << 20  # a larger record is taken for corruption
 MAX_HEADER = 4096
-
-from .jitaddr import (JIT_BASE, JIT_END, JIT_STRIDE, MAX_ORDINAL, is_synthetic,  # noqa: F401
-                      split_synthetic, synthetic_address)
 
 _HEADER = struct.Struct("<IIIIIIQQ")
 _PREFIX = struct.Struct("<IIQ")
@@ -151,7 +151,8 @@ class Unknown(NamedTuple):
 Record = Union[CodeLoad, CodeMove, DebugInfo, UnwindingInfo, Close, Unknown]
 
 
-def _cstring(data: bytes | bytearray | memoryview, pos: int, end: int, where: int) -> tuple[str, int]:
+def _cstring(data: bytes | bytearray | memoryview, pos: int, end: int, where: int
+             ) -> tuple[str, int]:
     raw = bytes(data[pos:end])
     nul = raw.find(b"\0")
     if nul < 0:

@@ -145,7 +145,8 @@ def _execute(insns: bytes, cie: Cie, state: CfaState, initial: dict[int, RegRule
                                    "little" if cie.layout.order == "<" else "big")
             pos += size
             advance(loc + delta * caf)
-        elif op in (0x05, 0x11, 0x14, 0x15, 0x2F):  # offset_extended(_sf), val_offset(_sf), GNU neg.
+        # offset_extended(_sf), val_offset(_sf), GNU negative offset
+        elif op in (0x05, 0x11, 0x14, 0x15, 0x2F):
             r, pos = _reg(insns, pos, end)
             if op in (0x11, 0x15):
                 off, pos = sleb(insns, pos, end)
@@ -172,7 +173,8 @@ def _execute(insns: bytes, cie: Cie, state: CfaState, initial: dict[int, RegRule
             if not stack:
                 raise CfiError("restore_state without remember_state")
             saved = stack.pop()
-            state.cfa_reg, state.cfa_offset, state.cfa_expr = saved.cfa_reg, saved.cfa_offset, saved.cfa_expr
+            state.cfa_reg, state.cfa_offset = saved.cfa_reg, saved.cfa_offset
+            state.cfa_expr = saved.cfa_expr
             state.regs = saved.regs
         elif op in (0x0C, 0x12):                    # def_cfa, def_cfa_sf
             state.cfa_reg, pos = _reg(insns, pos, end)
@@ -199,9 +201,9 @@ def _execute(insns: bytes, cie: Cie, state: CfaState, initial: dict[int, RegRule
             r, pos = _reg(insns, pos, end)
             block, pos = _block(insns, pos, end)
             state.regs[r] = (EXPRESSION if op == 0x10 else VAL_EXPRESSION, block)
-        elif op == 0x2E:                            # GNU_args_size: only matters to exception handling
+        elif op == 0x2E:  # GNU_args_size: only matters to exception handling
             _, pos = uleb(insns, pos, end)
-        elif op in (0x2C, 0x2D):                    # aarch64 negate_ra_state(_with_pc) / GNU_window_save
+        elif op in (0x2C, 0x2D):  # aarch64 negate_ra_state(_with_pc) / GNU_window_save
             continue
         else:
             raise CfiError(f"unknown CFA opcode {op:#x}")

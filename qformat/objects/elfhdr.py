@@ -14,7 +14,7 @@ data, and anything malformed raises ``ElfHeaderError``.
 from __future__ import annotations
 
 import struct
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 PT_LOAD = 1
 PT_GNU_EH_FRAME = 0x6474E550
@@ -24,6 +24,15 @@ EHDR64 = struct.Struct("<16sHHIQQQIHHHHHH")
 PHDR64 = struct.Struct("<IIQQQQQQ")  # type, flags, offset, vaddr, paddr, filesz, memsz, align
 SHDR64 = struct.Struct("<IIQQQQIIQQ")
 
+
+
+class Seekable(Protocol):
+    """What the header readers need of a file: an open binary file, or the
+    collector's bounded reader of one (daemon/unwind/filebytes.py)."""
+
+    def seek(self, pos: int, /) -> object: ...
+
+    def read(self, size: int, /) -> bytes: ...
 
 class ElfHeaderError(ValueError):
     """Not an ELF object, or its headers do not fit in it."""
@@ -58,7 +67,8 @@ class ElfHeader(NamedTuple):
 
 def _formats(is64: bool, endian: str) -> tuple[struct.Struct, struct.Struct, struct.Struct]:
     if is64:
-        return (struct.Struct(endian + EHDR64.format[1:]), struct.Struct(endian + PHDR64.format[1:]),
+        return (struct.Struct(endian + EHDR64.format[1:]),
+                struct.Struct(endian + PHDR64.format[1:]),
                 struct.Struct(endian + SHDR64.format[1:]))
     return (struct.Struct(endian + "16sHHIIIIIHHHHHH"), struct.Struct(endian + "8I"),
             struct.Struct(endian + "10I"))
@@ -143,7 +153,7 @@ class SectionHeader(NamedTuple):
     entsize: int
 
 
-def read_sections(f: BinaryIO, file_size: int) -> list[SectionHeader]:
+def read_sections(f: Seekable, file_size: int) -> list[SectionHeader]:
     """The section headers of the open ELF file ``f`` (``file_size`` bytes
     long), names resolved; [] where it has none or they do not fit in it.
     Raises ``ElfHeaderError`` where it is no ELF file."""
@@ -207,7 +217,7 @@ HEAD_BYTES = 4096
 right after the ELF header, well within it."""
 
 
-def read_file_header(f: BinaryIO, max_bytes: int = 1 << 20) -> ElfHeader:
+def read_file_header(f: Seekable, max_bytes: int = 1 << 20) -> ElfHeader:
     """``read_header`` of an open file, reading only its first bytes (up to
     ``max_bytes`` where the program headers lie further in); section headers
     beyond what was read count as absent."""

@@ -112,8 +112,8 @@ def rows_of(t: Target, code: list[Instruction], lines: ObjectLines | None,
             text = source.line(line[0], line[1])
             tag = f"{printable(os.path.basename(line[0]))}:{line[1]}"
             share = per_line.get(line, 0.0) / total * 100
-            rows.append(Row(share if line in per_line else None,
-                            f"{tag:<20} {printable(text.rstrip().expandtabs()) if text is not None else ''}",
+            shown = printable(text.rstrip().expandtabs()) if text is not None else ""
+            rows.append(Row(share if line in per_line else None, f"{tag:<20} {shown}",
                             line in hottest))
         last = line
         w = weights.get(i.address, 0.0)

@@ -31,7 +31,8 @@ from qtools.qformat import Limits
 
 from ..model.viewerrors import ViewError
 from ..inputs import hints, runs
-from ..inputs.load import IDLE, KERNEL, SetRemoved, Source, StoredSet, kernel_only_run, label, sets_in
+from ..inputs.load import (IDLE, KERNEL, SetRemoved, Source, StoredSet, kernel_only_run, label,
+                           sets_in)
 from ..inputs.select import Selection, pick_run
 from ..model.escape import printable, write_json
 from ..render import overviewtable as table
@@ -306,7 +307,8 @@ def cpu_row(group: list[StoredSet], idle: dict[int, float]) -> CpuRow | None:
     mhz = None
     for ts in group:
         cs = ts.info.task.cpu_stats or {}
-        if isinstance(cs.get("q:busy"), (int, float)) and isinstance(cs.get("q:seconds"), (int, float)):
+        if isinstance(cs.get("q:busy"), (int, float)) \
+                and isinstance(cs.get("q:seconds"), (int, float)):
             seconds += cs["q:seconds"]
             busy += cs["q:busy"] * cs["q:seconds"]
         if isinstance(cs.get("q:frequency-mhz"), (int, float)):

@@ -29,6 +29,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Protocol, TypeVar
 from urllib.parse import quote, urlsplit
 
@@ -264,7 +265,7 @@ class _Conn:
     def send_all(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
-            view = view[self._retry(lambda: self.sock.send(view), select.POLLOUT):]
+            view = view[self._retry(partial(self.sock.send, view), select.POLLOUT):]
 
     def recv(self, size: int) -> bytes:
         return self._retry(lambda: self.sock.recv(size), select.POLLIN)

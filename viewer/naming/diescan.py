@@ -205,7 +205,8 @@ class _Layouts:
             return FIXED_WIDTHS[form]
         if form in OFFSET_FORMS:
             return self.offset_size
-        if form in ULEB_FORMS or form in BLOCK_FORMS or form in ULEB_BLOCK_FORMS or form == "DW_FORM_string":
+        if form in ULEB_FORMS or form in BLOCK_FORMS or form in ULEB_BLOCK_FORMS \
+                or form == "DW_FORM_string":
             return -1
         raise ScanStop(f"form {form}")
 

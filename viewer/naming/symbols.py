@@ -119,7 +119,8 @@ class Symbols:
         # where a copy's line table came from: None, the copy's own DWARF
         self._lines_from: dict[tuple[str, str], DebugFile | None] = {}
         self._here: dict[tuple[str, str], bool] = {}
-        self.stores = stores or {}  # by label: directories inside archives (their owner closes them)
+        # by label: directories inside archives (their owner closes them)
+        self.stores = stores or {}
 
     def close(self) -> None:
         for lines in self._lines.values():
@@ -233,7 +234,8 @@ class Symbols:
                 "debuglink": list(elf.debuglink) if elf.debuglink else None,
             })
         stripped = not elf.has_symtab and debug is None
-        return LoadedObject(elf.segments, table, self._fdes(source, cache_key) if stripped else None)
+        fdes = self._fdes(source, cache_key) if stripped else None
+        return LoadedObject(elf.segments, table, fdes)
 
     def _fdes(self, path: str, cache_key: str | None) -> SymbolTable:
         """The function ranges of a stripped copy, through the cache (a large

@@ -28,6 +28,8 @@ from ..naming.symbols import Symbols, Warn
 from .locate import SetLocations, locate_set
 from .threadlocs import ThreadView, locate_cpu_by_thread, locate_threads
 
+CPU_SAMPLES = ThreadView()  # the samples of every thread, from the `.stack` files
+
 
 def thread_view(opts: ProfileOptions) -> ThreadView:
     """What of the `.threads` files a profile shows."""
@@ -56,7 +58,7 @@ def profile(sets: list[StoredSet], symbols: Symbols, warn: Warn, opts: ProfileOp
 
 
 def located(sets: list[StoredSet], symbols: Symbols, warn: Warn,
-            threads: ThreadView = ThreadView()) -> Iterator[SetLocations]:
+            threads: ThreadView = CPU_SAMPLES) -> Iterator[SetLocations]:
     """Each set's located stacks, one set at a time, each with its address
     space (``SetLocations``); from its `.threads` file where ``threads``
     needs one."""

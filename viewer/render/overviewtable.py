@@ -46,7 +46,8 @@ def render(rows: list[Row], directory: str, out: TextIO, cpus: list[CpuRow] | No
     head, lines, foot = _task_table(rows, first)
     head.insert(0, f"Task sets in {directory} ({what}; % of all samples listed):")
     hosts = _host_width(rows)
-    cpu_lines = [_cpu_line(c, hosts) for c in sorted(cpus or [], key=lambda c: (c.host or "", c.cpu))]
+    cpu_lines = [_cpu_line(c, hosts)
+                 for c in sorted(cpus or [], key=lambda c: (c.host or "", c.cpu))]
     if height is not None:
         room = height - len(head) - len(foot) - (2 if cpu_lines else 0)
         task_room, cpu_room = share([len(lines), len(cpu_lines)], room)
@@ -86,7 +87,9 @@ def _task_table(rows: list[Row], first: str = "command") -> tuple[list[str], lis
         lines.append(f"{host}{r.command:<{width}} {r.pid:>8} {r.cpu:>4} {amount:>8} {pct}{values}"
                      f"  {r.file}{more}")
     whole = 100.0 if total else 0.0
-    foot = [f"{'':<{hosts + 1 if hosts else 0}}{'total':<{width}} {'':>8} {'':>4} {si(total):>8} {whole:6.2f}"] if unit else []
+    margin = hosts + 1 if hosts else 0
+    foot = [f"{'':<{margin}}{'total':<{width}} {'':>8} {'':>4} {si(total):>8} {whole:6.2f}"] \
+        if unit else []
     return head, lines, foot
 
 
