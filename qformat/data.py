@@ -252,7 +252,7 @@ def read_stacks(source: Source, limits: Limits = DEFAULT_LIMITS, *,
     line counts toward the ``stacks`` cap.
     """
     for number, line, where in iter_lines(source, limits, name=name,
-                                         records=("stacks", limits.stacks)):
+                                          records=("stacks", limits.stacks)):
         # One regex checks the whole line (stack files are the big ones: this
         # halves the reading time); a line it rejects is gone through field
         # by field to say what is wrong with it.
