@@ -4,6 +4,9 @@
 # dist/, installs the wheel into a fresh virtual environment outside the
 # source tree, and runs the test suite against that environment's commands.
 # `make demo` installs the same wheel into .venv and profiles a workload.
+# `make check` is the edit loop: the fast suites (unit and viewer, no perf
+# needed) against an editable install in .venv, then `make lint`: ruff, and
+# mypy over the package as it installs (qtools.*).
 
 PYTHON ?= python3
 VENV   := .venv
@@ -11,7 +14,7 @@ BIN    := $(VENV)/bin
 TOOLS  := $(VENV)/.tools-stamp
 PIP    := --quiet --disable-pip-version-check
 
-.PHONY: test demo install dist clean
+.PHONY: test demo install dist clean check lint editable
 
 $(TOOLS):
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,6 +41,22 @@ test: dist
 	echo "testing $$(ls dist/*.whl) installed in $$venv"; \
 	Q_WHEEL="$$(realpath dist/*.whl)" Q_REQUIRE_WHEEL=1 \
 	    "$$venv/bin/python" -m pytest -q -p no:cacheprovider tests
+
+editable: $(TOOLS)
+	$(BIN)/python -m pip install $(PIP) -e '.[test,dev]'
+
+check: editable
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit tests/viewer
+	@$(MAKE) --no-print-directory lint
+
+# mypy sees the folders as the package they install as: qtools.common,
+# qtools.qformat, qtools.daemon and qtools.viewer, through links in a
+# directory of its own.
+lint: editable
+	$(BIN)/ruff check common qformat daemon viewer
+	@set -e; tree=$$(mktemp -d); trap 'rm -rf "$$tree"' EXIT; mkdir "$$tree/qtools"; \
+	for top in common qformat daemon viewer; do ln -s "$(CURDIR)/$$top" "$$tree/qtools/$$top"; done; \
+	cp pyproject.toml "$$tree/"; cd "$$tree" && MYPYPATH="$$tree" "$(CURDIR)/$(BIN)/mypy" -p qtools
 
 demo: install
 	@PATH="$(CURDIR)/$(BIN):$$PATH" sh tests/workloads/demo.sh

@@ -1,8 +1,8 @@
-"""Package discovery for the three top-level folders.
+"""Package discovery for the top-level folders.
 
-The folders qformat/, daemon/ and viewer/ install as qtools.qformat,
-qtools.daemon and qtools.viewer (names that cannot collide with other
-distributions' `daemon` or `viewer`). setuptools' automatic discovery does
+The folders common/, qformat/, daemon/ and viewer/ install as
+qtools.common, qtools.qformat, qtools.daemon and qtools.viewer (names that
+cannot collide with other distributions' `daemon` or `viewer`). setuptools' automatic discovery does
 not know such a prefix, so the package list is computed here from the tree:
 a new subpackage is found without a hand-kept list that can fall behind.
 Everything else is in pyproject.toml.
@@ -10,7 +10,7 @@ Everything else is in pyproject.toml.
 
 from setuptools import find_packages, setup
 
-TOP = ("qformat", "daemon", "viewer")
+TOP = ("common", "qformat", "daemon", "viewer")
 
 setup(
     package_dir={f"qtools.{top}": top for top in TOP},

@@ -151,7 +151,7 @@ def compare(work: Path, seconds: float, rate: int, event: str, mode: str) -> tup
     ours = Result(q_cpu, sum(int(s) for s, _ in counts), sum(int(x) for _, x in counts),
                   q_bytes)
     theirs = Result(perf_cpu, samples, lost, data.stat().st_size)
-    ours.view_cpu = cpu_of([sys.executable, "-m", "qtools.viewer.cli", str(q), "--comm", "p-fan",
+    ours.view_cpu = cpu_of([sys.executable, "-m", "qtools.viewer.commands.view", str(q), "--comm", "p-fan",
                             "--no-cache"])
     theirs.view_cpu = cpu_of(["perf", "report", "-i", str(data), "--comm", "p-fan", "--stdio"])
     return ours, theirs
@@ -181,7 +181,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--rate", type=int, default=997)
-    ap.add_argument("--event", default="cpu-clock")
+    ap.add_argument("--metric", default="cpu-clock")
     ap.add_argument("--call-graph", choices=("dwarf", "fp", "both"), default="both")
     ap.add_argument("--skip-rates", action="store_true", help="skip the lossless-rate search")
     args = ap.parse_args()

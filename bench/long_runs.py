@@ -94,9 +94,9 @@ def long_run(work: Path, pfan: Path, ncpu: int, minutes: float, view: bool = Tru
            "n_sets": len([p for p in q.iterdir() if ".info#" in p.name]),
            "perf_data": data.stat().st_size}
     if view:
-        row["view"] = cpu_of([sys.executable, "-m", "qtools.viewer.cli", str(q), "--comm",
+        row["view"] = cpu_of([sys.executable, "-m", "qtools.viewer.commands.view", str(q), "--comm",
                               "p-fan", "--no-cache"])
-        row["overview"] = cpu_of([sys.executable, "-m", "qtools.viewer.cli", str(q)])
+        row["overview"] = cpu_of([sys.executable, "-m", "qtools.viewer.commands.view", str(q)])
         row["report"] = cpu_of(["perf", "report", "-i", str(data), "--comm", "p-fan",
                                 "--stdio"])
     shutil.rmtree(q, ignore_errors=True)

@@ -63,7 +63,7 @@ def run_q(exe: Path, work: Path, seconds: float, min_us: int) -> dict[str, objec
     data = sum(p.stat().st_size for p in q.iterdir() if not p.name.startswith("."))
     threads = sum(p.stat().st_size for p in q.iterdir() if ".threads#" in p.name)
     before = _children_cpu()
-    subprocess.run([str(BIN / "q-view"), "-d", str(q), "--event", "off-cpu", "--flat"],
+    subprocess.run([str(BIN / "q-view"), "-d", str(q), "--metric", "off-cpu", "--flat"],
                    capture_output=True, check=True)
     view = _children_cpu() - before
     return {"trips": trips, "cpu": cpu, "view": view, "lost": int(lost[1]) if lost else -1,

@@ -120,7 +120,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 def tool(name: str) -> list[str]:
     """An installed command of this environment (what users run)."""
     path = Path(sys.executable).parent / name
-    module = {"q-syscollect": "qtools.daemon.cli", "q-view": "qtools.viewer.cli"}[name]
+    module = {"q-syscollect": "qtools.daemon.cli", "q-view": "qtools.viewer.commands.view"}[name]
     return [str(path)] if path.exists() else [sys.executable, "-m", module]
 
 

@@ -12,7 +12,7 @@ from qtools.qformat import QDir
 
 from .clock import Clock
 from .config import Options
-from .frames.jitdump import JitTracker
+from .frames.jittracker import JitTracker
 from .machine import synthesize
 from .machine.cgroups import CgroupTable
 from .machine.host import Host
@@ -20,7 +20,7 @@ from .messages import say, tell
 from .processes import Processes
 from .sets.aggregate import SetBook
 from .sets.checkpoint import RunInfo, write_sets
-from .sets.kallsyms import KallsymsCopy
+from .sets.kallsymscopy import KallsymsCopy
 from .sets.objects import ObjectCopier
 from .sets.starts import FunctionStarts
 from .waits import Waits
@@ -160,7 +160,7 @@ class Checkpoints:
         ok = self.write(read_until, final=True)
         self.book.start_slice()
         self.start_counters()
-        for proc, ts in self.book.by_process.items():
+        for ts in self.book.by_process.values():
             ts.stats.counters_start = ts.stats.counters_last
         return ok
 

@@ -33,7 +33,7 @@ from .machine.host import LIVE, Host
 from .machine.synthesize import Snapshot
 from .messages import Tally, write_line
 from .sets.checkpoint import RunInfo
-from .sets.kallsyms import KallsymsCopy
+from .sets.kallsymscopy import KallsymsCopy
 from .sets.objects import CopyLimits, ObjectCopier
 from .stopping import ParentGone, stop_now
 

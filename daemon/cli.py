@@ -14,10 +14,9 @@ try:
     import os
     import sys
 
-    from qtools.qformat.helptext import (RawDescriptionHelpFormatter, positive_float,
-                                         positive_int)
+    from qtools.common.helptext import RawDescriptionHelpFormatter, positive_float, positive_int
     from qtools.qformat.pushstate import check_url
-    from qtools.qformat.version import package_version
+    from qtools.common.version import package_version
 
     from . import attach, command
     from .config import Config, parse_age, parse_size
@@ -253,7 +252,8 @@ def config_from(args: argparse.Namespace, argv: list[str], host: Host = LIVE) ->
         except ValueError as e:
             raise UsageError(f"--push: {e}") from None
     return Config(directory=directory, cpus=cpus, command=command, duration=args.duration,
-                  verbose=args.verbose, quiet=args.quiet, kernel_only=args.kernel_only, user_only=args.user_only,
+                  verbose=args.verbose, quiet=args.quiet, kernel_only=args.kernel_only,
+                  user_only=args.user_only,
                   frequency=args.frequency, event=args.event, inherit_only=args.inherit_only,
                   attach=attach.processes(args.attach or (), host), children=args.children,
                   checkpoint=args.checkpoint, call_graph=args.call_graph,

@@ -27,7 +27,7 @@ from .config import Options
 from .decode.routes import Handlers
 from .drainloop import Flags
 from .frames import FramePointerFrames, UserFrames
-from .frames.jitdump import JitTracker
+from .frames.jittracker import JitTracker
 from .kernel import abi
 from .kernel.source import EventSource
 from .machine import synthesize
@@ -40,7 +40,7 @@ from .routing import Router
 from .samplepath import SamplePath
 from .sets.aggregate import SetBook
 from .sets.checkpoint import RunInfo
-from .sets.kallsyms import KallsymsCopy
+from .sets.kallsymscopy import KallsymsCopy
 from .sets.mappings import MappingNotes
 from .sets.objects import ObjectCopier
 from .sets.starts import FunctionStarts

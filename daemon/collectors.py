@@ -27,7 +27,7 @@ from .machine.host import Host
 from .messages import Tally, parse_line, split_lines, tell
 from .plan import CollectError
 from .sets.checkpoint import RunInfo
-from .sets.kallsyms import KallsymsCopy
+from .sets.kallsymscopy import KallsymsCopy
 
 RESTARTS_PER_MINUTE = 5
 
@@ -40,7 +40,8 @@ class Child:
     def __init__(self, pid: int, cpu: int, status_fd: int, last_seen: float) -> None:
         self.pid = pid
         self.cpu = cpu
-        self.status_fd = status_fd  # the status lines of messages.py: "ok", a "beat" a second, "end"
+        # the status lines of messages.py: "ok", a "beat" a second, "end"
+        self.status_fd = status_fd
         self.last_seen = last_seen
         self.pending = b""  # the start of a line not yet complete
         self.tally = Tally()  # its totals as last reported

@@ -9,7 +9,7 @@ import time
 from collections import deque
 from typing import Iterable
 
-from .frames.jitdump import JitTracker
+from .frames.jittracker import JitTracker
 from .machine import synthesize
 from .machine.host import Host
 from .machine.tasks import Process, TaskTable

@@ -35,7 +35,7 @@ def command(url: str, directory: str, settled: float) -> list[str]:
     must not be pushed before its slice ends."""
     import shutil  # only with --push
     script = shutil.which("q-push", path=os.path.dirname(os.path.abspath(sys.argv[0])))
-    head = [script] if script else [sys.executable, "-m", "qtools.viewer.push"]
+    head = [script] if script else [sys.executable, "-m", "qtools.viewer.commands.push"]
     return [*head, "--follow", "--drain", f"{DRAIN_SECONDS:g}", "--settled", f"{settled:g}",
             "--parent", str(os.getpid()), url, directory]
 

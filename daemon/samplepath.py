@@ -17,7 +17,7 @@ from .config import Options
 from .decode import idle
 from .decode.records import Sample, split_callchain
 from .frames import UserFrames
-from .frames.jitdump import JitTracker
+from .frames.jittracker import JitTracker
 from .kernel import abi
 from .machine.cgroups import weigh
 from .machine.host import Host

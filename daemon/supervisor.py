@@ -37,7 +37,7 @@ from .notify import Notifier
 from .pusher import PushChild
 from .plan import CollectError, plan
 from .sets.diskroom import DiskRoom
-from .sets.kallsyms import KallsymsCache, KallsymsCopy
+from .sets.kallsymscopy import KallsymsCache, KallsymsCopy
 from .sets.notices import shared_notices
 from .sets.objects import ObjectCopier
 from .sets.sharedcopies import SharedCopies

@@ -29,7 +29,7 @@ import os
 import stat
 import sys
 import time
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from zlib_ng import zlib_ng
 
@@ -37,8 +37,22 @@ from .errors import QFormatError
 from .files import crc32_zeros, data_extent
 from .names import copy_name
 
-if TYPE_CHECKING:
-    from .store import QDir
+
+class QDir(Protocol):
+    """What a copy needs of the directory it goes into (``store.QDir``)."""
+
+    fd: int
+
+    def temp_name(self) -> str: ...
+
+    def temp_file(self, mode: int) -> tuple[str, int]: ...
+
+    def unlink_quietly(self, name: str) -> None: ...
+
+    def publish(self, tmp: str, name: str) -> bool: ...
+
+    def remember(self, identity: tuple[int, ...], stored: Stored) -> None: ...
+
 
 CHUNK = 1 << 20
 SYNC_EVERY = 16 << 20  # flush written data this often: no single fsync of a whole copy

@@ -216,26 +216,26 @@ def _diagnose(line: bytes, kinds: tuple[str, ...], name: str, number: int) -> QF
 def read_hist(source: Source, limits: Limits = DEFAULT_LIMITS, *,
               name: str | None = None) -> Iterator[tuple[int, int]]:
     """Yield (address, count) from a `.hist` file."""
-    for number, line, name in iter_lines(source, limits, name=name):
+    for number, line, where in iter_lines(source, limits, name=name):
         m = _HIST.match(line)
         if not m:
-            raise _diagnose(line, ("address", "count"), name, number)
+            raise _diagnose(line, ("address", "count"), where, number)
         count = int(m[2])
         if count > U64_MAX:
-            raise QFormatError("count larger than 64 bits", name, number)
+            raise QFormatError("count larger than 64 bits", where, number)
         yield int(m[1], 16), count
 
 
 def read_edges(source: Source, limits: Limits = DEFAULT_LIMITS, *,
                name: str | None = None) -> Iterator[Arc]:
     """Yield Arc(caller, callee, count) from a `.edge` file."""
-    for number, line, name in iter_lines(source, limits, name=name):
+    for number, line, where in iter_lines(source, limits, name=name):
         m = _EDGE.match(line)
         if not m:
-            raise _diagnose(line, ("call site", "callee", "count"), name, number)
+            raise _diagnose(line, ("call site", "callee", "count"), where, number)
         count = int(m[3])
         if count > U64_MAX:
-            raise QFormatError("count larger than 64 bits", name, number)
+            raise QFormatError("count larger than 64 bits", where, number)
         yield Arc(int(m[1], 16), int(m[2], 16), count)
 
 
@@ -251,8 +251,8 @@ def read_stacks(source: Source, limits: Limits = DEFAULT_LIMITS, *,
     The remainder line ``WEIGHT -`` yields a Stack without frames. Every
     line counts toward the ``stacks`` cap.
     """
-    for number, line, name in iter_lines(source, limits, name=name,
-                                         records=("stacks", limits.stacks)):
+    for number, line, where in iter_lines(source, limits, name=name,
+                                          records=("stacks", limits.stacks)):
         # One regex checks the whole line (stack files are the big ones: this
         # halves the reading time); a line it rejects is gone through field
         # by field to say what is wrong with it.
@@ -260,17 +260,17 @@ def read_stacks(source: Source, limits: Limits = DEFAULT_LIMITS, *,
         if m is None:
             fields = line.split()
             if len(fields) == 2 and fields[1] == REMAINDER:
-                yield Stack(_count(fields[0], "weight", name, number), ())
+                yield Stack(_count(fields[0], "weight", where, number), ())
                 continue
             if len(fields) < 2:
                 raise QFormatError("a stack line needs a weight and at least one address",
-                                   name, number)
-            weight = _count(fields[0], "weight", name, number)
-            yield Stack(weight, tuple(_address(f, "address", name, number) for f in fields[1:]))
+                                   where, number)
+            weight = _count(fields[0], "weight", where, number)
+            yield Stack(weight, tuple(_address(f, "address", where, number) for f in fields[1:]))
             continue
         weight = int(m[1])
         if weight > U64_MAX:
-            raise QFormatError(f"bad weight {_show(m[1])} (want a decimal integer)", name,
+            raise QFormatError(f"bad weight {_show(m[1])} (want a decimal integer)", where,
                                number)
         yield Stack(weight, tuple([int(f, 16) for f in m[2].split()]))
 

@@ -28,8 +28,9 @@ within what a workstation has:
 - ``copy-size`` 4 GiB: one object copy whose checksum is verified.
 - ``debug-size`` 1 GiB: one DWARF section of a copy or debug file,
   inflated where compressed (held in memory as far as it is read); a
-  larger one, or one whose header says so, is read as absent. A hundred times libpython 3.11's 9 MB of
-  ``.debug_info``; a zlib bomb of a megabyte says a gigabyte.
+  larger one, or one whose header says so, is read as absent. A hundred
+  times libpython 3.11's 9 MB of ``.debug_info``; a zlib bomb of a
+  megabyte says a gigabyte.
 - ``members`` 50,000: members of one tar archive (a `.q` of a busy day holds
   some thousands of files: a set has an `.info` and three data files per
   version, plus one copy per object).

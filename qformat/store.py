@@ -57,6 +57,8 @@ class CopyIndex(Protocol):
 
     def add(self, identity: tuple[int, ...], stored: Stored) -> None: ...
 
+    def names(self) -> set[str]: ...
+
 
 class QDir:
     """An open `.q` directory."""

@@ -64,7 +64,7 @@ class Store(ABC):
         """An fd of the object copy ``name`` whose content has the crc its
         name says (see ``QDir.open_copy``), or why there is none."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (nothing to release, unless a store says so)
         """Release what the store holds open."""
 
     @property

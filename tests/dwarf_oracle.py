@@ -262,7 +262,7 @@ def compare(path: Any, units: int = 10_000, per_unit: int = 40, seed: int = 5) -
     inside rows), and the ``.eh_frame`` FDEs with their root rows."""
     import random
 
-    from qtools.qformat.elfhdr import read_file_header
+    from qtools.qformat.objects.elfhdr import read_file_header
     from qtools.viewer.naming import aranges as own_aranges
     from qtools.viewer.naming import dwarflines, fde
     rng = random.Random(f"{seed}:{path}")

@@ -1,1 +1,2 @@
-"""Bytes of the rings into records, and the one table that routes each record type to its decoder and its handler."""
+"""Bytes of the rings into records, and the one table that routes each record
+type to its decoder and its handler."""

@@ -1,4 +1,5 @@
-"""A sample's user frames: DWARF unwinding through the unwind package, and the code JIT compilers describe (perf maps, jitdumps)."""
+"""A sample's user frames: DWARF unwinding through the unwind package, and the
+code JIT compilers describe (perf maps, jitdumps)."""
 
 from __future__ import annotations
 

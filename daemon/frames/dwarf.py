@@ -21,8 +21,8 @@ from ..sets.objects import ObjectCopier, open_object
 from ..unwind import ObjectCFI, Unwinder
 from ..unwind.regs import sample_positions
 from ..unwind.rules import Rule
-from ..unwind.space import new_serial
-from .jitdump import JitTracker
+from ..unwind.procspace import new_serial
+from .jittracker import JitTracker
 
 class ProcessSpace:
     """The unwinder's view of one process (the AddressSpace protocol)."""

@@ -20,12 +20,12 @@ import bisect
 from operator import attrgetter
 from typing import TYPE_CHECKING, Union
 
-from qtools.qformat.jitaddr import JIT_STRIDE
+from qtools.qformat.jit.jitaddr import JIT_STRIDE
 
 from .sortedblocks import SortedBlocks
 
 if TYPE_CHECKING:
-    from qtools.qformat.jitdump import Placement
+    from qtools.qformat.jit.jitdump import Placement
 
 MAX_ENTRIES = 1 << 20  # (piece, placement) pairs held: a placement costs one per piece it covers
 SORTED_FROM = 64  # a history written out of time order this long becomes SortedBlocks

@@ -20,14 +20,14 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from qtools.qformat.blake import blake2b
+from qtools.common.blake import blake2b
 
 from ..machine.host import Host
 from ..machine.tasks import Mapping, Process
 from .jitindex import PlacementIndex
 
 if TYPE_CHECKING:  # the decoder is imported when a process has a dump (most runs: never)
-    from qtools.qformat.jitdump import JitdumpParser, Placements, Record
+    from qtools.qformat.jit.jitdump import JitdumpParser, Placements, Record
 
 DEFAULT_LIMIT = 64 << 20  # bytes of one dump kept (whole records)
 CHUNK = 16 << 10  # bytes read and indexed between looks at the clock (about 250 records)
@@ -127,7 +127,7 @@ def open_dump(proc: Process, m: Mapping, owner: int | None,
 
 
 def _jitdump() -> ModuleType:
-    from qtools.qformat import jitdump
+    from qtools.qformat.jit import jitdump
     return jitdump
 
 

@@ -26,7 +26,7 @@ A machine not listed here cannot collect: ``host()`` raises
 of calling a syscall number that means something else there.
 
 What a reader of `.q` files needs to know about a machine (where kernel
-addresses begin for files that do not say) is in ``qtools.qformat.arch``.
+addresses begin for files that do not say) is in ``qtools.qformat.kernelspace``.
 """
 
 from __future__ import annotations

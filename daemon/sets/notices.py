@@ -6,7 +6,7 @@ import fcntl
 import mmap
 import os
 
-from qtools.qformat.blake import blake2b
+from qtools.common.blake import blake2b
 
 
 class Notices:

@@ -176,6 +176,9 @@ class _Pending(NamedTuple):
     done: Callable[[Stored], None]
 
 
+DEFAULT_COPY_LIMITS = CopyLimits()
+
+
 class ObjectCopier:
     """Makes and remembers the copy of each object a task set needs, and of
     the perf maps and kallsyms its sets name.
@@ -190,7 +193,7 @@ class ObjectCopier:
     """
 
     def __init__(self, qdir: QDir, symlink: bool = False,
-                 limits: CopyLimits = CopyLimits(), out: TextIO | None = None,
+                 limits: CopyLimits = DEFAULT_COPY_LIMITS, out: TextIO | None = None,
                  host: Host = LIVE) -> None:
         self.qdir = qdir
         self.host = host  # where tasks' files are opened

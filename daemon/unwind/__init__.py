@@ -22,10 +22,10 @@ it, never from the sample's IP; a sample with abi 0 passes `()` and gets
 "no-regs". Nothing here raises on hostile input.
 """
 
-from .errors import CfiError, ElfError, UnwindError
+from .unwinderrors import CfiError, ElfError, UnwindError
 from .objcfi import ObjectCFI
 from .regs import AARCH64, X86_64, ArchRegs, arch_by_name
-from .space import AddressSpace, Mappings
+from .procspace import AddressSpace, Mappings
 from .unwinder import UnwindResult, Unwinder
 
 __all__ = [

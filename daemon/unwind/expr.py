@@ -13,8 +13,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-from qtools.qformat.ehframe import uleb, sleb
-from .errors import CfiError
+from qtools.qformat.objects.ehframe import uleb, sleb
+from .unwinderrors import CfiError
 
 MASK64 = (1 << 64) - 1
 _MAX_STEPS = 1000   # DW_OP_bra/skip can loop

@@ -21,7 +21,7 @@ import stat
 import time
 from typing import Callable, Protocol
 
-from qtools.qformat.ehframe import Buffer
+from qtools.qformat.objects.ehframe import Buffer
 
 READ_BUDGET = 64 << 20
 """Bytes read from one object at most: libLLVM's `.eh_frame` and its

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from .errors import CfiError
+from .unwinderrors import CfiError
 from .expr import MemoryUnavailable, evaluate
 from .regs import ArchRegs
 from .rules import (BAD, CFA_DEREF, CFA_EXPR, FP_BASED, NO_CFI, NO_MAP, OP_AT_BREG, OP_EXPR,
@@ -298,8 +298,8 @@ def core_step(plan: Plan, arch: ArchRegs, pc: int, sp: int, fp: int, words: memo
     return new_sp, new_fp, ra
 
 
-def walk_generic(arch: ArchRegs, sample: dict[int, int], pc: int, stack: bytes | bytearray | memoryview,
-                 lookup: Lookup, max_frames: int) -> Walk:
+def walk_generic(arch: ArchRegs, sample: dict[int, int], pc: int,
+                 stack: bytes | bytearray | memoryview, lookup: Lookup, max_frames: int) -> Walk:
     """Unwind from the sampled registers (DWARF number -> value): (frames, complete, reason)."""
     copy = StackCopy(stack, sample.get(arch.sp) or 0)
     frames = _Frames(arch, sample, copy, pc)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from qtools.qformat.elfhdr import EHDR64 as _EHDR, PHDR64 as _PHDR, PT_GNU_EH_FRAME, PT_LOAD
+from qtools.qformat.objects.elfhdr import EHDR64 as _EHDR, PHDR64 as _PHDR, PT_GNU_EH_FRAME, PT_LOAD
 
 from .objcfi import ObjectCFI
 from .regs import AARCH64, X86_64, ArchRegs

@@ -21,13 +21,13 @@ import bisect
 import os
 import struct
 
-from qtools.qformat.elfhdr import ElfHeader, Segment, offset_of, vaddr_of
+from qtools.qformat.objects.elfhdr import ElfHeader, Segment, offset_of, vaddr_of
 
-from qtools.qformat.cfi import FdeRows, Row, CfaState, cie_state, decode_fde
-from qtools.qformat.ehframe import (DEBUG_FRAME, EH_FRAME, Buffer, CieCache, Fde, HdrTable,
-                                   iter_fdes, parse_fde, parse_hdr)
-from .elf import frame_sections, parse_elf, parse_elf_file
-from .errors import CfiError, UnwindError
+from qtools.qformat.objects.cfi import FdeRows, Row, CfaState, cie_state, decode_fde
+from qtools.qformat.objects.ehframe import (DEBUG_FRAME, EH_FRAME, Buffer, CieCache, Fde, HdrTable,
+                                            iter_fdes, parse_fde, parse_hdr)
+from .elfsections import frame_sections, parse_elf, parse_elf_file
+from .unwinderrors import CfiError, UnwindError
 from .filebytes import FileBytes, MemoryBytes, Source
 from .regs import BY_MACHINE, ArchRegs
 from .rules import RULE_BAD, RULE_NO_CFI, Rule, compile_row
@@ -45,7 +45,8 @@ HDR_BYTES = 12 + 8 * MAX_FDES
 class ObjectCFI:
     """Unwind information of one object file's content (see the module doc)."""
 
-    __slots__ = ("_src", "_data", "_origin", "_region", "_info", "arch", "_loaded", "_kind", "_base",
+    __slots__ = ("_src", "_data", "_origin", "_region", "_info", "arch", "_loaded", "_kind",
+                 "_base",
                  "_locs", "_fdes", "_fde_is_offset", "_cies", "_cie_states", "_parsed",
                  "_fde_rows", "_rules", "_interned", "_compiled",
                  "fdes_decoded", "bytes_read", "_source")
@@ -69,7 +70,7 @@ class ObjectCFI:
         self._fde_rows: dict[int, FdeRows | None] = {}
         self._rules: dict[int, Rule] = {}
         self._interned: dict[tuple[object, ...], Row] = {}   # row contents -> the shared Row
-        self._compiled: dict[int, Rule] = {}                  # id(shared Row) -> pc-independent rule
+        self._compiled: dict[int, Rule] = {}  # id(shared Row) -> pc-independent rule
         #: number of FDEs parsed and decoded so far (they are decoded only when hit)
         self.fdes_decoded = 0
         #: bytes read from the file (``from_fd``), at most filebytes.READ_BUDGET

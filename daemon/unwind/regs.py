@@ -130,4 +130,5 @@ def arch_by_name(name: str) -> ArchRegs:
     try:
         return ARCHES[name]
     except KeyError:
-        raise ValueError(f"unsupported architecture {name!r} (known: {', '.join(ARCHES)})") from None
+        known = ", ".join(ARCHES)
+        raise ValueError(f"unsupported architecture {name!r} (known: {known})") from None

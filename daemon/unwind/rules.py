@@ -25,9 +25,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from qtools.qformat.cfi import EXPRESSION, OFFSET, REGISTER, SAME_VALUE, UNDEFINED, VAL_OFFSET, Row
-from qtools.qformat.ehframe import sleb, uleb
-from .errors import CfiError
+from qtools.qformat.objects.cfi import (EXPRESSION, OFFSET, REGISTER, SAME_VALUE, UNDEFINED,
+                                        VAL_OFFSET, Row)
+from qtools.qformat.objects.ehframe import sleb, uleb
+from .unwinderrors import CfiError
 from .expr import linearize
 from .regs import ArchRegs
 

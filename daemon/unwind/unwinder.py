@@ -25,13 +25,13 @@ import struct
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from .errors import CfiError
+from .unwinderrors import CfiError
 from .generic import (BAD_FRAME, END_OF_STACK, MAX_FRAMES, ROOT_REASON, core_step,
                       sample_registers, walk_generic)
 from .regs import ArchRegs, arch_by_name, sample_positions
 from .rules import BAD, GENERAL, NO_MAP, ROOT, RULE_NO_CFI, RULE_NO_MAP, Rule
 from .memo import WalkMemo
-from .space import AddressSpace
+from .procspace import AddressSpace
 
 MASK64 = (1 << 64) - 1
 
@@ -146,7 +146,8 @@ class Unwinder:
     # -- fast walker ----------------------------------------------------------------------
 
     def _walk_fast(self, space: AddressSpace, regs: Sequence[int],
-                   stack: bytes | bytearray | memoryview, tried: bool = False) -> UnwindResult | None:
+                   stack: bytes | bytearray | memoryview, tried: bool = False
+                   ) -> UnwindResult | None:
         """Unwind with SP/FP-based rules only; None hands the sample to the generic walker.
 
         compile_row only emits fast rules whose offsets are multiples of 8 and
@@ -248,7 +249,8 @@ class Unwinder:
                     return done, None, -1, None, deps
                 new_sp, new_fp, ra = step
                 if new_sp <= sp or new_sp & 7 or new_fp is None:
-                    return None, None, -1, None, deps   # e.g. sigaltstack: the generic walker checks
+                    # e.g. sigaltstack: the generic walker checks
+                    return None, None, -1, None, deps
                 sp, fp = new_sp, new_fp
                 if not ra:
                     return UnwindResult(tuple(frames), True, ROOT_REASON), None, -1, None, deps
@@ -302,7 +304,8 @@ class Unwinder:
 
     @staticmethod
     def _end(frames: list[int], complete: bool, reason: str, reads: list[int] | None,
-             fail_at: int, second: Any, deps: int) -> tuple[UnwindResult, list[int] | None, int, Any, int]:
+             fail_at: int, second: Any, deps: int
+             ) -> tuple[UnwindResult, list[int] | None, int, Any, int]:
         result = UnwindResult(tuple(frames), complete, reason)
         if second is not None:  # what the walk gave from its second start on
             second = (*second, (result.frames[1:], complete, reason))
@@ -319,6 +322,6 @@ class Unwinder:
             return self._lookup(space, key, exact) if rule is None else rule
 
         sample = sample_registers(self._tracked, regs)
-        frames, complete, reason = walk_generic(self.arch, sample, regs[self._pos_ip] & MASK64, stack,
-                                                lookup, self.max_frames)
+        frames, complete, reason = walk_generic(self.arch, sample, regs[self._pos_ip] & MASK64,
+                                                stack, lookup, self.max_frames)
         return UnwindResult(frames, complete, reason)

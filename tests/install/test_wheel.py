@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 TREE = Path(__file__).resolve().parents[2]
-TOP = ("qformat", "daemon", "viewer")
+TOP = ("common", "qformat", "daemon", "viewer")
 
 
 def tree_modules() -> dict[str, Path]:
@@ -75,7 +75,7 @@ def test_the_wheel_holds_every_module_and_both_commands():
                 for src in tree_modules().values()}
     assert not expected - names, f"missing from {wheel}: {sorted(expected - names)}"
     assert "q-syscollect = qtools.daemon.cli:main" in entry_points
-    assert "q-view = qtools.viewer.cli:run" in entry_points
+    assert "q-view = qtools.viewer.commands.view:run" in entry_points
 
 
 def _fresh_venv(where: Path) -> Path:
@@ -122,7 +122,7 @@ def test_a_wheel_installed_alone_collects_and_views(perf, build, tmp_path):
     assert "Flat profile of" in view.stdout and " main\n" in view.stdout, view.stdout
     # the commands ran the venv's own copy, not the tree or the test environment's
     probe = subprocess.run([str(bin_dir / "python"), "-c",
-                            "import qtools.viewer.cli as m; print(m.__file__)"],
+                            "import qtools.viewer.commands.view as m; print(m.__file__)"],
                            cwd=work, env=env, capture_output=True, text=True)
     assert Path(probe.stdout.strip()).is_relative_to(tmp_path / "venv"), probe
 

@@ -18,6 +18,7 @@ from qtools.daemon.decode.records import RecordError, Sample
 from qtools.daemon.kernel.source import PerfSource, SourceSpec
 from qtools.daemon.unwind.regs import sample_positions
 from qtools.qformat import read_hist, read_info, read_stacks
+from qtools.viewer.naming.addrspace import AddressSpace
 from qtools.viewer.naming.symbols import KERNEL_OBJECT, KERNEL_UNKNOWN, Symbols
 from qtools.viewer.naming.symcache import SymbolCache
 from tests.conftest import OWN_SETS, q_syscollect
@@ -123,7 +124,7 @@ def test_a_real_collection_splits_kernel_and_user_by_cpumode(perf, tmp_path):
             assert low is not None and min(hist) >= low, name
         if low is None:
             continue
-        space = symbols.space(str(q), info)
+        space = AddressSpace(symbols, str(q), info)
         maps = [m for o in info.objects for m in o.maps]
         for a in addresses:
             loc = space.lookup(a)

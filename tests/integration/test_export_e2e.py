@@ -24,18 +24,18 @@ def test_exports_of_a_real_collection(perf, build, tmp_path):
     r = q_syscollect("-d", str(q), *OWN_SETS, "--", str(pfan), "1")
     assert r.returncode == 0, r.stderr
     select = ("--comm", pfan.name)
-    # pprof credits a location's self time to its first Line, the innermost
-    # inlined function: q-view's flat profile with --inline does the same
-    want_total, want = flat_of_json(str(q), *select, "--inline")
-    assert want_total > 0
-
+    # pprof credits a location's self time to its first Line: the export's
+    # leaf lines are the report's, its inlined functions' only with --inline
     pprof_file = tmp_path / "p.pb.gz"
-    proc = q_view(str(q), *select, "--format", "pprof", "-o", str(pprof_file))
-    assert proc.returncode == 0, proc.stderr
-    p = pprof_profile(pprof_file)
-    total, selfs = pprof_flat(p)
-    assert total == pytest.approx(want_total, rel=1e-6)
-    assert selfs == pytest.approx(want, rel=1e-6, abs=1e-9)
+    for inline in ([], ["--inline"]):
+        want_total, want = flat_of_json(str(q), *select, *inline)
+        assert want_total > 0
+        proc = q_view(str(q), *select, "--format", "pprof", "-o", str(pprof_file), *inline)
+        assert proc.returncode == 0, proc.stderr
+        p = pprof_profile(pprof_file)
+        total, selfs = pprof_flat(p)
+        assert total == pytest.approx(want_total, rel=1e-6)
+        assert selfs == pytest.approx(want, rel=1e-6, abs=1e-9)
     # the span of the sets exported, as their .info files give it
     spans = [(i.task.start_time, i.task.end_time) for n in os.listdir(q)
              if n.startswith(pfan.name) and ".info#" in n for i in [read_info(q / n)]]
@@ -101,7 +101,7 @@ def test_thread_labels_of_a_real_collection(perf, build, tmp_path):
     whose stack was not kept, placed on their leaves without a thread where
     several threads had such, may move between them); each has about half
     of the process's CPU (4 sigma of the binomial share of the sampled
-    counts, floor 3%). --event cpu-wait exports per thread what q-view
+    counts, floor 3%). --metric cpu-wait exports per thread what q-view
     shows, and go tool pprof -top agrees with q-view's flat profile."""
     q, comm, threads = collect(build, tmp_path, "pinned")
     seconds, names = _exported_by_tid(q, comm, tmp_path / "cpu.pb.gz")
@@ -121,12 +121,12 @@ def test_thread_labels_of_a_real_collection(perf, build, tmp_path):
         share = seconds[threads[name][0]] / spinners
         assert abs(share - 0.5) <= max(0.03, 4 * math.sqrt(0.25 / samples)), (name, share)
 
-    waits, _names = _exported_by_tid(q, comm, tmp_path / "wait.pb.gz", "--event", "cpu-wait")
+    waits, _names = _exported_by_tid(q, comm, tmp_path / "wait.pb.gz", "--metric", "cpu-wait")
     want_waits = per_thread(q, comm, "cpu-wait")
     assert waits.keys() == want_waits.keys()
     for tid, value in want_waits.items():
         assert waits[tid] == pytest.approx(value, rel=1e-6, abs=1e-9), tid
-    wait_total, wait_selfs = flat_of_json(str(q), "--comm", comm, "--event", "cpu-wait")
+    wait_total, wait_selfs = flat_of_json(str(q), "--comm", comm, "--metric", "cpu-wait")
     assert sum(waits.values()) == pytest.approx(wait_total, rel=1e-6)
     _top_agrees(go_or_skip(), tmp_path / "wait.pb.gz", tmp_path / "home", wait_total,
                 wait_selfs)

@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import q_syscollect
 from tests.integration.test_collect import check_complete, sets_of
-from qtools.qformat.jitdump import CodeLoad, CodeMove, parse
+from qtools.qformat.jit.jitdump import CodeLoad, CodeMove, parse
 
 AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 MOVE = 64  # bytes of a CODE_MOVE record

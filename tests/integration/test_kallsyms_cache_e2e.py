@@ -1,5 +1,5 @@
 """A run's start takes the kallsyms its user's earlier run of this boot
-copied (daemon/sets/kallsyms.py), through the real q-syscollect."""
+copied (daemon/sets/kallsymscopy.py), through the real q-syscollect."""
 
 from __future__ import annotations
 

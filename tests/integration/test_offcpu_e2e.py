@@ -1,4 +1,4 @@
-"""q-syscollect --off-cpu and q-view --event/--by thread on workloads with
+"""q-syscollect --off-cpu and q-view --metric and --by thread on workloads with
 known answers (tests/workloads/offcpu.c), through the installed commands.
 
 Off-CPU and wait times are measured from the scheduler's time stamps, not
@@ -42,7 +42,7 @@ def _threads_of(stdout: str) -> dict[str, tuple[int, float]]:
 
 def per_thread(q: Path, comm: str, event: str, *more: str) -> dict[int, float]:
     """tid -> seconds of ``event``, from q-view's collapsed stacks by thread."""
-    r = q_view("-d", str(q), "--comm", comm, "--event", event, "--by", "thread",
+    r = q_view("-d", str(q), "--comm", comm, "--metric", event, "--by", "thread",
                "--format", "collapsed", *more)
     assert r.returncode == 0, r.stderr
     out: dict[int, float] = {}
@@ -56,7 +56,7 @@ def per_thread(q: Path, comm: str, event: str, *more: str) -> dict[int, float]:
 
 def by_function(q: Path, comm: str, event: str, function: str) -> float:
     """Seconds of ``event`` whose stacks pass through ``function``."""
-    r = q_view("-d", str(q), "--comm", comm, "--event", event, "--format", "collapsed")
+    r = q_view("-d", str(q), "--comm", comm, "--metric", event, "--format", "collapsed")
     assert r.returncode == 0, r.stderr
     return sum(int(line.rpartition(" ")[2]) * 1e-9 for line in r.stdout.splitlines()
                if function in line.rpartition(" ")[0].split(";"))
@@ -102,7 +102,7 @@ def test_sleeps_split_by_function(perf, build, tmp_path):
     assert abs(long_ / (long_ + short) - 0.75) < 0.03, (long_, short)
     # the call graph of several metrics: the same 1:3 along the calls into
     # the two naps, and each nap's time passed on to what it calls (the sleep)
-    r = q_view("-d", str(q), "--comm", comm, "--metrics", "off-cpu,cpu", "-g",
+    r = q_view("-d", str(q), "--comm", comm, "--metric", "off-cpu,cpu", "-g",
                "--format", "json")
     assert r.returncode == 0, r.stderr
     arcs = json.loads(r.stdout)["arcs"]
@@ -140,12 +140,12 @@ def test_reader_blocked_on_a_pipe(perf, build, tmp_path):
     assert by_function(q, comm, "off-cpu", "read_loop") > 0.99 * m["off-cpu"][reader]
     check_adds_up(m, reader, r_elapsed)
     check_adds_up(m, writer, w_elapsed)
-    names = q_view("-d", str(q), "--comm", comm, "--event", "off-cpu", "--by", "thread",
+    names = q_view("-d", str(q), "--comm", comm, "--metric", "off-cpu", "--by", "thread",
                    "--format", "json")
     assert names.returncode == 0, names.stderr
     assert f'"reader [tid {reader}]"' in names.stdout
     assert f'"writer [tid {writer}]"' in names.stdout
-    side = q_view("-d", str(q), "--comm", comm, "--metrics", "off-cpu,cpu,cpu-wait,wall",
+    side = q_view("-d", str(q), "--comm", comm, "--metric", "off-cpu,cpu,cpu-wait,wall",
                   "--format", "json")
     assert side.returncode == 0, side.stderr
     data = json.loads(side.stdout)
@@ -175,7 +175,7 @@ def test_two_threads_pinned_to_one_cpu_wait_half_the_time(perf, build, tmp_path)
         check_adds_up(m, tid, elapsed)
         cpus.append(m["cpu"][tid])
     assert abs(cpus[0] - cpus[1]) <= bound(elapsed, sum(cpus)), cpus
-    r = q_view("-d", str(q), "--comm", comm, "--event", "cpu-wait", "--format", "json")
+    r = q_view("-d", str(q), "--comm", comm, "--metric", "cpu-wait", "--format", "json")
     assert '"event": "cpu-wait"' in r.stdout and '"unit": "seconds"' in r.stdout
 
 

@@ -24,7 +24,7 @@ from elftools.elf.elffile import ELFFile
 
 from qtools.qformat import (CallStacks, Histogram, Info, MapRange, ObjectRef, QDir, TaskInfo,
                             dump_info, hist_lines, stack_lines)
-from qtools.viewer.cli import main
+from qtools.viewer.commands.view import main
 
 WORKLOAD = Path(__file__).resolve().parent.parent / "workloads" / "p-fan.c"
 MS = 1_000_000

@@ -17,7 +17,7 @@ from elftools.dwarf.callframe import FDE, RegisterRule
 from elftools.elf.elffile import ELFFile
 
 from qtools.daemon.unwind import ObjectCFI
-from qtools.qformat.cfi import Row
+from qtools.qformat.objects.cfi import Row
 
 KIND = {RegisterRule.UNDEFINED: 0, RegisterRule.SAME_VALUE: 1, RegisterRule.OFFSET: 2,
         RegisterRule.VAL_OFFSET: 3, RegisterRule.REGISTER: 4, RegisterRule.EXPRESSION: 5,

@@ -1,4 +1,4 @@
-"""The machine facts in one place (daemon/kernel/arch.py, qformat/arch.py): the
+"""The machine facts in one place (daemon/kernel/arch.py, qformat/kernelspace.py): the
 syscall numbers agree with the kernel headers of this machine, every machine
 names its register table, an unknown machine is refused by name, and the
 reader's fallback is the same one value per architecture."""
@@ -14,7 +14,7 @@ import pytest
 from qtools.daemon.kernel import arch, ring
 from qtools.daemon.unwind.regs import ARCHES
 from qtools.qformat import TaskInfo
-from qtools.qformat.arch import DEFAULT_KERNEL_FALLBACK, KERNEL_FALLBACK, kernel_start
+from qtools.qformat.kernelspace import DEFAULT_KERNEL_FALLBACK, KERNEL_FALLBACK, kernel_start
 
 # Where the kernel's uapi headers keep each machine's syscall numbers.
 HEADERS = {"x86_64": ["/usr/include/x86_64-linux-gnu/asm/unistd_64.h",

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from qtools.qformat.cachedir import open_cache_dir, private_dir
+from qtools.common.cachedir import open_cache_dir, private_dir
 from qtools.viewer.naming.debuginfod import Debuginfod
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: another user's files")

@@ -18,7 +18,7 @@ from qtools.daemon.sets.checkpoint import RunInfo
 from qtools.daemon.collector import CpuCollector, Flags, Options
 from qtools.daemon.messages import parse_line
 from qtools.daemon.machine.host import StaticHost
-from qtools.daemon.sets.kallsyms import KallsymsCopy
+from qtools.daemon.sets.kallsymscopy import KallsymsCopy
 from qtools.daemon.sets.objects import ObjectCopier, build_id
 from qtools.daemon.decode.layout import SampleLayout
 from qtools.daemon.decode.records import Branch, Comm, Lost, Mmap, Sample, SampleId, Switch, Task

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from elftools.elf.elffile import ELFFile
-from qtools.qformat.elfhdr import (SHDR64, ElfHeaderError, Segment, offset_of,
-                                   read_file_header, read_header, read_sections, vaddr_of)
+from qtools.qformat.objects.elfhdr import (SHDR64, ElfHeaderError, Segment, offset_of,
+                                           read_file_header, read_header, read_sections, vaddr_of)
 
 OBJECTS = ["/bin/sh", sys.executable]
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from qtools.daemon import cli as daemon_cli
-from qtools.viewer import cli as viewer_cli
+from qtools.viewer.commands import view as viewer_cli
 
 
 @pytest.mark.parametrize("parser", [daemon_cli.parser, viewer_cli.parser])
@@ -40,14 +40,14 @@ def test_help_is_laid_out_for_the_width_it_finds(monkeypatch, parser):
 
 def test_without_a_terminal_or_columns_help_is_80_wide(monkeypatch):
     monkeypatch.delenv("COLUMNS", raising=False)
-    out = subprocess.run([sys.executable, "-m", "qtools.viewer.cli", "--help"],
+    out = subprocess.run([sys.executable, "-m", "qtools.viewer.commands.view", "--help"],
                          capture_output=True, text=True, check=True,
                          env={k: v for k, v in __import__("os").environ.items()
                               if k != "COLUMNS"}).stdout
     assert 70 <= max(map(len, out.splitlines())) <= 80
 
 
-@pytest.mark.parametrize("module", ["qtools.daemon.cli", "qtools.viewer.cli"])
+@pytest.mark.parametrize("module", ["qtools.daemon.cli", "qtools.viewer.commands.view"])
 def test_a_tool_builds_its_parser_without_shutil(module):
     """shutil (with bz2 and lzma) is what argparse imports for the width."""
     code = (f"import sys, {module} as m; m.parser(); "

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from qtools.daemon.frames import sortedblocks
 from qtools.daemon.frames.jitindex import MAX_ENTRIES, PlacementIndex
 from qtools.daemon.frames.sortedblocks import SortedBlocks
-from qtools.qformat.jitdump import JIT_STRIDE, Placement
+from qtools.qformat.jit.jitdump import JIT_STRIDE, Placement
 
 BASE = 0x1000_0000_0000
 

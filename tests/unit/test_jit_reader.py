@@ -9,7 +9,7 @@ from qtools.daemon.machine.host import StaticHost
 from qtools.daemon.frames.jitread import CHUNK, DumpReader, open_dump
 from qtools.daemon.frames.jitindex import PlacementIndex
 from qtools.daemon.machine.tasks import Mapping, ObjectKey, Process
-from qtools.qformat.jitdump import CodeLoad, Header, encode, encode_header, parse
+from qtools.qformat.jit.jitdump import CodeLoad, Header, encode, encode_header, parse
 
 HEADER = Header(version=1, elf_mach=62, pid=1, timestamp=0)
 
@@ -60,7 +60,7 @@ def test_a_bad_record_keeps_the_loads_before_it(tmp_path):
 
 def test_overlapping_loads_beyond_the_index_bound_stop_reading(tmp_path):
     index = PlacementIndex(max_entries=8)
-    from qtools.qformat.jitdump import Placements
+    from qtools.qformat.jit.jitdump import Placements
     pl = Placements()
     added = [index.add(pl.add(CodeLoad(i, 1, 1, 0x1000, 0x1000, 16, i, "x", b"")))
              for i in range(10)]

@@ -8,13 +8,13 @@ import io
 import os
 import time
 
-from qtools.daemon.frames.jitdump import READ_BURST, READ_SHARE, JitTracker
+from qtools.daemon.frames.jittracker import READ_BURST, READ_SHARE, JitTracker
 from qtools.daemon.frames.jitread import CHUNK
 from qtools.daemon.machine.tasks import AddressMap, Mapping, ObjectKey, Process
 from qtools.daemon.unwind.regs import X86_64
 from qtools.qformat import QDir
-from qtools.qformat.jitdump import (CodeLoad, Header, encode, encode_header, parse,
-                                    split_synthetic)
+from qtools.qformat.jit.jitdump import (CodeLoad, Header, encode, encode_header, parse,
+                                        split_synthetic)
 from tests.unit.test_jit_reader import Stepping
 
 CODE = 0x7F00_0000_0000  # the JIT's anonymous executable mapping

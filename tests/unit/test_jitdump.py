@@ -9,10 +9,11 @@ import struct
 import pytest
 
 from qtools.daemon.frames.jitindex import PlacementIndex
-from qtools.qformat.jitdump import (
-    JIT_BASE, JIT_STRIDE, Close, CodeLoad, CodeMove, DebugEntry, DebugInfo, Header,
-    JitdumpError, JitdumpParser, Placements, UnwindingInfo, Unknown, decode_record, encode,
-    encode_header, is_synthetic, parse, split_synthetic, synthetic_address)
+from qtools.qformat.jit.jitdump import (JIT_BASE, JIT_STRIDE, Close, CodeLoad, CodeMove,
+                                        DebugEntry, DebugInfo, Header, JitdumpError, JitdumpParser,
+                                        Placements, UnwindingInfo, Unknown, decode_record, encode,
+                                        encode_header, is_synthetic, parse, split_synthetic,
+                                        synthetic_address)
 
 HEADER = Header(version=1, elf_mach=62, pid=4242, timestamp=123456)
 RECORDS = [

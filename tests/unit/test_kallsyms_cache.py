@@ -1,4 +1,4 @@
-"""Copies of kallsyms kept across runs (daemon/sets/kallsyms.py): a run's
+"""Copies of kallsyms kept across runs (daemon/sets/kallsymscopy.py): a run's
 start takes the cached copy of the same boot, modules and view instead of
 reading /proc/kallsyms again, and trusts nothing another user could have
 written or that is too old."""
@@ -11,7 +11,7 @@ import time
 import pytest
 
 from qtools.daemon.machine.host import StaticHost
-from qtools.daemon.sets.kallsyms import CACHE_MAX_AGE, KallsymsCache, KallsymsCopy, cache_key
+from qtools.daemon.sets.kallsymscopy import CACHE_MAX_AGE, KallsymsCache, KallsymsCopy, cache_key
 from qtools.daemon.sets.objects import ObjectCopier
 from qtools.qformat import QDir
 

@@ -22,8 +22,8 @@ from qtools.daemon.sets.starts import (FunctionStarts, KernelStarts, fde_start, 
 from qtools.daemon.sets.tally import NO_KERNEL, SampleTally
 from qtools.daemon.unwind import ObjectCFI
 from qtools.qformat import QDir
-from qtools.qformat.elfhdr import offset_of
-from qtools.viewer.naming.kallsyms import read_plain
+from qtools.qformat.objects.elfhdr import offset_of
+from qtools.viewer.naming.kernelsymbols import read_plain
 
 PERIOD = 1_000_000
 K = 0xffffffff81000000

@@ -8,9 +8,9 @@ import pytest
 from cfi_builder import (RBP, RBX, RIP, RSP, R12, R13, TEXT, CieSpec, Cfa, ElfSpec, FdeSpec,
                          Op, build_elf, load, sleb, uleb, X86_CIE_INSNS)
 from qtools.daemon.unwind import ObjectCFI
-from qtools.qformat.cfi import (EXPRESSION, OFFSET, REGISTER, SAME_VALUE, UNDEFINED,
-                                      VAL_EXPRESSION, VAL_OFFSET)
-from qtools.qformat.ehframe import sleb as read_sleb, uleb as read_uleb
+from qtools.qformat.objects.cfi import (EXPRESSION, OFFSET, REGISTER, SAME_VALUE, UNDEFINED,
+                                        VAL_EXPRESSION, VAL_OFFSET)
+from qtools.qformat.objects.ehframe import sleb as read_sleb, uleb as read_uleb
 
 
 def rows_of(insns: bytes, size: int = 0x100, cie: CieSpec | None = None, pad: bool = True,

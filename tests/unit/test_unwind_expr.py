@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cfi_builder import PLT_EXPR, RBP, RIP, RSP, Op, uleb
-from qtools.daemon.unwind.errors import CfiError
+from qtools.daemon.unwind.unwinderrors import CfiError
 from qtools.daemon.unwind.expr import MemoryUnavailable, evaluate, linearize
 
 M = 2**64 - 1

@@ -7,7 +7,7 @@ import io
 from pathlib import Path
 
 from qsynth import MS, Binary, Loaded, QBuilder
-from qtools.viewer.cli import main
+from qtools.viewer.commands.view import main
 
 UNKNOWN = 0x10000  # in no object: prints as 0x10000<[unknown]>
 EXE = "/opt/demo/calls"

@@ -7,9 +7,12 @@ import sys
 
 import pytest
 
+from qtools.viewer.model.profile import View
 from qtools.viewer.profile import processors
+from qtools.viewer.profile.group import processed
 from qtools.viewer.profile.callgraph import analyze, strongly_connected
-from qtools.viewer.profile.model import Frame, InconsistentGraph, Samples
+from qtools.viewer.model.frames import Frame
+from qtools.viewer.model.graph import InconsistentGraph, Samples
 
 
 def samples_of(stacks, calls=None, kernel=()):
@@ -143,7 +146,8 @@ def test_self_check_still_checks_under_python_O():
     """``python -O`` drops asserts; the check must not be one."""
     script = (
         "from qtools.viewer.profile.callgraph import analyze\n"
-        "from qtools.viewer.profile.model import Frame, InconsistentGraph, Samples\n"
+        "from qtools.viewer.model.frames import Frame\n"
+        "from qtools.viewer.model.graph import InconsistentGraph, Samples\n"
         "assert False, 'asserts are on'\n"
         "s = Samples('cpu-clock', 'seconds', [1.0], 1.0, 0, [], [Frame('f', 'p'), Frame('main', 'p')],\n"
         "            {(0, 1): 3.0}, True, None)\n"
@@ -176,13 +180,13 @@ def test_hide_kernel_and_kernel_only():
         (4, ["do_sys", "entry", "read", "main"]),  # in the kernel, called from user space
         (6, ["work", "main"]),
     ], calls={("main", "read"): 2, ("entry", "do_sys"): 2}, kernel=("do_sys", "entry"))
-    user = analyze(processors.hide_kernel(s))
+    user = analyze(processed(s, View(kernel="user")))
     user.self_check()
     assert user.total == 6
     assert {f.name for f, fn in user.functions.items() if fn.inclusive} == {"work", "main"}
     assert user.functions[F("read")].calls == 2  # still called, no longer sampled
     assert all(not f.kernel for f in user.functions)
-    kern = analyze(processors.kernel_only(s))
+    kern = analyze(processed(s, View(kernel="kernel")))
     kern.self_check()
     assert kern.total == 4 and set(f.name for f in kern.functions) == {"do_sys", "entry"}
     assert kern.functions[Frame("entry", "[k]", True)].inclusive == 4

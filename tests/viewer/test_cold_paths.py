@@ -23,7 +23,7 @@ from tests.conftest import q_view
 from qtools.viewer.inputs.select import Selection
 from qtools.qformat import parse_set
 from qtools.viewer.naming import aranges
-from qtools.viewer.naming.kallsyms import read_plain
+from qtools.viewer.naming.kernelsymbols import read_plain
 from qtools.viewer.naming.lazydwarf import plain_sections, section_stream
 from qtools.viewer.naming.symbols import Symbols
 from qtools.viewer.naming.symcache import SymbolCache

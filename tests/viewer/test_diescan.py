@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 import dwarf_oracle
 
 from qtools.viewer.naming import dwarflines
-from qtools.viewer.naming.diescan import UnitBytes, functions_by_entry, own_unit, subprograms
+from qtools.viewer.naming.diescan import UnitBytes, subprograms
+from qtools.viewer.naming.dwarflines import functions_by_entry, own_unit
 
 SRC = Path(__file__).resolve().parent.parent / "data" / "src"
 COLD = """

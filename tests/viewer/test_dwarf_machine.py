@@ -27,7 +27,7 @@ import pytest
 
 from dwarf_oracle import compare
 
-from qtools.qformat.elfhdr import read_file_header, read_sections
+from qtools.qformat.objects.elfhdr import read_file_header, read_sections
 
 ROOTS = ("/usr/bin", "/usr/lib")
 

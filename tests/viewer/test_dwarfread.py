@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from dwarf_oracle import compare, dwarf_of
 from tests.conftest import command
 
-from qtools.qformat.elfhdr import read_sections
+from qtools.qformat.objects.elfhdr import read_sections
 from qtools.viewer.naming import aranges, dwarflines
 from qtools.viewer.naming.dwarfread import DwarfFile, Unsupported
 

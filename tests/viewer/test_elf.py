@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from qtools.viewer.naming import symcache
 from qtools.viewer.naming.demangle import demangle
-from qtools.viewer.naming.elf import ElfProblem, read_elf
+from qtools.viewer.naming.elfsymbols import ElfProblem, read_elf
 from qtools.viewer.naming.symbols import _merge
 from qtools.viewer.naming.symtab import RawSymbol, SymbolTable
 

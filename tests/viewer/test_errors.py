@@ -12,7 +12,7 @@ from zlib_ng import gzip_ng
 
 from qsynth import MS, QBuilder
 from scenarios import run
-from qtools.viewer.cli import main
+from qtools.viewer.commands.view import main
 
 BAD = Path(__file__).resolve().parent.parent / "data" / "bad"
 INFO_CASES = sorted(p.name for p in BAD.glob("*.info"))

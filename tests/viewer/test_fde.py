@@ -14,7 +14,7 @@ from scenarios import run
 
 from dwarf_oracle import fde_entries
 
-from qtools.qformat.elfhdr import read_file_header
+from qtools.qformat.objects.elfhdr import read_file_header
 from qtools.viewer.naming.fde import _entries, read_fde_ranges, read_root_ranges
 
 
@@ -119,7 +119,7 @@ def test_a_damaged_eh_frame_gives_fewer_ranges_never_an_error(tmp_path, damage):
     if not data:
         pytest.skip("no /bin/bash")
     import io
-    from qtools.qformat.elfhdr import read_sections
+    from qtools.qformat.objects.elfhdr import read_sections
     sec = next(s for s in read_sections(io.BytesIO(bytes(data)), len(data))
                if s.name == ".eh_frame")
     if damage == "truncate":  # zeros from the middle on: a terminator there
@@ -139,7 +139,7 @@ def test_a_damaged_eh_frame_gives_fewer_ranges_never_an_error(tmp_path, damage):
 
 def _libc_eh_frame():
     import io
-    from qtools.qformat.elfhdr import read_sections
+    from qtools.qformat.objects.elfhdr import read_sections
     if not os.path.exists(OBJECTS[0]):
         pytest.skip("no libc at the Debian path")
     data = Path(OBJECTS[0]).read_bytes()
@@ -151,7 +151,7 @@ def test_the_fde_walk_finds_what_the_unwinder_looks_up():
     """q-view's walk over `.eh_frame` (qformat.ehframe.iter_fdes) and the
     collector's lookup through `.eh_frame_hdr` find the same FDE at each start."""
     from qtools.daemon.unwind import ObjectCFI
-    from qtools.qformat.ehframe import EH_FRAME, CieCache, iter_fdes, parse_fde
+    from qtools.qformat.objects.ehframe import EH_FRAME, CieCache, iter_fdes, parse_fde
     data, addr = _libc_eh_frame()
     cies = CieCache(data, EH_FRAME)
     fdes = list(iter_fdes(data, 0, len(data), EH_FRAME,
@@ -166,7 +166,7 @@ def test_the_fde_walk_finds_what_the_unwinder_looks_up():
 
 
 def test_the_fde_walk_reads_at_most_max_entries():
-    from qtools.qformat.ehframe import EH_FRAME, CieCache, iter_fdes, parse_fde
+    from qtools.qformat.objects.ehframe import EH_FRAME, CieCache, iter_fdes, parse_fde
     data, addr = _libc_eh_frame()
     cies = CieCache(data, EH_FRAME)
 

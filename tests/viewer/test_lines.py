@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from tests.conftest import q_view
 from qsynth import QBuilder, Binary
@@ -246,14 +247,23 @@ def test_call_chains_show_inlined_callers_as_frames_of_their_own(tmp_path, hotli
 
 
 def test_pprof_location_in_inlined_code_has_its_lines_innermost_first(tmp_path, hotline):
+    """An export's locations hold their frames as the report shows them: a
+    leaf's self time on the containing function, as q-view's flat profile
+    keeps it, with --inline on what was inlined there, innermost first."""
     from exports import pprof_profile
     info = _inlined_q(tmp_path, hotline)
     out = tmp_path / "p.pb.gz"
-    r = q_view("--format", "pprof", "-o", str(out), "--no-cache", info)
-    assert r.returncode == 0, r.stderr
-    p = pprof_profile(out)
+
+    def chains_of(*options: str) -> tuple[list[list[tuple[str, int]]], Any]:
+        r = q_view("--format", "pprof", "-o", str(out), "--no-cache", *options, info)
+        assert r.returncode == 0, r.stderr
+        p = pprof_profile(out)
+        names = {f.id: (p.string_table[f.name], p.string_table[f.filename])
+                 for f in p.function}
+        return [[(names[l.function_id][0], l.line) for l in loc.line]
+                for loc in p.location], p
+    chains, p = chains_of("--inline")
     names = {f.id: (p.string_table[f.name], p.string_table[f.filename]) for f in p.function}
-    chains = [[(names[l.function_id][0], l.line) for l in loc.line] for loc in p.location]
     inlined = [c for c in chains if len(c) > 1]
     assert inlined == [[("square", source_line("/* INLINED */")),
                         ("spin", source_line("square(acc)"))]], chains
@@ -262,6 +272,9 @@ def test_pprof_location_in_inlined_code_has_its_lines_innermost_first(tmp_path, 
                if name[0] in ("spin", "square"))
     mapping = p.mapping[0]
     assert mapping.has_line_numbers and mapping.has_inline_frames
+    chains, _p = chains_of()
+    assert not [c for c in chains if len(c) > 1], chains
+    assert [("spin", source_line("square(acc)"))] in chains
 
 
 def _section(path: Path, name: str) -> tuple[int, int]:

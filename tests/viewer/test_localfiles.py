@@ -1,5 +1,5 @@
 """Which files of this machine q-view reads on an archive's word
-(viewer/naming/localfiles.py, viewer/sources.py), on real files."""
+(viewer/naming/localfiles.py, viewer/naming/sources.py), on real files."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from qtools.viewer.naming.localfiles import (OutsideRoots, default_root, inside, open_within,
                                              same_file_here)
-from qtools.viewer.sources import Roots, SourceFiles
+from qtools.viewer.naming.sources import Roots, SourceFiles
 
 
 @pytest.fixture

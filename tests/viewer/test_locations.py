@@ -7,9 +7,10 @@ import zlib
 
 from qsynth import MS, Loaded, QBuilder
 from scenarios import KALLSYMS, run
-from qtools.viewer.profile.build import SampleBuilder
+from qtools.viewer.model.profile import Profile, View
+from qtools.viewer.profile import group
 from qtools.viewer.inputs.load import sets_in
-from qtools.viewer.inputs.locations import locate
+from qtools.viewer.profile.build import located as locate
 from qtools.viewer.naming.symbols import Symbols
 from qtools.viewer.naming.symcache import SymbolCache
 
@@ -38,7 +39,7 @@ def test_stacks_are_locations_with_their_mappings(tmp_path, calls_pie):
     symbols = Symbols(SymbolCache(None), [], warnings.append)
     [sl] = locate(sets_in(str(q.path)), symbols, warnings.append)
     assert not warnings  # nothing was named yet
-    locs = sl.locations
+    locs = [sl.location(lid) for lid in range(len(sl.locations))]
     by_key = {(loc.address, loc.is_return): lid for lid, loc in enumerate(locs)}
     assert len(by_key) == len(locs) == 5  # each distinct address located once
     kernel = locs[by_key[KERNEL_PC, False]]
@@ -61,10 +62,8 @@ def test_stacks_are_locations_with_their_mappings(tmp_path, calls_pie):
                                   (o.ret("main"), True)]): 2 * MS,
         (by_key[UNKNOWN, False], by_key[o.ret("main"), True]): 1 * MS}
     # names come when the report is built, through the one symbolizer
-    builder = SampleBuilder("function", warnings.append)
-    builder.add(sl)
+    samples = group.samples(Profile(lambda: [sl], View()), [sl], warnings.append, 1000, None)
     assert len(warnings) == 1 and "no copy of" in warnings[0]
-    samples = builder.result()
     assert {f.name for f in samples.frames} >= {"vfs_read", "0x10000<[unknown]>"}
 
 
@@ -74,7 +73,7 @@ def test_a_location_names_the_copy_of_its_object(tmp_path, calls_pie):
     q.task("calls", 7, 0, stacks=[(1 * MS, [o.at("leaf1")])])
     symbols = Symbols(SymbolCache(None), [], print)
     [sl] = locate(sets_in(str(q.path)), symbols, print)
-    [leaf] = sl.locations
+    [leaf] = [sl.location(lid) for lid in range(len(sl.locations))]
     assert (leaf.copy, leaf.crc) == (o.ref.file, zlib.crc32(calls_pie.path.read_bytes()))
 
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from qtools.viewer.numfmt import calls, si
+from qtools.viewer.model.numfmt import calls, si
 
 
 @pytest.mark.parametrize("value, text", [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from qsynth import MS, QBuilder
 from qtools.viewer.inputs.load import sets_in
-from qtools.viewer.push import series_name
+from qtools.viewer.commands.push import series_name
 
 
 def test_the_service_label_is_the_sets_unit_unless_one_is_given(tmp_path):

@@ -9,8 +9,8 @@ from pathlib import Path
 from qsynth import MS, QBuilder
 from scenarios import run
 from qtools.qformat import read_info
-from qtools.qformat.jitdump import (CodeLoad, Header, encode, encode_header,
-                                    synthetic_address)
+from qtools.qformat.jit.jitdump import CodeLoad, Header, encode, encode_header, synthetic_address
+from qtools.viewer.naming.addrspace import AddressSpace
 from qtools.viewer.naming.symbols import Symbols
 from qtools.viewer.naming.symcache import SymbolCache
 
@@ -101,8 +101,8 @@ def _dump(*names: str) -> bytes:
 def test_synthetic_addresses_name_each_code_load_of_the_jitdump_copy(tmp_path, calls_pie):
     q, name = _jitdump_dir(tmp_path, calls_pie, _dump("first", "second"))
     warnings: list[str] = []
-    space = Symbols(SymbolCache(None), [], warnings.append).space(
-        str(q.path), read_info(q.info_path(name)))
+    space = AddressSpace(Symbols(SymbolCache(None), [], warnings.append), str(q.path),
+                         read_info(q.info_path(name)))
     assert space.lookup(synthetic_address(0, 4)).name == "first"
     assert space.lookup(synthetic_address(1, 4)).name == "second"
     assert space.lookup(synthetic_address(1, 16), is_return=True).name == "second"

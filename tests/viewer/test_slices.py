@@ -14,8 +14,8 @@ import pytest
 
 from qsynth import MS, QBuilder
 from tests.conftest import q_view_popen
-from qtools.viewer.cli import main
-from qtools.viewer.errors import ViewError
+from qtools.viewer.commands.view import main
+from qtools.viewer.model.viewerrors import ViewError
 from qtools.viewer.inputs.timewin import overlaps, parse_time
 
 NOW = datetime(2026, 11, 22, 12, 0, 0).timestamp()

@@ -12,6 +12,7 @@ import pytest
 
 from qsynth import QBuilder
 from qtools.qformat import read_info
+from qtools.viewer.naming.addrspace import AddressSpace
 from qtools.viewer.naming.symbols import KERNEL_OBJECT, KERNEL_UNKNOWN, Symbols
 from qtools.viewer.naming.symcache import SymbolCache
 
@@ -29,7 +30,7 @@ ffffffffc0002000 T ext4_end\t[ext4]
 def _space(q: QBuilder, name: str, warnings: list[str], roots: list[str] | None = None,
            cache: str | None = None):
     symbols = Symbols(SymbolCache(cache), roots or [], warnings.append)
-    return symbols.space(str(q.path), read_info(q.info_path(name)))
+    return AddressSpace(symbols, str(q.path), read_info(q.info_path(name)))
 
 
 def test_pie_addresses_resolve_through_maps_and_segments(tmp_path, calls_pie):
@@ -330,7 +331,7 @@ fff0000000401000 T arm64_52_end
 def _space_of(q: QBuilder, name: str, arch: str, kernel_from: int | None):
     info = read_info(q.info_path(name))
     info.task.arch, info.task.kernel_from = arch, kernel_from
-    return Symbols(SymbolCache(None), [], [].append).space(str(q.path), info)
+    return AddressSpace(Symbols(SymbolCache(None), [], [].append), str(q.path), info)
 
 
 @pytest.mark.parametrize("arch,address,name", [

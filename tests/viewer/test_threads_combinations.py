@@ -1,4 +1,4 @@
-"""--event, --metrics, --tid and --by thread with every other report option:
+"""--metric (one name or several), --tid and --by thread with every other report option:
 a report (exit 0) or one line saying what does not go together (exit 2),
 never a traceback."""
 
@@ -12,9 +12,9 @@ from scenarios import run, threads_setup
 
 THREAD_OPTIONS = [
     [*event, *metrics, *tid, *by]
-    for event in ([], ["--event", "cpu"], ["--event", "off-cpu"], ["--event", "cpu-wait"],
-                  ["--event", "wall"])
-    for metrics in ([], ["--metrics", "cpu,off-cpu,wall"])
+    for event in ([], ["--metric", "cpu"], ["--metric", "off-cpu"], ["--metric", "cpu-wait"],
+                  ["--metric", "wall"])
+    for metrics in ([], ["--metric", "cpu,off-cpu,wall"])
     for tid in ([], ["--tid", "41"])
     for by in ([], ["--by", "thread"])
 ][1:]  # not the plain CPU profile

@@ -1,5 +1,5 @@
-"""q-view on `.threads` files (docs/q-format.md 4.9, 5.8): --event,
---tid, --by thread, --metrics; and the CPU profile unchanged by them."""
+"""q-view on `.threads` files (docs/q-format.md 4.9, 5.8): --metric,
+--tid, --by thread, several --metric names; and the CPU profile unchanged by them."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def test_each_metric_per_thread(tmp_path, calls_pie):
             "cpu-wait": {"io worker [tid 41]": 0.05},
             "wall": {"calls [tid 40]": 0.63, "io worker [tid 41]": 0.367}}
     for event, expected in want.items():
-        code, out, err = run(q.info_path(name), "--event", event, "--by", "thread",
+        code, out, err = run(q.info_path(name), "--metric", event, "--by", "thread",
                              "--format", "collapsed")
         assert (code, err) == (0, ""), (event, err)
         got = _by_thread(out)
@@ -47,7 +47,7 @@ def test_each_metric_per_thread(tmp_path, calls_pie):
 
 def test_tid_and_json_event(tmp_path, calls_pie):
     q, name = _setup(tmp_path, calls_pie)
-    code, out, err = run(q.info_path(name), "--event", "off-cpu", "--tid", "41",
+    code, out, err = run(q.info_path(name), "--metric", "off-cpu", "--tid", "41",
                          "--format", "json")
     assert code == 0, err
     data = json.loads(out)
@@ -73,14 +73,14 @@ def test_the_cpu_profile_is_the_same_with_and_without_threads(tmp_path, calls_pi
 
 def test_metrics_side_by_side(tmp_path, calls_pie):
     q, name = _setup(tmp_path, calls_pie)
-    code, out, err = run(q.info_path(name), "--metrics", "wall,cpu,off-cpu", "--format", "json")
+    code, out, err = run(q.info_path(name), "--metric", "wall,cpu,off-cpu", "--format", "json")
     assert code == 0, err
     data = json.loads(out)
     assert [m["event"] for m in data["metrics"]] == ["wall", "cpu", "off-cpu"]
     main = next(f for f in data["functions"] if f["name"] == "main")
     assert abs(main["wall"]["inclusive"] - 0.99) < 1e-9  # all but the 7 ms without a stack
     assert abs(main["cpu"]["inclusive"] - 0.04) < 1e-9
-    code, out, err = run(q.info_path(name), "--metrics", "cpu,bogus")
+    code, out, err = run(q.info_path(name), "--metric", "cpu,bogus")
     assert code == 2 and out == ""  # argparse's usage and "not a metric: 'bogus'" on stderr
 
 
@@ -88,7 +88,7 @@ def test_a_bad_threads_line_names_file_and_line(tmp_path, calls_pie):
     q, name = _setup(tmp_path, calls_pie)
     tfile = q.path / name.replace(".info#", ".threads#")
     tfile.write_bytes(tfile.read_bytes() + b"S 41 12 0xzz\n")
-    code, out, err = run(q.info_path(name), "--event", "off-cpu")
+    code, out, err = run(q.info_path(name), "--metric", "off-cpu")
     assert code == 1 and f"{tfile.name}:" in err and "bad address" in err
 
 
@@ -97,14 +97,14 @@ def test_no_kernel_keeps_off_cpu_time_with_the_user_code(tmp_path, calls_pie):
     frames away and leaves the time with the user frames (here there are
     none to take: the total is the same)."""
     q, name = _setup(tmp_path, calls_pie)
-    code, out, err = run(q.info_path(name), "--event", "off-cpu", "--no-kernel",
+    code, out, err = run(q.info_path(name), "--metric", "off-cpu", "--no-kernel",
                          "--format", "json")
     assert code == 0, err
     assert abs(json.loads(out)["total"] - 0.907) < 1e-9
 
 
 def _graph_entries(out: str, metrics: int) -> dict[str, list[list[str]]]:
-    """The call graph of --metrics -g: each entry's name -> its lines (callers,
+    """The call graph of several --metric names with -g: each entry's name -> its lines (callers,
     the entry, callees), each as its cells and then its name."""
     body = out.split("[total]\n", 1)[1]
     entries: dict[str, list[list[str]]] = {}
@@ -125,7 +125,7 @@ def _graph_entries(out: str, metrics: int) -> dict[str, list[list[str]]]:
 
 def test_metrics_call_graph_text(tmp_path, calls_pie):
     q, name = _setup(tmp_path, calls_pie)
-    code, out, err = run(q.info_path(name), "--metrics", "cpu,off-cpu,wall", "-g")
+    code, out, err = run(q.info_path(name), "--metric", "cpu,off-cpu,wall", "-g")
     assert (code, err) == (0, "")
     assert "Functions by" not in out  # the graph alone, as --graph alone shows it
     entries = _graph_entries(out, 3)
@@ -141,15 +141,15 @@ def test_metrics_call_graph_text(tmp_path, calls_pie):
     assert leaf1[0][-1].startswith("work [")
     # time with no stack: no CPU time at all, so "-" there, not 0
     assert entries["[stacks not kept]"][0][1:7] == ["-", "-", "7.00m", "7.00m", "7.00m", "7.00m"]
-    code, flat, _ = run(q.info_path(name), "--metrics", "cpu,off-cpu,wall")
+    code, flat, _ = run(q.info_path(name), "--metric", "cpu,off-cpu,wall")
     assert code == 0 and "Functions by" in flat and "Call graph" not in flat
-    code, both, _ = run(q.info_path(name), "--metrics", "cpu,off-cpu,wall", "--flat", "--graph")
+    code, both, _ = run(q.info_path(name), "--metric", "cpu,off-cpu,wall", "--flat", "--graph")
     assert code == 0 and both == flat + "\n" + out
 
 
 def test_metrics_call_graph_json(tmp_path, calls_pie):
     q, name = _setup(tmp_path, calls_pie)
-    code, out, err = run(q.info_path(name), "--metrics", "wall,cpu-wait", "--graph",
+    code, out, err = run(q.info_path(name), "--metric", "wall,cpu-wait", "--graph",
                          "--format", "json")
     assert code == 0, err
     data = json.loads(out)
@@ -160,7 +160,7 @@ def test_metrics_call_graph_json(tmp_path, calls_pie):
     assert arcs[("main", "leaf2")]["cpu-wait"] == {"self": 0.05, "inclusive": 0.05}
     assert arcs[("main", "work")]["wall"] == {"self": 0.0, "inclusive": 0.33}
     assert "cpu-wait" not in arcs[("main", "work")]  # no wait for a CPU under work: no key
-    code, out, err = run(q.info_path(name), "--metrics", "wall,cpu-wait", "--format", "json")
+    code, out, err = run(q.info_path(name), "--metric", "wall,cpu-wait", "--format", "json")
     assert code == 0 and "arcs" not in json.loads(out)  # without --graph: as before
 
 
@@ -170,14 +170,14 @@ def test_metrics_call_graph_of_a_set_without_threads(tmp_path, calls_pie):
     q = QBuilder(tmp_path / ".q")
     o = q.load(calls_pie)
     name = q.task("calls", 40, 0, stacks=[(30 * MS, [o.at("leaf1"), o.ret("main")])])
-    code, out, err = run(q.info_path(name), "--metrics", "cpu,off-cpu", "-g")
+    code, out, err = run(q.info_path(name), "--metric", "cpu,off-cpu", "-g")
     assert code == 0, err
     main = _graph_entries(out, 2)["main"]
     assert main[0][:5] == ["[2]", "0.00", "30.0m", "-", "-"]
     assert main[1] == ["30.0m", "30.0m", "-", "-", "leaf1 [1]"]
     assert next(line for line in out.splitlines() if line.endswith("[total]")).split() \
         == ["30.0m", "-", "[total]"]
-    code, out, err = run(q.info_path(name), "--metrics", "cpu,off-cpu", "--format", "json")
+    code, out, err = run(q.info_path(name), "--metric", "cpu,off-cpu", "--format", "json")
     assert code == 0
     assert json.loads(out)["metrics"][1] == {"event": "off-cpu", "unit": "seconds",
                                              "total": None}
@@ -187,7 +187,7 @@ def test_metrics_call_graph_min_percent(tmp_path, calls_pie):
     """Under --min-percent (of the first metric) the entries below it go, and
     the calls to them are summed on one line per entry, each metric apart."""
     q, name = _setup(tmp_path, calls_pie)
-    code, out, err = run(q.info_path(name), "--metrics", "cpu,off-cpu", "-g",
+    code, out, err = run(q.info_path(name), "--metric", "cpu,off-cpu", "-g",
                          "--min-percent", "50")
     assert code == 0, err
     entries = _graph_entries(out, 2)
@@ -233,7 +233,7 @@ def test_overview_json_off_cpu_seconds(tmp_path, calls_pie):
 
 
 def test_diff_of_off_cpu_time(tmp_path, calls_pie):
-    """--diff --event off-cpu compares off-CPU time per function, in seconds
+    """--diff --metric off-cpu compares off-CPU time per function, in seconds
     with --absolute; --tid and --by thread apply to both sides."""
     base, base_name = _setup(tmp_path / "base", calls_pie)
     q = QBuilder(tmp_path / "new" / ".q")
@@ -243,7 +243,7 @@ def test_diff_of_off_cpu_time(tmp_path, calls_pie):
     name = q.task("calls", 40, 0, stacks=[(30 * MS, list(work))])
     with_threads(q, name, {40: "calls", 41: "io worker"}, {
         ("cpu", 40, work): 30 * MS, ("S", 40, sleep): 900 * MS, ("D", 41, work): 100 * MS})
-    code, out, err = run("--diff", str(base.path), str(q.path), "--event", "off-cpu",
+    code, out, err = run("--diff", str(base.path), str(q.path), "--metric", "off-cpu",
                          "--absolute", "--format", "json")
     assert (code, err) == (0, "")
     data = json.loads(out)
@@ -252,7 +252,7 @@ def test_diff_of_off_cpu_time(tmp_path, calls_pie):
     assert abs(rows["leaf2"]["self_change"] - 0.3) < 1e-9  # 0.6 s -> 0.9 s
     assert abs(rows["leaf1"]["self_change"] + 0.2) < 1e-9  # 0.3 s -> 0.1 s
     assert rows["[stacks not kept]"]["status"] == "gone"
-    code, out, err = run("--diff", str(base.path), str(q.path), "--event", "off-cpu",
+    code, out, err = run("--diff", str(base.path), str(q.path), "--metric", "off-cpu",
                          "--tid", "41", "--by", "thread", "--absolute", "--format", "json")
     assert (code, err) == (0, "")
     rows = {f["name"]: f for f in json.loads(out)["functions"]}
@@ -260,21 +260,17 @@ def test_diff_of_off_cpu_time(tmp_path, calls_pie):
     thread = rows["io worker [tid 41]"]
     assert abs(thread["base_inclusive"] - 0.307) < 1e-9
     assert abs(thread["new_inclusive"] - 0.1) < 1e-9
-    code, out, err = run("--diff", str(base.path), str(q.path), "--event", "off-cpu")
+    code, out, err = run("--diff", str(base.path), str(q.path), "--metric", "off-cpu")
     assert code == 0 and "0.907 seconds of off-cpu" in out and "1.00 seconds of off-cpu" in out
 
 
-def test_diff_and_exports_refuse_several_metrics(tmp_path, calls_pie):
+def test_diff_and_one_metric_reports_refuse_several_metrics(tmp_path, calls_pie):
     q, name = _setup(tmp_path, calls_pie)
-    code, out, err = run("--diff", str(q.path), str(q.path), "--metrics", "cpu,off-cpu")
+    code, out, err = run("--diff", str(q.path), str(q.path), "--metric", "cpu,off-cpu")
     assert (code, out) == (2, "")
-    assert err == "q-view: --diff compares one metric: give --event METRIC, not --metrics\n"
-    code, out, err = run(str(q.path), "--metrics", "cpu,off-cpu", "--format", "pprof",
-                         "-o", str(tmp_path / "p.pb"))
-    assert code == 2 and err.count("\n") == 1 and "--metrics" in err
-    assert not (tmp_path / "p.pb").exists()
+    assert err == "q-view: --diff compares one metric: give --metric one name\n"
     for option in ("--stacks", "--stack-quality"):
-        code, out, err = run(str(q.path), "--metrics", "cpu,off-cpu", "--format", "json", option)
+        code, out, err = run(str(q.path), "--metric", "cpu,off-cpu", "--format", "json", option)
         assert (code, out) == (2, "") and err.count("\n") == 1 and option in err
 
 
@@ -282,7 +278,7 @@ def test_a_metric_of_sets_without_off_cpu_data_says_so(tmp_path, calls_pie):
     q = QBuilder(tmp_path / ".q")
     o = q.load(calls_pie)
     q.task("calls", 40, 0, stacks=[(30 * MS, [o.at("leaf1"), o.ret("main")])])
-    code, out, err = run(str(q.path), "--event", "off-cpu", "--flat")
+    code, out, err = run(str(q.path), "--metric", "off-cpu", "--flat")
     assert code == 0 and "(no samples)" in out
     assert err == (f"q-view: warning: {q.path}: no off-CPU data in the selected sets "
                    "(collected without q-syscollect --off-cpu): off-cpu is empty\n")
@@ -314,9 +310,9 @@ def _leave_out_cpu_of(q: QBuilder, name: str, tid: int) -> None:
 def test_a_thread_read_back_from_the_stack_shows_the_same(tmp_path, calls_pie):
     q, name = _setup(tmp_path, calls_pie)
     asks = [(ev, "--by", "thread", "--format", "collapsed") for ev in
-            ("--event=cpu", "--event=wall")]
+            ("--metric=cpu", "--metric=wall")]
     asks += [("--tid", "40", "--format", "json"), ("--tid", "41", "--flat"),
-             ("--by", "thread", "--graph"), ("--metrics", "cpu,off-cpu,wall")]
+             ("--by", "thread", "--graph"), ("--metric", "cpu,off-cpu,wall")]
     exports = [("--format", fmt, "-o", str(tmp_path / f"out.{fmt}")) for fmt in ("pprof",)]
     before = [run(q.info_path(name), *ask) for ask in asks]
     exported = []
@@ -343,3 +339,16 @@ def test_cpu_rest_lines_that_do_not_add_up_name_the_file(tmp_path, calls_pie):
     code, out, err = run(q.info_path(name), "--by", "thread")
     assert code != 0 and info.threads.file in err and "q:cpu-rest" in err
     assert "Traceback" not in err
+
+
+def test_the_old_spellings_of_metric_still_work_with_a_warning(tmp_path, calls_pie):
+    """--event NAME and --metrics LIST are --metric until the release
+    CHANGELOG.md names: the same report, and one line saying so."""
+    q, name = _setup(tmp_path, calls_pie)
+    for old, new in ((["--event", "off-cpu"], ["--metric", "off-cpu"]),
+                     (["--metrics", "cpu,off-cpu"], ["--metric", "cpu,off-cpu"])):
+        code, out, err = run(q.info_path(name), *old)
+        want_code, want_out, want_err = run(q.info_path(name), *new)
+        assert (code, out) == (want_code, want_out) and want_err == ""
+        assert err == (f"q-view: warning: {old[0]} is deprecated and goes in 0.2.0: "
+                       f"use --metric {old[1]}\n")

@@ -21,7 +21,7 @@ import hostile_names
 from qsynth import MS, Binary, QBuilder
 from scenarios import calls_dir, run
 from tests.conftest import q_view_popen
-from qtools.viewer.escape import printable
+from qtools.viewer.model.escape import printable
 
 # ---------------------------------------------------------------- helpers
 
@@ -552,9 +552,9 @@ def _views(q: QBuilder, names: list[str], source: Path) -> dict[str, list[str]]:
         "stack quality": [one, "--stack-quality"], "whole directory": [d, "--flat", "-g"],
         "python": [one, "--python"], "inline": [one, "--inline"],
         "annotate": [one, "--annotate", H.LEAF, "--source-root", str(source)],
-        "event wall": [one, "--event", "wall"], "tid": [one, "--tid", "1077"],
-        "metrics": [one, "--metrics", "cpu,wall"], "metrics graph": [one, "--metrics", "cpu,wall", "-g"],
-        "metrics json": [one, "--metrics", "cpu,wall", "--format", "json"],
+        "event wall": [one, "--metric", "wall"], "tid": [one, "--tid", "1077"],
+        "metrics": [one, "--metric", "cpu,wall"], "metrics graph": [one, "--metric", "cpu,wall", "-g"],
+        "metrics json": [one, "--metric", "cpu,wall", "--format", "json"],
         "diff": ["--diff", one, other], "diff by object": ["--diff", one, other, "--by", "object"],
         "diff json": ["--diff", one, other, "--format", "json"],
         "diff collapsed": ["--diff", one, other, "--format", "collapsed"],
@@ -707,7 +707,7 @@ def test_exports_hold_the_names_as_they_are(hostile_q, tmp_path, fmt, event):
     from exports import pprof_profile
     q, names, _source = hostile_q
     path = tmp_path / "profile"
-    code, out, err = run(q.info_path(names[0]), "--format", fmt, "--event", event,
+    code, out, err = run(q.info_path(names[0]), "--format", fmt, "--metric", event,
                          "-o", str(path))
     assert (code, out, err) == (0, "", "")
     strings = set(pprof_profile(path).string_table) if fmt == "pprof" else _otlp_strings(path)

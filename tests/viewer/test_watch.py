@@ -128,10 +128,10 @@ def test_a_profile_fits_the_terminal(tmp_path, calls_pie):
 
 
 def test_a_watch_of_off_cpu_time_redraws_at_each_checkpoint(tmp_path, calls_pie):
-    """--watch with --event and --tid: the chosen metric of the chosen
+    """--watch with --metric and --tid: the chosen metric of the chosen
     threads, redrawn when a checkpoint brings a new version of the set."""
     q, _name = threads_setup(tmp_path, calls_pie)
-    proc = _watch(str(q.path), "--event", "off-cpu", "--tid", "41")
+    proc = _watch(str(q.path), "--metric", "off-cpu", "--tid", "41")
     try:
         screen = _read(proc, "[stacks not kept]", 30).split(CLEAR)[1]
         assert "Flat profile of off-cpu" in screen
@@ -144,7 +144,7 @@ def test_a_watch_of_off_cpu_time_redraws_at_each_checkpoint(tmp_path, calls_pie)
         assert "[stacks not kept]" not in seen.split(CLEAR)[-1]
     finally:
         _stop(proc)
-    proc = _watch(str(q.path), "--metrics", "off-cpu,cpu", "--tid", "41")
+    proc = _watch(str(q.path), "--metric", "off-cpu,cpu", "--tid", "41")
     try:
         screen = _read(proc, "[total]", 30).split(CLEAR)[1]
         assert "Functions by off-cpu, cpu" in screen
@@ -178,7 +178,7 @@ def test_without_inotify_a_change_of_the_directory_redraws(tmp_path, monkeypatch
     import io
     import threading
 
-    from qtools.viewer import watch as watch_module
+    from qtools.viewer.commands import watch as watch_module
     monkeypatch.setattr(watch_module, "_observe", lambda directories, flag: None)
     qb = QBuilder(tmp_path / "q")
     qb.task("alpha", 1, 0, hist={0x1000: MS})

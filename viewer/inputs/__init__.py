@@ -1,1 +1,2 @@
-"""What q-view reads: inputs and selections into task sets (each .info parsed once), and their data files into stacks of locations."""
+"""What q-view reads: inputs (directories, .info names, PROG.info, tar
+archives) and the selection, into task sets, each .info parsed once."""

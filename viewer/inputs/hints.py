@@ -11,7 +11,7 @@ import os
 import shlex
 from typing import Iterable
 
-from ..errors import ViewError
+from ..model.viewerrors import ViewError
 
 SUBDIRS_LOOKED_AT = 64
 ENTRIES_LOOKED_AT = 5000

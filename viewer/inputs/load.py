@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from typing import IO, Callable, Iterator, NamedTuple, TypeVar
+from typing import IO, Callable, Iterator, NamedTuple, TypeAlias, TypeVar
 
 from qtools.qformat import DEFAULT_LIMITS, Info, Limits, MissingFile, QFormatError, SetName, \
     Stack, data_expected, info_versions, parse_name, read_edges, read_hist, \
@@ -23,7 +23,7 @@ from qtools.qformat.info import Unwanted, Wanted
 from qtools.qformat.threads import ThreadName, ThreadWeight, read_threads, with_cpu_rest
 from qtools.qformat.stores import DirStore, Store
 
-from ..errors import ViewError
+from ..model.viewerrors import ViewError
 from . import hints
 
 DEFAULT_DIR = ".q"
@@ -35,7 +35,7 @@ class SetRemoved(MissingFile):
 
 
 #: an input: a path (directory, `.info` or program name) or an opened store
-Source = str | Store
+Source: TypeAlias = str | Store
 
 
 def is_directory(item: Source) -> bool:
@@ -282,16 +282,16 @@ def open_info(path: str, limits: Limits = DEFAULT_LIMITS) -> StoredSet:
     """
     if not os.path.isdir(os.path.dirname(path) or "."):
         raise ViewError("no such file or directory", path)
-    if _set_name(os.path.basename(path)) is None and not os.path.isfile(path):
+    if parse_set_name(os.path.basename(path)) is None and not os.path.isfile(path):
         raise ViewError("no such file (nor an .info name whose versions exist)", path)
     _check_version(path)
     try:
-        resolved = path if _set_name(os.path.basename(path)) is None else resolve_info(path)
+        resolved = path if parse_set_name(os.path.basename(path)) is None else resolve_info(path)
     except QFormatError as e:
         raise e.located(path) from None
     directory, name = os.path.split(resolved)
     try:
-        return read_set(directory or ".", name, _set_name(name), limits)
+        return read_set(directory or ".", name, parse_set_name(name), limits)
     except MissingFile as e:
         raise ViewError("no such file", e.path) from None
 
@@ -309,7 +309,7 @@ def _check_version(path: str) -> None:
     raise hints.missing_version(path, q.version, versions)
 
 
-def _set_name(name: str) -> SetName | None:
+def parse_set_name(name: str) -> SetName | None:
     try:
         return parse_name(name).set
     except QFormatError:
@@ -365,8 +365,26 @@ def sets_in(source: Source, all_versions: bool = False,
 def versions_of(path: str, limits: Limits = DEFAULT_LIMITS) -> list[StoredSet]:
     """Every version of the set an `.info` name (without ``#N``) names."""
     directory, name = os.path.split(path)
-    set_name = _set_name(name)
+    set_name = parse_set_name(name)
     if set_name is None:
         return [open_info(path, limits)]
     return sets_in(directory or ".", all_versions=True, named=lambda n: n == set_name,
                    limits=limits) or [open_info(path, limits)]
+
+
+# The kernel sets' rows in the overview and roots in whole-machine stacks:
+# the idle task's samples, or with -k every pid's kernel samples.
+IDLE = "idle"
+KERNEL = "kernel"
+
+
+def kernel_only_run(ts: StoredSet) -> bool:
+    """Whether the set was collected with ``q-syscollect -k``."""
+    args = ts.info.task.syscollect_cmdline or []
+    for arg in args[1:]:
+        if arg == "--":
+            break
+        if arg.startswith("-") and not arg.startswith("--") and arg[1:].isalpha() \
+                and "k" in arg[1:]:
+            return True
+    return False

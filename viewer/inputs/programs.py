@@ -14,7 +14,7 @@ import os
 from qtools.qformat import QFormatError, info_versions, parse_name
 from qtools.qformat.limits import DEFAULT_LIMITS, Limits
 
-from ..errors import ViewError
+from ..model.viewerrors import ViewError
 from .load import Source, StoredSet
 from .select import Selection, select
 

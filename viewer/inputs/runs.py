@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple
 
-from ..errors import UsageError, ViewError
+from ..model.viewerrors import UsageError, ViewError
 
 if TYPE_CHECKING:  # select imports this module
     from qtools.qformat import SetName

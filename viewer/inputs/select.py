@@ -15,7 +15,7 @@ from qtools.qformat import DEFAULT_LIMITS, Limits, SetName, info_versions, sanit
 from qtools.qformat.info import Wanted
 from qtools.qformat.stores import Store
 
-from ..errors import ViewError
+from ..model.viewerrors import ViewError
 from . import hints, runs
 from .load import MTIME_SLACK, Source, StoredSet, _listdir, is_directory, label, open_info, \
     sets_in, versions_of

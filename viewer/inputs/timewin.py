@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import time
 
-from ..errors import UsageError
+from ..model.viewerrors import UsageError
 
 _AGO = re.compile(r"(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|hour|d|day|w|week)s?\s+ago\Z", re.I)
 _UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hour": 3600, "d": 86400,

@@ -1,1 +1,2 @@
-"""Names for locations: symbol tables of the object copies, debug files, kallsyms, JIT maps and dumps, demangling, the symbol cache."""
+"""Names for locations: symbol tables of the object copies, debug files,
+kallsyms, JIT maps and dumps, demangling, the symbol cache."""

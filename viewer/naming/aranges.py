@@ -13,7 +13,7 @@ import struct
 from typing import BinaryIO
 
 from qtools.qformat import open_regular
-from qtools.qformat.elfhdr import read_sections
+from qtools.qformat.objects.elfhdr import read_sections
 from qtools.qformat.limits import DEFAULT_LIMITS, exceeded
 
 from .dwarflines import MAX_UNITS, LineIndex, LineProblem

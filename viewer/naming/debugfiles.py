@@ -22,7 +22,7 @@ from qtools.qformat import ObjectRef, check_plain_name, open_regular
 from qtools.qformat.errors import QFormatError
 
 from .debuginfod import Debuginfod
-from .elf import ElfObject, ElfProblem, read_elf
+from .elfsymbols import ElfObject, ElfProblem, read_elf
 from .localfiles import confined
 from .symtab import SymbolTable
 

@@ -18,7 +18,7 @@ import os
 import time
 from typing import Callable
 
-from qtools.qformat.cachedir import private_dir
+from qtools.common.cachedir import private_dir
 
 DEFAULT_TIMEOUT = 30.0  # seconds per request
 DEFAULT_MAXSIZE = 1 << 30  # bytes of one file

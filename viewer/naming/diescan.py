@@ -13,7 +13,7 @@ read. Whatever this does not read itself (a form it does not know, an
 indirect form, an address given by index, a range list) is left to
 dwarfread.py: an entry of the kind gets its ranges from there, and a unit
 the scan cannot step through is read there entry by entry
-(``functions_by_entry``). The unit comes as bytes and an abbreviation lookup
+(``dwarflines.functions_by_entry``). The unit comes as bytes and an abbreviation lookup
 (``UnitBytes``).
 Nothing is trusted: a reference that does not lead forward, a truncated
 unit or too many entries end the scan (None).
@@ -21,12 +21,9 @@ unit or too many entries end the scan (None).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
-from qtools.qformat.ehframe import uleb  # LEB128, as DWARF encodes it everywhere
-
-if TYPE_CHECKING:
-    from .dwarfread import Unit
+from qtools.qformat.objects.ehframe import uleb  # LEB128, as DWARF encodes it everywhere
 
 SCOPES = frozenset(("DW_TAG_namespace", "DW_TAG_class_type", "DW_TAG_structure_type",
                     "DW_TAG_union_type", "DW_TAG_module"))
@@ -77,15 +74,6 @@ class UnitBytes(NamedTuple):
     offset_size: int
     order: Any  # "little" or "big"
     abbrev: Callable[[int], tuple[str, bool, Iterable[tuple[str, str]]]]  # KeyError: none
-
-
-def own_unit(unit: Unit) -> UnitBytes:
-    """A unit dwarfread has read the header of."""
-    def abbrev(code: int) -> tuple[str, bool, Iterable[tuple[str, str]]]:
-        tag, children, specs = unit.abbrev(code)
-        return tag, children, [(name, form) for name, form, _const in specs]
-    return UnitBytes(unit.data, unit.die_offset, unit.offset, unit.version, unit.addr_size,
-                     unit.offset_size, unit.df.order, abbrev)
 
 
 def subprograms(unit: UnitBytes | None,
@@ -217,7 +205,8 @@ class _Layouts:
             return FIXED_WIDTHS[form]
         if form in OFFSET_FORMS:
             return self.offset_size
-        if form in ULEB_FORMS or form in BLOCK_FORMS or form in ULEB_BLOCK_FORMS or form == "DW_FORM_string":
+        if form in ULEB_FORMS or form in BLOCK_FORMS or form in ULEB_BLOCK_FORMS \
+                or form == "DW_FORM_string":
             return -1
         raise ScanStop(f"form {form}")
 
@@ -244,29 +233,3 @@ def _value(data: bytes, pos: int, form: str, width: int, order: str) -> tuple[in
             raise ScanStop("truncated value")
         return int.from_bytes(data[pos:pos + width], order), pos + width  # type: ignore[arg-type]
     return uleb(data, pos, len(data))  # udata, ref_udata
-
-
-def functions_by_entry(unit: Unit, base: int) -> list[Span]:
-    """What ``subprograms`` finds, every entry of the unit read whole by
-    dwarfread (``base``: the unit's base address): for the units the scan
-    does not step through."""
-    from .dwarfread import Unsupported
-    out: list[Span] = []
-    _top, pos, children = unit.step(0)
-    scopes = [True] if children else []  # per open list: whether its entries are read
-    count = 0
-    while scopes and pos < len(unit.data):
-        entry, pos, children = unit.step(pos)
-        if not entry.tag:
-            scopes.pop()
-            continue
-        count += 1
-        if count > MAX_ENTRIES:
-            raise Unsupported(f"more than {MAX_ENTRIES} entries in one unit")
-        if scopes[-1] and entry.tag == "DW_TAG_subprogram":
-            out.extend((lo, hi, entry.offset) for lo, hi in unit.ranges(entry, base) if hi > lo)
-        if children:
-            scopes.append(scopes[-1] and entry.tag in SCOPES)
-            if len(scopes) > MAX_DEPTH:
-                raise Unsupported("entries nested too deeply")
-    return out

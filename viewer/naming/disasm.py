@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from qtools.qformat import open_regular
-from qtools.qformat.elfhdr import ElfHeaderError, Segment, read_file_header
+from qtools.qformat.objects.elfhdr import ElfHeaderError, Segment, read_file_header
 
 MAX_FUNCTION = 1 << 20  # bytes of one function disassembled
 EM_X86_64, EM_AARCH64 = 62, 183

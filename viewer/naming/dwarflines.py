@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, NamedTuple
 
 from qtools.qformat.limits import DEFAULT_LIMITS
 
-from .diescan import functions_by_entry, own_unit, subprograms
+from .diescan import MAX_DEPTH, MAX_ENTRIES, SCOPES, Span, UnitBytes, subprograms
 from .symtab import RawSymbol, SymbolTable
 
 if TYPE_CHECKING:  # the readers are imported when a view first reads DWARF: not at start
@@ -286,3 +286,38 @@ def own_origin_name(unit: Unit, entry: Entry) -> str:
         else:
             break
     return "?"
+
+
+def own_unit(unit: Unit) -> UnitBytes:
+    """A unit dwarfread has read the header of."""
+    def abbrev(code: int) -> tuple[str, bool, Iterable[tuple[str, str]]]:
+        tag, children, specs = unit.abbrev(code)
+        return tag, children, [(name, form) for name, form, _const in specs]
+    return UnitBytes(unit.data, unit.die_offset, unit.offset, unit.version, unit.addr_size,
+                     unit.offset_size, unit.df.order, abbrev)
+
+
+def functions_by_entry(unit: Unit, base: int) -> list[Span]:
+    """What ``subprograms`` finds, every entry of the unit read whole by
+    dwarfread (``base``: the unit's base address): for the units the scan
+    does not step through."""
+    from .dwarfread import Unsupported
+    out: list[Span] = []
+    _top, pos, children = unit.step(0)
+    scopes = [True] if children else []  # per open list: whether its entries are read
+    count = 0
+    while scopes and pos < len(unit.data):
+        entry, pos, children = unit.step(pos)
+        if not entry.tag:
+            scopes.pop()
+            continue
+        count += 1
+        if count > MAX_ENTRIES:
+            raise Unsupported(f"more than {MAX_ENTRIES} entries in one unit")
+        if scopes[-1] and entry.tag == "DW_TAG_subprogram":
+            out.extend((lo, hi, entry.offset) for lo, hi in unit.ranges(entry, base) if hi > lo)
+        if children:
+            scopes.append(scopes[-1] and entry.tag in SCOPES)
+            if len(scopes) > MAX_DEPTH:
+                raise Unsupported("entries nested too deeply")
+    return out

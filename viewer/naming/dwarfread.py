@@ -26,7 +26,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Any, BinaryIO, Iterator, NamedTuple
 
-from qtools.qformat.ehframe import sleb, uleb
+from qtools.qformat.objects.ehframe import sleb, uleb
 from qtools.qformat.limits import DEFAULT_LIMITS
 
 from .diescan import BLOCK_FORMS, FIXED_WIDTHS, OFFSET_FORMS, REF_FORMS, ULEB_BLOCK_FORMS, \

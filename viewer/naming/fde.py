@@ -27,10 +27,10 @@ import os
 from typing import BinaryIO, Iterator, NamedTuple
 
 from qtools.qformat import open_regular
-from qtools.qformat.cfi import DW_CFA_UNDEFINED, UNDEFINED, cie_state, decode_fde
-from qtools.qformat.ehframe import EH_FRAME, PARSE_ERRORS, CieCache, Fde, iter_fdes, layout, \
-    parse_fde
-from qtools.qformat.elfhdr import SHT_NOBITS, ElfHeader, read_file_header, read_sections
+from qtools.qformat.objects.cfi import DW_CFA_UNDEFINED, UNDEFINED, cie_state, decode_fde
+from qtools.qformat.objects.ehframe import (EH_FRAME, PARSE_ERRORS, CieCache, Fde, iter_fdes,
+                                            layout, parse_fde)
+from qtools.qformat.objects.elfhdr import SHT_NOBITS, ElfHeader, read_file_header, read_sections
 
 from .symtab import RawSymbol, SymbolTable
 

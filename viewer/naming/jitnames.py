@@ -11,8 +11,8 @@ from bisect import bisect_right
 from typing import Callable
 
 from qtools.qformat import open_regular
-from qtools.qformat.jitdump import JitdumpError, JitdumpParser, Placements, split_synthetic, \
-    synthetic_address
+from qtools.qformat.jit.jitdump import (JitdumpError, JitdumpParser, Placements, split_synthetic,
+                                        synthetic_address)
 
 MAX_COPY = 128 << 20  # bytes of a copy read; the collector keeps 64 MiB by default
 

@@ -25,8 +25,8 @@ from typing import Any, BinaryIO
 
 from zlib_ng import zlib_ng
 
-from qtools.qformat.elfhdr import SHF_COMPRESSED, SHT_NOBITS, ElfHeader, SectionHeader, \
-    read_file_header, read_sections
+from qtools.qformat.objects.elfhdr import (SHF_COMPRESSED, SHT_NOBITS, ElfHeader, SectionHeader,
+                                           read_file_header, read_sections)
 from qtools.qformat.limits import DEFAULT_LIMITS
 
 SECTIONS = ("info", "aranges", "abbrev", "frame", "str", "loc", "ranges", "line", "pubtypes",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Iterator, NamedTuple
 
-from qtools.qformat.ehframe import sleb, uleb
+from qtools.qformat.objects.ehframe import sleb, uleb
 
 from .dwarfread import FORMS, SUPPLEMENTARY, Unit, Unsupported, initial_length, int_at
 

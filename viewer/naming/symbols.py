@@ -3,8 +3,8 @@
 ``Symbols`` loads each object copy once per run (and once per content
 across runs, through ``SymbolCache``), checks its crc, finds separate debug
 info for stripped copies, and reads kallsyms and JIT perf maps.
-``Symbols.space(qdir, info)`` gives the ``AddressSpace`` of one task set
-(``space.py``), which turns runtime addresses into ``Location``s (mapping
+``AddressSpace(symbols, qdir, info)`` (``space.py``) is the address space
+of one task set, which turns runtime addresses into ``Location``s (mapping
 and offset, no name) and names them (``Symbolized``):
 
     runtime address -> mapping (q:maps) -> file offset -> PT_LOAD -> ELF vaddr
@@ -21,16 +21,16 @@ from array import array
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
-from qtools.qformat import Info, ObjectRef, QDir, open_regular, parse_copy_name
+from qtools.qformat import ObjectRef, QDir, open_regular, parse_copy_name
 from qtools.qformat.errors import QFormatError
 from qtools.qformat.limits import DEFAULT_LIMITS
 from qtools.qformat.stores import Store
 
 from .debugfiles import DebugFile, Here, candidates, matching
 from .debuginfod import Debuginfod
-from .elf import ElfObject, ElfProblem, Segment, read_elf
+from .elfsymbols import ElfObject, ElfProblem, Segment, read_elf
 from .fde import read_fde_ranges, read_root_ranges
-from .kallsyms import MAX_TEXT, KallsymsText, read_lines, read_plain
+from .kernelsymbols import MAX_TEXT, KallsymsText, read_lines, read_plain
 from .localfiles import only_owner_can_change, same_file_here
 from .lines import (LineIndex, LineProblem, ObjectLines, has_lines, path_opener, path_tag,
                     read_index)
@@ -40,7 +40,6 @@ from .symtab import SymbolTable
 
 if TYPE_CHECKING:
     from .jitnames import JitNames
-    from .space import AddressSpace
 
 KERNEL_OBJECT = "[kernel.kallsyms]"
 KERNEL_UNKNOWN = "[kernel]"
@@ -58,19 +57,6 @@ MAX_LOCAL = 4 << 30  # bytes of a local file compared with a copy (without --lim
 MAX_MEMO = 1 << 16
 
 Warn = Callable[[str], None]
-
-
-class Symbolized(NamedTuple):
-    """What an address is: function name, object, and the address in the object."""
-
-    name: str
-    object: str
-    kernel: bool
-    offset: int  # link-time address in the object (absolute where there is no object)
-    start: int | None  # the symbol's start in the same space; None when unknown
-    # No symbol: ``start`` is the start of the unwind entry (FDE) that holds
-    # the address, and the name is ``0xSTART<object>``.
-    by_fde: bool = False
 
 
 class LoadedObject(NamedTuple):
@@ -133,7 +119,8 @@ class Symbols:
         # where a copy's line table came from: None, the copy's own DWARF
         self._lines_from: dict[tuple[str, str], DebugFile | None] = {}
         self._here: dict[tuple[str, str], bool] = {}
-        self.stores = stores or {}  # by label: directories inside archives (their owner closes them)
+        # by label: directories inside archives (their owner closes them)
+        self.stores = stores or {}
 
     def close(self) -> None:
         for lines in self._lines.values():
@@ -247,7 +234,8 @@ class Symbols:
                 "debuglink": list(elf.debuglink) if elf.debuglink else None,
             })
         stripped = not elf.has_symtab and debug is None
-        return LoadedObject(elf.segments, table, self._fdes(source, cache_key) if stripped else None)
+        fdes = self._fdes(source, cache_key) if stripped else None
+        return LoadedObject(elf.segments, table, fdes)
 
     def _fdes(self, path: str, cache_key: str | None) -> SymbolTable:
         """The function ranges of a stripped copy, through the cache (a large
@@ -484,12 +472,6 @@ class Symbols:
                     self._jitdumps[key] = load_jitdump(source, self.warn,
                                                         os.path.join(directory, copy))
         return self._jitdumps[key]
-
-    # ------------------------------------------------------------ address spaces
-
-    def space(self, directory: str, info: Info) -> AddressSpace:
-        from .space import AddressSpace  # it imports this module
-        return AddressSpace(self, directory, info)
 
 
 def _merge(a: SymbolTable, b: SymbolTable) -> SymbolTable:

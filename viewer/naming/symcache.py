@@ -21,8 +21,8 @@ import zlib
 from array import array
 from typing import Any
 
-from qtools.qformat.cachedir import cache_dir as qtools_cache_dir
-from qtools.qformat.cachedir import open_cache_dir
+from qtools.common.cachedir import cache_dir as qtools_cache_dir
+from qtools.common.cachedir import open_cache_dir
 
 from .symtab import SymbolTable
 

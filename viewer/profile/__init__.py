@@ -1,1 +1,3 @@
-"""From named stacks to the call graph: grouping by --by, merging sets, processors and filters, call-graph arithmetic; comparisons and exports."""
+"""The profile of the selected sets and what is computed from it: located
+and named stacks, grouped into frames as a view says, processed by the
+filters, the call graph; export tables and comparisons."""

@@ -26,7 +26,8 @@ from array import array
 from collections import defaultdict
 from typing import Iterable
 
-from .model import Arc, Cycle, Frame, Function, CallGraph, Samples
+from ..model.graph import Arc, Cycle, Function, CallGraph, Samples
+from ..model.frames import Frame
 
 CYCLE_OBJECT = ""
 

@@ -1,70 +1,46 @@
 """Profiles for other tools: the tables pprof and OpenTelemetry profiles share.
 
-The reports fold each address into its function (``build.SampleBuilder``);
-an export keeps what they fold away: every location with its address and
-mapping, and each set's labels (comm, pid, cpu, host, and the thread where
-the set has a `.threads` file), so that pprof, Pyroscope or an
-OpenTelemetry collector can slice by them. One builder
-makes the tables (mappings, functions, locations, labels, samples), and
-each format is an encoder of them (render/pprof.py, render/otlp.py).
+An export is the profile a report shows, grouped through the same view
+(``--by``, the kernel options, ``--python``, ``--focus``, ``--ignore``,
+``--hide``), but each frame kept at its location: every location with its
+address and mapping, its frames as lines (innermost first: what was
+inlined there, then its function, with source lines where DWARF has
+them), and each set's labels (comm, pid, cpu, host, unit, container, and
+the thread where the set has a `.threads` file), so that pprof, Pyroscope
+or an OpenTelemetry collector can slice by them. One builder makes the
+tables (mappings, functions, locations, labels, samples), and each format
+is an encoder of them (render/pprof.py, render/otlp.py).
 
-Samples are the sets' distinct stacks of locations, innermost first, one
-per set's labels (thread included) and stack, with two values: samples (a
-count) and the event (nanoseconds for a clock, the set's own unit
-otherwise); with ``--event off-cpu|cpu-wait|wall`` one value, that time in
-nanoseconds. The flat profile of an export is q-view's with the same
-``--event`` and ``--tid``: the same stacks, the same leaves (the
-histogram's leaves beyond the stacks and the stacks not kept included).
-
-A set's CPU samples are split by thread only where its `.threads` file
-adds up to its `.hist` (threadlocs.locate_cpu_by_thread); where it does
-not, the set is exported from its `.stack` without thread labels, as sets
-of earlier releases are, and q-view says so once.
+Samples are the sets' distinct stacks of locations, one per labels and
+stack, with two values: samples (a count) and the event (nanoseconds for
+a clock, the set's own unit otherwise); with a metric of time off the CPU
+(off-cpu, cpu-wait, wall) one value, that time in nanoseconds. The flat
+profile of an export is q-view's of the same options: the same stacks,
+the same leaves (the histogram's leaves beyond the stacks and the stacks
+not kept included).
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import math
-from dataclasses import dataclass, field
-from typing import Callable, Generic, Hashable, Iterator, TypeVar
+from dataclasses import dataclass
+from typing import Callable, Generic, Hashable, TypeVar
 
-from qtools.qformat import DEFAULT_LIMITS, LimitExceeded, QFormatError
+from qtools.qformat import LimitExceeded
 from qtools.qformat.limits import exceeded
 
-from ..errors import UsageError, ViewError
-from ..inputs.load import StoredSet
-from ..inputs.locations import SetLocations, locate_set
-from ..inputs.threadlocs import ThreadView, locate_cpu_by_thread, locate_threads
-from ..naming.demangle import demangle
-from ..naming.space import AddressSpace
-from ..naming.symbols import KERNEL_OBJECT, Symbolized, Symbols, Warn
-from ..render.units import SECONDS
-from .build import one_unit
-from .report import symbolizer, thread_view
+from ..model.viewerrors import ViewError
+from ..model.frames import Frame, FrameTable
+from ..model.profile import Labels, Mapping, Profile, SetFacts, SetSamples
+from .setframes import SetFrames
+from .group import UNKEPT as UNKEPT_FRAME, one_unit
+from .process import Processing
 
 NANOSECONDS = "nanoseconds"
-KERNEL_LIMIT = (1 << 64) - 1  # the kernel's mapping reaches the top of the address space
 INT64_MAX = (1 << 63) - 1  # sample values are int64
-UNKEPT = "[stacks not kept]"  # build.UNKEPT's frame: the collector kept no stack
-COLLECTOR = "[q-syscollect]"
-
-# Options that shape q-view's own reports; pprof has its own (-focus,
-# -ignore, -hide, -nodefraction) and applies them to the whole profile.
-REPORT_ONLY = (("focus", "--focus"), ("ignore", "--ignore"), ("hide", "--hide"),
-               ("python", "--python"), ("stacks", "--stacks"), ("per_pid", "--per-pid"),
-               ("min_percent", "--min-percent"), ("metrics", "--metrics"))
-
-
-@dataclass(frozen=True)
-class Mapping:
-    start: int
-    limit: int
-    offset: int  # in the file, of ``start``
-    file: str  # the object's original path ([kernel.kallsyms] for the kernel)
-    build_id: str
-
+UNKEPT, COLLECTOR = UNKEPT_FRAME  # the frame of stacks the collector did not keep
+SECONDS = "seconds"
+INLINED = " (inlined)"  # how a report names an inlined function's frame
 
 @dataclass(frozen=True)
 class Function:
@@ -78,50 +54,28 @@ class Function:
 class Location:
     mapping: int | None  # index into ``Tables.mappings``; None: no mapping (JIT, unknown)
     address: int  # of the instruction: a return address less one, inside the call
-    function: int  # index into ``Tables.functions``: the symbol the address is in
-    # (function index, source line) from DWARF, innermost first: the
-    # functions inlined here, then ``function`` (empty: no line table)
+    function: int  # index into ``Tables.functions``: the frame the location is in
+    # (function index, source line) of each frame the view keeps here,
+    # innermost first: the functions inlined here, then ``function``
     lines: tuple[tuple[int, int], ...] = ()
-
-
-@dataclass(frozen=True)
-class Labels:
-    comm: str | None
-    pid: int | None
-    cpu: int | None
-    host: str | None
-    unit: str | None = None  # the systemd unit (q:unit)
-    container: str | None = None  # the container id (q:container)
-    tid: int | None = None  # the thread (from a `.threads` file)
-    thread: str | None = None  # its name
-
-    def pairs(self) -> list[tuple[str, str]]:
-        """The labels that are known, as text: pid and cpu too, as Pyroscope and
-        Parca take labels (and cpu 0 stays cpu 0, not an unset number)."""
-        known = (("comm", self.comm), ("pid", self.pid), ("cpu", self.cpu),
-                 ("host", self.host), ("unit", self.unit), ("container", self.container),
-                 ("thread", self.thread))
-        return [(key, str(value)) for key, value in known if value is not None and value != ""]
-
-    def numbers(self) -> list[tuple[str, int]]:
-        """The numeric labels: the thread id, as pprof's schema names it."""
-        return [("thread_id", self.tid)] if self.tid is not None else []
+    has_lines: bool = False  # source lines are known (DWARF)
 
 
 @dataclass(frozen=True)
 class Sample:
     labels: int  # index into ``Tables.labels``
     locations: tuple[int, ...]  # indexes into ``Tables.locations``, innermost first
-    samples: int
-    value: int  # in ``Tables.unit``
+    values: tuple[int, ...]  # one per ``Tables.types``
 
 
 @dataclass
 class Tables:
-    event: str
-    unit: str  # of ``Sample.value``: nanoseconds for time
-    counted: bool  # ``Sample.samples`` are sample counts (not for time off the CPU)
-    period: int | None  # one sample's weight, in ``unit``, where every set agrees
+    # (type, unit) of each of a sample's values: the sample count first where
+    # the samples are a metric, then each metric's time or event count
+    types: list[tuple[str, str]]
+    default_type: str  # the first metric's: what a viewer shows first
+    period_type: tuple[str, str]  # (type, unit) of ``period``
+    period: int | None  # one sample's weight, where every set agrees
     time_nanos: int | None  # when the earliest set began (Unix time)
     duration_nanos: int | None  # to the end of the latest
     mappings: list[Mapping]
@@ -129,6 +83,11 @@ class Tables:
     locations: list[Location]
     labels: list[Labels]
     samples: list[Sample]
+
+    @property
+    def unit(self) -> str:
+        """The unit of the period (nanoseconds for time)."""
+        return self.period_type[1]
 
 
 _K = TypeVar("_K", bound=Hashable)
@@ -166,236 +125,237 @@ class _Interned(Generic[_K]):
         return i
 
 
-def check_options(args: argparse.Namespace) -> None:
-    """UsageError for the options an export does not take."""
-    for attr, option in REPORT_ONLY:
-        if getattr(args, attr, None):
-            raise UsageError(f"{option} shapes q-view's reports; --format {args.format} exports "
-                             "the whole selection (pprof has its own -focus, -ignore, -hide)")
-    if args.by == "thread":
-        raise UsageError(f"--format {args.format} labels each sample with its thread "
-                         "already (where the sets have per-thread data); --by does not apply")
-    if args.by != "function":
-        raise UsageError(f"--format {args.format} exports functions with their addresses; "
-                         "--by does not apply")
-    if args.watch or args.overview:
-        option = "--watch" if args.watch else "--overview"
-        raise UsageError(f"{option} is a report of q-view's; --format {args.format} writes "
-                         "a profile")
-
-
-def build(sets: list[StoredSet], symbols: Symbols, warn: Warn, kernel: bool | None = None,
-          view: ThreadView = ThreadView()) -> Tables:
-    """The tables of ``sets``; ``kernel`` False: user samples only (--no-kernel),
-    True: kernel samples with their kernel frames only (--kernel-only);
-    ``view``: the metric and threads (--event, --tid)."""
-    limits = sets[0].limits if sets else DEFAULT_LIMITS
-    builder = _Builder(kernel, limits.stacks, limits.addresses, view.metric)
-    for sl in _located(sets, symbols, warn, view):
-        builder.add(sl)
+def tables(profiles: list[Profile], max_stacks: int, max_frames: int | None = None
+           ) -> Tables:
+    """The export tables of ``profiles``, the same sets' profiles of one
+    metric each, through their views: one value column per metric (and the
+    sample count where the samples are one)."""
+    builder = _Builder(profiles, max_stacks, FrameTable(max_frames))
+    for profile in profiles:
+        builder.metric(profile)
+        for s in profile.each_set():
+            try:
+                builder.add(s)
+            except LimitExceeded as e:  # the frames': the set that brought one too many
+                raise e.located(s.stack_file or s.path) from None
     return builder.result()
 
 
-def _located(sets: list[StoredSet], symbols: Symbols, warn: Warn, view: ThreadView
-             ) -> Iterator[SetLocations]:
-    """Each set's stacks, each under its thread where the set has them by
-    thread; the sets whose `.threads` does not add up told once, at the end."""
-    by_thread = view._replace(by_thread=True)
-    unsplit: list[str] = []
-    for index, ts in enumerate(sets):
-        space = symbols.space(ts.directory, ts.info)
-        if view.needed:
-            yield locate_threads(ts, index, space, by_thread, warn)
-            continue
-        sl = None
-        if ts.info.threads is not None:
-            try:
-                sl = locate_cpu_by_thread(ts, index, space, warn)
-                if sl is None:
-                    unsplit.append(ts.path)
-            except LimitExceeded:
-                raise
-            except QFormatError as e:  # a bad or missing `.threads`: the `.stack` holds
-                warn(f"{e}; exported without thread labels")
-        yield sl or locate_set(ts, index, space, warn)
-    if unsplit:
-        more = f" and {len(unsplit) - 1} other set(s)" if len(unsplit) > 1 else ""
-        warn(f"{unsplit[0]}{more}: per-thread CPU samples (.threads) do not add up to the "
-             ".hist; exported from the .stack, without thread labels")
-
-
-@dataclass
 class _Builder:
-    kernel: bool | None
-    max_stacks: int
-    max_locations: int  # distinct locations (addresses) of the whole export
-    metric: str = "cpu"  # --event: any other is time from `.threads` files, in nanoseconds
-    mappings: _Interned[Mapping] = field(default_factory=_Interned)
-    functions: _Interned[Function] = field(default_factory=_Interned)
-    locations: _Interned[Location] = field(default_factory=_Interned)
-    labels: _Interned[Labels] = field(default_factory=_Interned)
-    # (labels, locations) -> [samples, value], summed in floats, rounded at the end
-    acc: dict[tuple[int, tuple[int, ...]], list[float]] = field(default_factory=dict)
-    kernel_of: list[bool] = field(default_factory=list)  # location index -> a kernel frame
-    sets: list[StoredSet] = field(default_factory=list)
+    def __init__(self, profiles: list[Profile], max_stacks: int, table: FrameTable) -> None:
+        self.profiles = profiles
+        metrics = [p.metric for p in profiles]
+        # value columns: the sample count where the samples are a metric
+        self.counted = "cpu" in metrics
+        self.width = len(metrics) + self.counted
+        self.max_stacks = max_stacks
+        self.table = table  # the views' frames: the functions' names
+        self.mappings: _Interned[Mapping] = _Interned()
+        self.functions: _Interned[Function] = _Interned()
+        self.locations: _Interned[Location] = _Interned()
+        self.labels: _Interned[Labels] = _Interned()
+        # (labels, locations) -> values, summed in floats, rounded at the end
+        self.acc: dict[tuple[int, tuple[int, ...]], list[float]] = {}
+        self.sets: list[SetFacts] = []  # the samples' sets (those of one metric)
+        self.column = 0  # of the metric being added
+        self.profile = profiles[0]
+        self.processing: Processing | None = None
 
-    def add(self, sl: SetLocations) -> None:
-        try:
-            self._add(sl)
-        except LimitExceeded as e:  # the locations': the set that brought one too many
-            raise e.located(sl.stack_file or sl.stored.path) from None
+    def metric(self, profile: Profile) -> None:
+        """Add ``profile``'s samples next, into its metric's column."""
+        self.profile = profile
+        self.view = profile.view
+        self.column = self.profiles.index(profile) + self.counted
+        self.processing = Processing(self.view, self.table, profile.in_time) \
+            if self.view.processes else None
+        self.collapse_runs = self.view.by == "object"
+        self.sets = []
 
-    def _add(self, sl: SetLocations) -> None:
-        ts = sl.stored
-        self.sets.append(ts)
-        base = Labels(_text(ts.comm), ts.pid, ts.cpu, _text(ts.info.task.hostname),
-                      _text(ts.service), _text(ts.container))
-        labels = self.labels.id(base)
-        if sl.factor_override is not None:  # time from a `.threads` file: nanoseconds
-            value_per_count, samples_per_count = sl.factor_override * 1e9, 0.0
+    def add(self, s: SetSamples) -> None:
+        self.sets.append(s.facts())
+        names = SetFrames(self.table, self.view, s, set())
+        labels = self.labels.id(s.labels)
+        column = self.column
+        if s.counts_in_time:  # time from a `.threads` file: nanoseconds
+            value_per_count, samples_per_count = s.factor * 1e9, 0.0
         else:
-            value_per_count = ts.factor * (1e9 if ts.unit == SECONDS else 1.0)
-            g = ts.info.histogram.y_granularity if ts.info.histogram else None
+            value_per_count = s.factor * (1e9 if s.unit == SECONDS else 1.0)
             # without the weight of one sample, each count is one (count events)
-            samples_per_count = ts.factor / g if g and g > 0 else 1.0
+            g = s.granularity
+            samples_per_count = s.factor / g if g and g > 0 else 1.0
+        counted = self.counted and not self.profile.in_time
         # the location that stands for a thread (threadlocs.py) -> the labels with it
-        by_root = {root: self.labels.id(dataclasses.replace(
-            base, tid=sl.locations[root].address,
-            thread=_text(sl.thread_names.get(sl.locations[root].address))))
-            for root in sl.thread_roots}
-        ids: list[int | None] = [None] * len(sl.locations)
+        by_root = {root: self.labels.id(s.labels._replace(tid=tid, thread=name))
+                   for root, (tid, name) in s.thread_roots.items()}
+        located = _SetLocations(self, s, names)
 
-        def loc(lid: int) -> int:
-            i = ids[lid]
-            if i is None:
-                i = ids[lid] = self._location(sl, lid)
-            return i
-
-        def put(stack: tuple[int, ...], count: int, labels: int = labels) -> None:
-            kept = self._keep(stack)
-            if not kept or not count:
+        def put(stack: list[tuple[int | None, tuple[int, ...]]], count: int,
+                labels: int = labels) -> None:
+            if self.collapse_runs:
+                stack = _collapsed(stack)
+            if self.processing is not None:
+                kept = self.processing.located(stack)
+                if kept is None:
+                    return
+                stack = kept
+            ids = tuple(located.location(lid, fs) for lid, fs in stack if fs)
+            if not ids or not count:
                 return
-            key = (labels, kept)
+            key = (labels, ids)
             values = self.acc.get(key)
             if values is None:
                 if len(self.acc) >= self.max_stacks:
                     raise exceeded(f"more than {self.max_stacks} distinct stacks",
-                                   sl.stack_file or ts.path, "stacks", self.max_stacks)
-                values = self.acc[key] = [0.0, 0.0]
-            values[0] += count * samples_per_count
-            values[1] += count * value_per_count
+                                   s.stack_file or s.path, "stacks", self.max_stacks)
+                values = self.acc[key] = [0.0] * self.width
+            if counted:
+                values[0] += count * samples_per_count
+            values[column] += count * value_per_count
 
-        for lstack, count in sl.stacks.items():
+        at = names.at
+        unkept = (None, (self.table.id(Frame(UNKEPT, COLLECTOR, False)),))
+        names.name_all(s.stack_locations)
+        for lstack, count in s.stacks.items():
             thread = by_root.get(lstack[-1])
             if thread is None:
-                put(tuple(loc(lid) for lid in lstack), count)
+                put([(lid, at(lid, i == 0)) for i, lid in enumerate(lstack)], count)
             elif len(lstack) > 1:
-                put(tuple(loc(lid) for lid in lstack[:-1]), count, thread)
+                put([(lid, at(lid, i == 0)) for i, lid in enumerate(lstack[:-1])], count,
+                    thread)
             else:  # the thread's weight without a stack
-                put((self._unkept(),), count, thread)
-        for lid, count in sl.spread.items():
-            put((loc(lid),), count)
-        if sl.unkept:
-            put((self._unkept(),), sl.unkept)
-
-    def _keep(self, stack: tuple[int, ...]) -> tuple[int, ...]:
-        """--no-kernel and --kernel-only, as ``processors`` applies them."""
-        if self.kernel is None:
-            return stack
-        kernel_of = self.kernel_of
-        if self.metric != "cpu" and self.kernel is False:
-            # time off the CPU starts in the scheduler: the kernel frames go, the time
-            # stays with the user code that entered the kernel (processors.strip_kernel)
-            return tuple(i for i in stack if not kernel_of[i]) or stack[-1:]
-        if kernel_of[stack[0]] != self.kernel:
-            return ()
-        return tuple(i for i in stack if kernel_of[i] == self.kernel)
-
-    def _location(self, sl: SetLocations, lid: int) -> int:
-        where = sl.locations[lid]
-        space = sl.space
-        sym = space.lookup(where.address, where.is_return)
-        lines = () if sym.kernel else self._lines(space, where.address, where.is_return, sym)
-        function = lines[-1][0] if lines else self.functions.id(
-            Function(sym.name, sym.object, sym.kernel))
-        mapping: int | None = None
-        if sym.kernel:
-            # locations are written where they are named (a return address less one)
-            mapping = self.mappings.id(Mapping(space.kernel_names_from, KERNEL_LIMIT, 0,
-                                               KERNEL_OBJECT, ""))
-        else:
-            found = space.mapping(where.address, where.is_return)
-            if found is not None:
-                m, ref = found
-                mapping = self.mappings.id(Mapping(m.addr, min(m.addr + m.size, KERNEL_LIMIT),
-                                                   m.offset,
-                                                   ref.path or ref.name, ref.build_id or ""))
-        address = where.address - 1 if where.is_return and where.address > 0 else where.address
-        return self._add_location(Location(mapping, address, function, lines), sym.kernel)
-
-    def _lines(self, space: AddressSpace, address: int, is_return: bool,
-               sym: Symbolized) -> tuple[tuple[int, int], ...]:
-        """pprof's Line entries of a user location, innermost first."""
-        chain = space.inlined(address, is_return, with_line=True)
-        if not chain:
-            line = space.line(address, is_return)
-            if line is None:
-                return ()
-            chain = [("", line[0], line[1])]
-        out = []
-        for name, path, number in chain:
-            shown = demangle(name) if name else sym.name
-            out.append((self.functions.id(Function(shown, sym.object, False, path)), number))
-        return tuple(out)
-
-    def _add_location(self, location: Location, kernel: bool) -> int:
-        if len(self.kernel_of) >= self.max_locations and location not in self.locations.index:
-            raise exceeded(f"more than {self.max_locations} distinct locations in the profile",
-                           None, "addresses", self.max_locations)
-        i = self.locations.id(location)
-        if i == len(self.kernel_of):
-            self.kernel_of.append(kernel)
-        return i
-
-    def _unkept(self) -> int:
-        function = self.functions.id(Function(UNKEPT, COLLECTOR, False))
-        return self._add_location(Location(None, 0, function), False)
+                put([unkept], count, thread)
+        for lid, count in s.spread.items():
+            put([(lid, at(lid, True))], count)
+        if s.unkept:
+            put([unkept], s.unkept)
 
     def result(self) -> Tables:
-        in_time = self.metric != "cpu"
-        unit = NANOSECONDS if in_time else one_unit(self.sets)
-        unit = NANOSECONDS if unit == SECONDS else unit
+        types = [("samples", "count")] if self.counted else []
+        sets = self.sets  # those of the last metric: every metric's are the same sets
+        for profile in self.profiles:
+            if profile.in_time:
+                types.append((profile.metric, NANOSECONDS))
+            else:
+                unit = one_unit(sets)
+                types.append((",".join(dict.fromkeys(s.event for s in sets)),
+                              NANOSECONDS if unit == SECONDS else unit))
         samples = []
-        for (labels, stack), (count, value) in self.acc.items():
-            if not (math.isfinite(count) and math.isfinite(value)):
+        for (labels, stack), floats in self.acc.items():
+            if not all(math.isfinite(v) for v in floats):
                 raise ViewError("sample weights overflow (not finite)")
-            n, v = round(count), round(value)
-            if max(n, v) > INT64_MAX:
+            values = tuple(round(v) for v in floats)
+            if max(values) > INT64_MAX:
                 raise ViewError("sample weights overflow (beyond 64 bits)")
-            if n or v:
-                samples.append(Sample(labels, stack, n, v))
-        starts = [ts.info.task.start_time for ts in self.sets
-                  if ts.info.task.start_time is not None]
-        ends = [ts.info.task.end_time for ts in self.sets if ts.info.task.end_time is not None]
+            if any(values):
+                samples.append(Sample(labels, stack, values))
+        starts = [s.start_time for s in sets if s.start_time is not None]
+        ends = [s.end_time for s in sets if s.end_time is not None]
         begin = min(starts) if starts else None
         end = max(ends) if ends else None
-        event = self.metric if in_time else ",".join(dict.fromkeys(ts.event
-                                                                     for ts in self.sets))
-        return Tables(event, unit, not in_time, None if in_time else self._period(),
-                      _nanos(begin),
+        first = types[self.counted]
+        return Tables(types, first[0], first, None if self.profiles[0].in_time
+                      else self._period(), _nanos(begin),
                       _nanos(end - begin) if begin is not None and end is not None
                       and end >= begin else None,
                       self.mappings.items, self.functions.items, self.locations.items,
                       self.labels.items, samples)
 
     def _period(self) -> int | None:
-        periods = {ts.info.histogram.y_granularity * (1e9 if ts.unit == SECONDS else 1.0)
-                   for ts in self.sets if ts.info.histogram and ts.info.histogram.y_granularity}
+        periods = {s.granularity * (1e9 if s.unit == SECONDS else 1.0)
+                   for s in self.sets if s.granularity}
         return round(periods.pop()) if len(periods) == 1 else None
 
 
-def _text(value: str | None) -> str | None:
-    return value or None  # as the .q says: the exports are data (viewer/escape.py)
+class _SetLocations:
+    """One set's locations in the export's tables: each location with the
+    frames the view keeps of it, once."""
+
+    def __init__(self, builder: _Builder, s: SetSamples, names: SetFrames) -> None:
+        self.builder = builder
+        self.s = s
+        self.names = names
+        self.memo: dict[tuple[int | None, tuple[int, ...]], int] = {}
+        self.lines: dict[int, list[tuple[int, str, int]]] = {}
+
+    def location(self, lid: int | None, frames: tuple[int, ...]) -> int:
+        key = (lid, frames)
+        i = self.memo.get(key)
+        if i is None:
+            i = self.memo[key] = self._location(lid, frames)
+        return i
+
+    def _location(self, lid: int | None, frames: tuple[int, ...]) -> int:
+        b = self.builder
+        table = b.table.frames
+        if lid is None:  # a frame of the view's own: no address, no mapping
+            lines = tuple((b.functions.id(_function(table[f], "")), 0) for f in frames)
+            return b.locations.id(Location(None, 0, lines[-1][0], lines))
+        s = self.s
+        locations = s.locations
+        address, is_return = locations.addresses[lid], bool(locations.returns[lid])
+        where = self._where(lid) if b.view.by == "function" else []
+        lines = tuple(_line(b, table[f], where, f) for f in frames)
+        found = s.names.export_mapping(locations.places[lid])
+        mapping = None if found is None else b.mappings.id(found)
+        # locations are written where they are named (a return address less one)
+        shown = address - 1 if is_return and address > 0 else address
+        return b.locations.id(Location(mapping, shown, lines[-1][0], lines,
+                                       any(n for _f, n in lines)))
+
+    def _where(self, lid: int) -> list[tuple[int, str, int]]:
+        """(frame, source path, line) of each frame of a user location, as DWARF
+        says, innermost first: what was inlined there, then its function."""
+        found = self.lines.get(lid)
+        if found is None:
+            names, s = self.names, self.s
+            locations = s.locations
+            address, is_return = locations.addresses[lid], bool(locations.returns[lid])
+            found = []
+            if not names.kernel[lid] and lid not in s.thread_roots:
+                chain = s.names.inlined(address, is_return, with_line=True)
+                if not chain:
+                    line = s.names.line(address, is_return)
+                    chain = [("", line[0], line[1])] if line is not None else []
+                frames = (*names.chain(lid), names.frame(lid)) if names.with_inline() \
+                    else (names.frame(lid),)
+                named = [(path, number) for name, path, number in chain if name]
+                last = [(path, number) for name, path, number in chain if not name]
+                places = named[:len(frames) - 1] + (last or [("", 0)])
+                if len(places) == len(frames):
+                    found = [(f, path, number) for f, (path, number) in zip(frames, places)]
+            self.lines[lid] = found
+        return found
+
+
+def _line(b: _Builder, frame: Frame, where: list[tuple[int, str, int]], fid: int
+          ) -> tuple[int, int]:
+    """A pprof line of a frame: its function, and its source line where known."""
+    for f, path, number in where:
+        if f == fid:
+            return b.functions.id(_function(frame, path)), number
+    return b.functions.id(_function(frame, "")), 0
+
+
+def _function(frame: Frame, path: str) -> Function:
+    """A frame as other tools' functions name it: an inlined one by its own
+    name (the location's lines say it was inlined)."""
+    name = frame.name
+    if frame.inlined and name.endswith(INLINED):
+        name = name[:-len(INLINED)]
+    return Function(name, frame.object, frame.kernel, path)
+
+
+def _collapsed(stack: list[tuple[int | None, tuple[int, ...]]]
+               ) -> list[tuple[int | None, tuple[int, ...]]]:
+    """--by object: a run of one object's locations is one visit, its first."""
+    out: list[tuple[int | None, tuple[int, ...]]] = []
+    last = None
+    for lid, fs in stack:
+        kept = tuple(f for i, f in enumerate(fs) if f != (fs[i - 1] if i else last))
+        out.append((lid, kept))
+        if fs:
+            last = fs[-1]
+    return out
 
 
 def _nanos(seconds: float | None) -> int | None:
@@ -403,18 +363,3 @@ def _nanos(seconds: float | None) -> int | None:
 
 
 Encoder = Callable[[Tables], bytes]
-
-
-def exported(sets: list[StoredSet], args: argparse.Namespace, warn: Warn,
-             encode: Encoder) -> bytes:
-    """The selection ``args`` ask for, in the format ``encode`` writes."""
-    symbols = symbolizer(args, warn, sets)
-    try:
-        kernel = False if args.no_kernel else True if args.kernel_only else None
-        tables = build(sets, symbols, warn, kernel, thread_view(args))
-    finally:
-        symbols.close()
-    try:
-        return encode(tables)
-    except ValueError as e:  # a number out of the schema's range: only a hostile .q has one
-        raise ViewError(f"cannot write --format {args.format}: {e}") from None

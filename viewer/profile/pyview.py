@@ -12,7 +12,7 @@ any Python frame (start-up, other threads in C) becomes one frame,
 
 from __future__ import annotations
 
-from .model import Frame, FrameTable, Samples
+from ..model.frames import Frame
 
 PY_PREFIX = "py::"
 PYTHON_OBJECT = "[python]"
@@ -27,23 +27,3 @@ def display_name(name: str) -> str:
     """``py::NAME:FILE`` as ``NAME (FILE)`` (a qualified name has no colon)."""
     func, sep, file = name[len(PY_PREFIX):].partition(":")
     return f"{func} ({file})" if sep else func
-
-
-def python_only(samples: Samples) -> Samples:
-    frames = samples.frames
-    table = FrameTable()
-    new_id = table.id
-    mapped: dict[int, int | None] = {}
-    for fid, frame in enumerate(frames):
-        mapped[fid] = (new_id(Frame(display_name(frame.name), PYTHON_OBJECT, False))
-                       if is_python(frame.name) else None)
-    stacks: dict[tuple[int, ...], float] = {}
-    for stack, w in samples.stacks.items():
-        kept = tuple(m for f in stack if (m := mapped[f]) is not None)
-        if not kept:
-            kept = (new_id(NOT_PYTHON),)
-        stacks[kept] = stacks.get(kept, 0.0) + w
-    # No frame here is a single unnamed address: the ids of ``unnamed`` were
-    # those of the mixed view's frames.
-    return samples.replace(frames=table.frames, stacks=stacks, calls=None,
-                           unnamed=frozenset())

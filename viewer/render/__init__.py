@@ -2,35 +2,25 @@
 
 ``q-view --format`` offers the names of ``FORMATS`` and lists their help;
 a new output format is one module with a ``render`` and one entry here.
-Exports for other tools (pprof, otlp) are made from locations, not from the
-call graph: their entry names an ``export`` (export.py's tables -> bytes).
+Exports for other tools (pprof, otlp) are the same profile kept at its
+locations, not its call graph: their entry names an ``export`` (the tables
+of profile/export.py -> bytes).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Callable, NamedTuple, TextIO
+from typing import Callable, NamedTuple, TextIO
 
-from ..profile.model import CallGraph
+from ..model.graph import CallGraph
+from ..model.options import ReportOptions
+from ..profile.export import Tables
 from . import collapsed, dot, jsonfmt, text
-
-if TYPE_CHECKING:
-    from ..profile.export import Tables
-
-
-class ReportOptions(NamedTuple):
-    """What the command line asked of a report, for the renderers that care."""
-
-    flat: bool = False  # --flat
-    graph: bool = False  # --graph
-    stack_quality: bool = False  # --stack-quality
-    stacks: bool = False  # --stacks (json)
-    min_percent: float | None = None  # --min-percent as given (None: not given)
 
 
 Render = Callable[[CallGraph, TextIO, ReportOptions], None]
 # A binary export (pprof, OpenTelemetry): the tables of export.py -> the file's bytes
-Export = Callable[["Tables"], bytes]
+Export = Callable[[Tables], bytes]
 
 
 class Format(NamedTuple):

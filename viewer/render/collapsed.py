@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from ..escape import printable
-from ..profile.model import Frame, CallGraph
+from ..model.escape import printable
+from ..model.frames import Frame
+from ..model.graph import CallGraph
 
 
 def _clean(frame: Frame) -> str:

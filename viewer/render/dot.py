@@ -10,8 +10,8 @@ from __future__ import annotations
 import colorsys
 from typing import TextIO
 
-from ..numfmt import calls, percent
-from ..profile.model import CallGraph
+from ..model.numfmt import calls, percent
+from ..model.graph import CallGraph
 
 DEFAULT_NODE_PERCENT = 0.5
 EDGE_PERCENT = 0.1

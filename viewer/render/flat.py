@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from typing import TextIO
 
-from ..numfmt import DASH, calls, percent, si
-from ..profile.model import Function, CallGraph
-from .names import Namer
+from ..model.numfmt import DASH, calls, percent, si
+from ..model.graph import Function, CallGraph
+from .rownames import Namer
 from .units import base_note, below, legend, share_heading
 
 

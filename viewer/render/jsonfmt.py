@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, TextIO
 
-from ..escape import write_json
-from ..profile.model import Function, CallGraph
-from .quality import RULE
+from ..model.escape import write_json
+from ..model.graph import Function, CallGraph
+from .qualitytext import RULE
 
 FORMAT = 1  # docs/json.md: raised only when a field changes meaning or goes away
 

@@ -16,10 +16,12 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Iterable, TextIO
 
-from ..numfmt import DASH, si
-from ..profile.model import Arc, CallGraph, Frame
+from ..model.escape import write_json
+from ..model.numfmt import DASH, si
+from ..model.graph import Arc, CallGraph
+from ..model.frames import Frame
 from .metrics import rows, total, units
-from .names import ambiguous_names, plain_name
+from .rownames import ambiguous_names, plain_name
 
 SEPARATOR = "-" * 47
 Pair = tuple[float, float]  # (self, inclusive) of one metric
@@ -147,3 +149,17 @@ def json_arcs(graphs: dict[str, CallGraph]) -> list[dict[str, Any]]:
 
 def _num(x: float) -> float:
     return float(f"{x:.9g}")
+
+
+def render_json(graphs: dict[str, CallGraph], out: TextIO, with_arcs: bool = False) -> None:
+    """The functions of every metric; ``with_arcs`` (--graph): and every call,
+    with the time of each metric attributed along it."""
+    data: dict[str, Any] = {
+        "format": 1, "metrics": [{"event": m, "unit": g.samples.unit, "total": total(g)}
+                                 for m, g in graphs.items()],
+        "functions": [{"name": f.name, "object": f.object,
+                       **{m: {"self": v[0], "inclusive": v[1]} for m, v in vals.items()}}
+                      for f, vals in rows(graphs)]}
+    if with_arcs:
+        data["arcs"] = json_arcs(graphs)
+    write_json(data, out)

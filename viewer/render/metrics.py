@@ -4,11 +4,11 @@ shows them. One call graph per metric (``--event``), joined by frame."""
 
 from __future__ import annotations
 
-from typing import Any, TextIO
+from typing import TextIO
 
-from ..escape import write_json
-from ..numfmt import si
-from ..profile.model import CallGraph, Frame
+from ..model.numfmt import si
+from ..model.graph import CallGraph
+from ..model.frames import Frame
 
 
 def rows(graphs: dict[str, CallGraph]) -> list[tuple[Frame, dict[str, tuple[float, float]]]]:
@@ -54,18 +54,3 @@ def render_text(graphs: dict[str, CallGraph], out: TextIO, min_percent: float = 
         cells = "".join(f" {si(values[m][0]) if m in values else '-':>14}"
                         f" {si(values[m][1]) if m in values else '-':>14}" for m in metrics)
         out.write(f"{cells}  {frame.name}\n")
-
-
-def render_json(graphs: dict[str, CallGraph], out: TextIO, with_arcs: bool = False) -> None:
-    """The functions of every metric; ``with_arcs`` (--graph): and every call,
-    with the time of each metric attributed along it."""
-    data: dict[str, Any] = {
-        "format": 1, "metrics": [{"event": m, "unit": g.samples.unit, "total": total(g)}
-                                 for m, g in graphs.items()],
-        "functions": [{"name": f.name, "object": f.object,
-                       **{m: {"self": v[0], "inclusive": v[1]} for m, v in vals.items()}}
-                      for f, vals in rows(graphs)]}
-    if with_arcs:
-        from .metricgraph import json_arcs  # it imports this module's rows
-        data["arcs"] = json_arcs(graphs)
-    write_json(data, out)

@@ -26,7 +26,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationSc
 from opentelemetry.proto.profiles.v1development import profiles_pb2 as pb
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
-from qtools.qformat.version import package_version
+from qtools.common.version import package_version
 
 from ..profile.export import Labels, Strings, Tables
 
@@ -90,13 +90,14 @@ def message(t: Tables) -> Any:
                             if host else [])
         scope = data.resource_profiles.add(resource=resource).scope_profiles.add(
             scope=InstrumentationScope(name=SCOPE, version=package_version()))
-        values = [(t.event, t.unit, 1)] + ([("samples", "count", 0)] if t.counted else [])
-        for value_type, unit, which in values:
+        # each metric's profile first, the sample count's last
+        values = sorted(enumerate(t.types), key=lambda iv: iv[1] == ("samples", "count"))
+        for which, (value_type, unit) in values:
             p = scope.profiles.add(profile_id=os.urandom(16))
             p.sample_type.type_strindex = s(value_type)
             p.sample_type.unit_strindex = s(unit)
-            p.period_type.type_strindex = s(t.event)
-            p.period_type.unit_strindex = s(t.unit)
+            p.period_type.type_strindex = s(t.period_type[0])
+            p.period_type.unit_strindex = s(t.period_type[1])
             if t.period:
                 p.period = t.period
             if t.time_nanos is not None:
@@ -105,7 +106,7 @@ def message(t: Tables) -> Any:
                 p.duration_nano = t.duration_nanos
             for i in members:
                 sample = t.samples[i]
-                value = sample.value if which else sample.samples
+                value = sample.values[which]
                 if value:
                     p.samples.add(stack_index=stacks[sample.locations], values=[value],
                                   attribute_indices=attributes[sample.labels])

@@ -107,21 +107,21 @@ def message(t: Tables) -> Any:
     """The Profile message of ``t``."""
     s = Strings()
     p = Profile()
-    # samples first (pprof's convention for a count), the event last: pprof's default;
-    # time off the CPU (--event off-cpu...) has no sample count
-    if t.counted:
-        p.sample_type.add(type=s("samples"), unit=s("count"))
-    p.sample_type.add(type=s(t.event), unit=s(t.unit))
-    p.default_sample_type = s(t.event)
-    p.period_type.type = s(t.event)
-    p.period_type.unit = s(t.unit)
+    # samples first (pprof's convention for a count), then each metric: pprof's
+    # default the first metric; time off the CPU (--metric off-cpu...) has no
+    # sample count
+    for value_type, unit in t.types:
+        p.sample_type.add(type=s(value_type), unit=s(unit))
+    p.default_sample_type = s(t.default_type)
+    p.period_type.type = s(t.period_type[0])
+    p.period_type.unit = s(t.period_type[1])
     if t.period:
         p.period = t.period
     if t.time_nanos is not None:
         p.time_nanos = t.time_nanos
     if t.duration_nanos is not None:
         p.duration_nanos = t.duration_nanos
-    with_lines = {loc.mapping for loc in t.locations if loc.lines}
+    with_lines = {loc.mapping for loc in t.locations if loc.has_lines}
     with_inline = {loc.mapping for loc in t.locations if len(loc.lines) > 1}
     for i, m in enumerate(t.mappings):
         p.mapping.add(id=i + 1, memory_start=m.start, memory_limit=m.limit,
@@ -140,7 +140,7 @@ def message(t: Tables) -> Any:
     numbers = [[(s(key), value) for key, value in lb.numbers()] for lb in t.labels]
     for sample in t.samples:
         out = p.sample.add(location_id=[i + 1 for i in sample.locations],
-                           value=[sample.samples, sample.value] if t.counted else [sample.value])
+                           value=list(sample.values))
         for key, value in labels[sample.labels]:
             out.label.add(key=key, str=value)
         for key, number in numbers[sample.labels]:

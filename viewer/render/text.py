@@ -4,13 +4,11 @@ the stack-quality section, as ``--flat``, ``--graph`` and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
-from ..profile.model import CallGraph
-from . import flat, graph, quality
-
-if TYPE_CHECKING:
-    from . import ReportOptions
+from ..model.graph import CallGraph
+from ..model.options import ReportOptions
+from . import flat, graphtext as graph, qualitytext as quality
 
 
 def render(profile: CallGraph, out: TextIO, options: ReportOptions) -> None:

@@ -3,8 +3,8 @@ the share column, and what percentages are of."""
 
 from __future__ import annotations
 
-from ..numfmt import percent, si
-from ..profile.model import CallGraph
+from ..model.numfmt import percent, si
+from ..model.graph import CallGraph
 
 SECONDS = "seconds"
 
