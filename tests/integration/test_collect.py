@@ -210,7 +210,7 @@ def _runtime_for(lib: Path) -> Path:
     not be able to read the checkout or its virtual environment (a clone in
     a mode-0700 directory, say)."""
     import importlib
-    for part in ("qformat", "daemon"):
+    for part in ("common", "qformat", "daemon"):
         src = importlib.import_module(f"qtools.{part}").__path__[0]
         shutil.copytree(src, lib / "qtools" / part, ignore=shutil.ignore_patterns("__pycache__"))
     for dep in ("psutil", "zlib_ng"):
