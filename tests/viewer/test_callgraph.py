@@ -202,3 +202,49 @@ def test_threshold_judges_by_the_column_a_table_is_sorted_by():
     fns = t.functions
     assert t.shown_flat(fns[F("big")]) and not t.shown_flat(fns[F("main")])
     assert not t.shown_flat(fns[F("small")])
+
+
+def _two_programs(tmp_path, calls_pie, second: list[str]):
+    from qsynth import MS, QBuilder
+    q = QBuilder(tmp_path / ".q")
+    o = q.load(calls_pie, base=0x55D4C0000000)
+
+    def stack(*frames: str) -> list[int]:
+        return [o.at(frames[0])] + [o.ret(f) for f in frames[1:]] + [o.ret("_start")]
+    # one program calls ping from pong, the other pong from ping: no recursion
+    q.task("first", 10, 0, stacks=[(4 * MS, stack("leaf2", "ping", "pong", "main"))])
+    q.task("second", 20, 1, stacks=[(3 * MS, stack(*second))])
+    return q
+
+
+def test_calls_both_ways_in_two_programs_are_no_cycle(tmp_path, calls_pie):
+    """Cycles are recursion: found in each program's own call graph, not in the
+    merge of a whole machine's."""
+    import json
+    from scenarios import run
+    q = _two_programs(tmp_path, calls_pie, ["leaf2", "pong", "ping", "main"])
+    code, out, err = run(str(q.path), "--format", "json", "--no-cache")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["cycles"] == []
+    assert all(f["cycle"] is None for f in doc["functions"])
+    # which program each call came from, where callers come from several
+    arcs = {(a["caller"], a["callee"]): a["programs"] for a in doc["arcs"]}
+    assert arcs[("pong", "ping")] == ["first"] and arcs[("ping", "pong")] == ["second"]
+    assert arcs[("main", "pong")] == ["first"] and arcs[("ping", "leaf2")] == ["first"]
+    code, out, err = run(str(q.path), "--graph", "--no-cache")
+    assert code == 0 and "<cycle" not in out
+    # leaf2's callers are ping (in first) and pong (in second): each line says
+    callers = [line for line in out.splitlines() if line.endswith(("(in first)", "(in second)"))]
+    assert any("ping" in line and line.endswith("(in first)") for line in callers), out
+    assert any("pong" in line and line.endswith("(in second)") for line in callers), out
+
+
+def test_recursion_within_one_program_is_still_a_cycle(tmp_path, calls_pie):
+    import json
+    from scenarios import run
+    q = _two_programs(tmp_path, calls_pie, ["leaf2", "ping", "pong", "ping", "main"])
+    code, out, err = run(str(q.path), "--format", "json", "--no-cache")
+    assert code == 0, err
+    (cycle,) = json.loads(out)["cycles"]
+    assert sorted(m["name"] for m in cycle["members"]) == ["ping", "pong"]

@@ -1,7 +1,10 @@
-"""Every filter with every format: each output shows the same functions with
-the same self times as the JSON report of the same options (the terminal's
-report, exact), or the combination is refused with one line and status 2
-where it means nothing (REFUSED).
+"""Every filter with every format, on every kind of input (a set's `.info`,
+a program's sets as PROG.info, a directory): each output shows the same
+functions with the same self times as the JSON report of the same input
+and options (the terminal's report, exact), or the combination is refused
+with one line and status 2 where it means nothing (REFUSED). A directory
+with a report option is the whole machine's report with it, never the
+overview.
 
 Names are compared as each format writes them, mapped where formats differ
 by design: pprof and OpenTelemetry name an inlined function by its own
@@ -58,8 +61,11 @@ THREAD = re.compile(r".* \[tid \d+\]$")
 UNKEPT = "[stacks not kept]"
 
 
+INPUTS = ("file", "program", "directory")
+
+
 @pytest.fixture(scope="module")
-def machine(tmp_path_factory, calls_pie) -> Path:
+def machine(tmp_path_factory, calls_pie) -> dict[str, str]:
     """Two processes: a C program with kernel frames under it and two threads
     (`.threads`: CPU and off-CPU stacks), and a Python one (a perf map)."""
     tmp = tmp_path_factory.mktemp("matrix")
@@ -85,7 +91,8 @@ def machine(tmp_path_factory, calls_pie) -> Path:
         (12 * MS, [o.at("leaf1"), F4, o.ret("work"), OUTER, o.ret("main"), start]),
         (8 * MS, [KERNEL_PC, o.at("leaf2"), F4, OUTER, start]),
         (5 * MS, [o.at("main"), start])])
-    return q.path
+    return {"file": q.info_path(c), "program": str(q.path / "calls.info"),
+            "directory": str(q.path)}
 
 
 def _leaf_name(name: str, fmt: str) -> str:
@@ -95,10 +102,10 @@ def _leaf_name(name: str, fmt: str) -> str:
     return name
 
 
-def _reference(q: Path, options: list[str]) -> tuple[dict[str, float], float]:
+def _reference(q: str, options: list[str]) -> tuple[dict[str, float], float]:
     """The JSON report's self time per function, and what percentages are of;
     the rows --min-percent sums as the flat profile names them."""
-    code, out, err = run(str(q), "--format", "json", "--no-cache", *options)
+    code, out, err = run(q, "--format", "json", "--no-cache", *options)
     assert code == 0, err
     doc = json.loads(out)
     selfs: dict[str, float] = {}
@@ -179,14 +186,15 @@ def _close(got: dict[str, float], want: dict[str, float], slack: float) -> None:
         assert math.isclose(got[name], value, rel_tol=1e-9, abs_tol=slack), name
 
 
+@pytest.mark.parametrize("kind", INPUTS)
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("name", list(FILTERS))
-def test_every_format_shows_what_the_report_shows(machine, tmp_path, name, fmt):
+def test_every_format_shows_what_the_report_shows(machine, tmp_path, name, fmt, kind):
     options = FILTERS[name]
     out_file = tmp_path / f"out.{fmt}"
-    argv = [str(machine), "--format", fmt, "--no-cache", *options]
-    if fmt == "text":
-        argv.append("--flat")  # a directory and nothing else asked: its overview
+    argv = [machine[kind], "--format", fmt, "--no-cache", *options]
+    if fmt == "text" and not options:
+        argv.append("--flat")  # a directory and nothing asked: its overview (test below)
     if fmt in ("pprof", "otlp"):
         argv += ["-o", str(out_file)]
     code, out, err = run(*argv)
@@ -194,7 +202,7 @@ def test_every_format_shows_what_the_report_shows(machine, tmp_path, name, fmt):
         assert (code, out) == (2, "") and REFUSED[name, fmt] in err and err.count("\n") == 1
         return
     assert code == 0, err
-    want, base = _reference(machine, options)
+    want, base = _reference(machine[kind], options)
     assert want, "the filter left nothing to compare"
     if fmt == "json":
         return  # the reference itself
@@ -208,8 +216,8 @@ def test_every_format_shows_what_the_report_shows(machine, tmp_path, name, fmt):
                1e-6)
     elif fmt == "dot":
         # dot's --min-percent is its own cut-off of nodes by inclusive time
-        want, base = _reference(machine, [o for o in options if o not in
-                                          ("--min-percent", "12")])
+        want, base = _reference(machine[kind], [o for o in options if o not in
+                                                ("--min-percent", "12")])
         nodes = _dot(out)
         shown = {k: f"{100 * v / base:.2f}" for k, v in want.items() if k in nodes}
         assert {k: nodes[k] for k in shown} == shown
@@ -232,10 +240,35 @@ def test_pprof_of_a_focus_is_the_focused_report(machine, tmp_path):
     """The issue's own words: pprof of --focus X shows the functions and
     absolute times q-view --focus X shows."""
     out = tmp_path / "focus.pb.gz"
-    code, _out, err = run(str(machine), "--format", "pprof", "-o", str(out), "--focus", "work",
-                          "--no-cache")
+    code, _out, err = run(machine["directory"], "--format", "pprof", "-o", str(out),
+                          "--focus", "work", "--no-cache")
     assert code == 0, err
-    want, _base = _reference(machine, ["--focus", "work"])
+    want, _base = _reference(machine["directory"], ["--focus", "work"])
     got = _pprof(out)
     assert "vfs_read" in got and "rec" not in got  # a syscall under work; rec never is
     _close(got, want, 1e-9)
+
+
+OVERVIEW_ONLY = {"--per-cpu": ["--per-cpu"], "--group": ["--group", "unit"]}
+
+
+@pytest.mark.parametrize("option", list(OVERVIEW_ONLY))
+def test_what_shapes_the_overview_is_refused_with_a_report(machine, option):
+    """Every option applies or is refused: the overview's own options with a
+    report option, a FILE.info, or --overview with a report option."""
+    code, out, err = run(machine["directory"], *OVERVIEW_ONLY[option])
+    assert code == 0 and "Task sets in" in out
+    for with_report in (["--flat"], ["--python"], ["--by", "object"]):
+        code, out, err = run(machine["directory"], *OVERVIEW_ONLY[option], *with_report)
+        assert (code, out) == (2, "") and option in err and err.count("\n") == 1, err
+    code, out, err = run(machine["file"], *OVERVIEW_ONLY[option])
+    assert (code, out) == (2, "") and option in err
+    code, out, err = run(machine["directory"], "--overview", "--inline")
+    assert (code, out) == (2, "") and "--inline" in err
+    code, out, err = run(machine["file"], "--overview")
+    assert (code, out) == (2, "") and "--overview" in err
+
+
+def test_a_directory_alone_is_its_overview(machine):
+    code, out, err = run(machine["directory"])
+    assert code == 0 and "Task sets in" in out and "Flat profile" not in out

@@ -354,9 +354,13 @@ def _show(args: argparse.Namespace, inputs: list[Source], selection: Selection,
     if run is not None and not any(is_directory(i) for i in inputs):
         raise UsageError("--run picks among the sets of a directory; each FILE.info "
                          "named is shown whatever run wrote it")
-    if all(is_directory(i) for i in inputs) and (
-            args.group != "process" or not (selection.active or _report_asked(args))):
+    directories = all(is_directory(i) for i in inputs)
+    if directories and (args.group != "process" or not (selection.active
+                                                         or _report_asked(args))):
         args.overview = True
+    refused = _not_for_this(args, directories)
+    if refused:
+        raise UsageError(refused)
     export_to = _export_target(args, out)
     if args.watch:
         from .watch import watch
@@ -445,10 +449,39 @@ def _time(option: str, text: str | None, now: float) -> float | None:
 
 def _report_asked(args: argparse.Namespace) -> bool:
     """A directory with one of these is a whole-machine report, not the overview."""
-    return bool(args.annotate or args.flat or args.graph or args.stack_quality
-                or args.format != DEFAULT_FORMAT
-                or args.focus or args.ignore or args.hide or args.min_percent is not None
-                or args.metric or args.tid or args.by == "thread")
+    return bool(_report_options(args) or args.format != DEFAULT_FORMAT)
+
+
+def _report_options(args: argparse.Namespace) -> list[str]:
+    """The options given that shape a profile report (and no overview)."""
+    given = [("--annotate", args.annotate is not None), ("--flat", args.flat),
+             ("--graph", args.graph), ("--stack-quality", args.stack_quality),
+             ("--focus", args.focus), ("--ignore", args.ignore), ("--hide", args.hide),
+             ("--min-percent", args.min_percent is not None), ("--metric", args.metric),
+             ("--tid", args.tid), ("--by", args.by != "function"), ("--python", args.python),
+             ("--no-kernel", args.no_kernel), ("--kernel-only", args.kernel_only),
+             ("--inline", args.inline), ("--stacks", args.stacks),
+             ("--per-pid", args.per_pid), ("--weight", args.weight != "event")]
+    return [option for option, on in given if on]
+
+
+def _not_for_this(args: argparse.Namespace, directories: bool) -> str | None:
+    """Why options given do not go with what is shown (the overview or a
+    profile report); None where they all do."""
+    if args.overview:
+        if not directories:
+            return "--overview shows directories; a FILE.info is shown as a profile"
+        report = _report_options(args)
+        if report:
+            why = "--group unit shows" if args.group != "process" else "--overview is"
+            return f"{report[0]} shapes a profile report; {why} the overview of the sets"
+        return None
+    overview_only = [option for option, on in (("--per-cpu", args.per_cpu),
+                                               ("--group", args.group != "process")) if on]
+    if overview_only:
+        return (f"{overview_only[0]} shapes the overview of a directory; it goes with "
+                "no FILE.info, selection or report option")
+    return None
 
 
 def _locate(item: str, directory: str) -> str:

@@ -32,7 +32,9 @@ class Samples:
                  calls: dict[tuple[int, int], float] | None,
                  quality: StackQuality | None = None, whole: float | None = None,
                  filters: tuple[str, ...] = (), by: str = "function",
-                 unnamed: frozenset[int] = frozenset()) -> None:
+                 unnamed: frozenset[int] = frozenset(), programs: tuple[str, ...] = (),
+                 stack_programs: dict[tuple[int, ...], int] | None = None,
+                 call_programs: dict[tuple[int, int], int] | None = None) -> None:
         self.event = event
         self.unit = unit
         self.granularities = granularities
@@ -52,6 +54,12 @@ class Samples:
         self.filters = filters  # the filters applied, as the user wrote them
         self.by = by  # what a frame is (--by)
         self.unnamed = unnamed  # frame ids of single addresses with no function
+        # The programs the stacks come from (their sets' comm, or idle/kernel),
+        # and where there are several, which of them each stack (and call
+        # pair) was met in: a bit per program, ``1 << programs.index(name)``
+        self.programs = programs
+        self.stack_programs = stack_programs
+        self.call_programs = call_programs
 
     def replace(self, **changes: Any) -> Samples:
         """A copy with the fields in ``changes`` replaced, the others shared. The
@@ -97,7 +105,7 @@ class Arc:
     the part whose leaf is the callee, ``children`` the rest.
     """
 
-    __slots__ = ("caller", "callee", "self", "children", "calls")
+    __slots__ = ("caller", "callee", "self", "children", "calls", "programs")
 
     def __init__(self, caller: Frame, callee: Frame, self_: float = 0.0,
                  children: float = 0.0, calls: float | None = None) -> None:
@@ -106,6 +114,9 @@ class Arc:
         self.self = self_
         self.children = children
         self.calls = calls
+        # the programs whose stacks (or call counts) hold this call, where
+        # the report's samples come from several (None: from one)
+        self.programs: tuple[str, ...] | None = None
 
     @property
     def total(self) -> float:

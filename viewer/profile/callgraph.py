@@ -82,10 +82,33 @@ def analyze(samples: Samples) -> CallGraph:
         _add_calls(samples, functions, arcs)
 
     profile = CallGraph(samples, samples.total, functions, arcs, [])
+    if samples.stack_programs is not None:
+        _arc_programs(samples, arcs)
     # Objects call each other both ways all the time (a library calls back
     # into the program): by object, that is no cycle worth a mark.
     profile.cycles = _cycles(samples, profile) if samples.by != "object" else []
     return profile
+
+
+def _programs_of(bits: int, names: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(name for i, name in enumerate(names) if bits >> i & 1)
+
+
+def _arc_programs(samples: Samples, arcs: dict[tuple[Frame, Frame], Arc]) -> None:
+    """Each arc's programs: those whose stacks (or call counts) hold it."""
+    assert samples.stack_programs is not None
+    frames = samples.frames
+    bits: dict[tuple[int, int], int] = defaultdict(int)
+    for stack, programs in samples.stack_programs.items():
+        for pair in zip(stack[1:], stack):
+            bits[pair] |= programs
+    for pair, programs in (samples.call_programs or {}).items():
+        bits[pair] |= programs
+    names = samples.programs
+    for (caller, callee), b in bits.items():
+        arc = arcs.get((frames[caller], frames[callee]))
+        if arc is not None:
+            arc.programs = _programs_of(b, names)
 
 
 def _add_calls(samples: Samples, functions: dict[Frame, Function],
@@ -165,15 +188,55 @@ def strongly_connected(nodes: Iterable[Frame], edges: dict[Frame, list[Frame]],
     return out
 
 
-def _cycles(samples: Samples, profile: CallGraph) -> list[Cycle]:
+def _components(profile: CallGraph, arcs: Iterable[tuple[Frame, Frame]]) -> list[list[Frame]]:
+    """The cycles of one call graph's arcs: strongly connected components of
+    two or more functions."""
     edges: dict[Frame, list[Frame]] = defaultdict(list)
-    for caller, callee in profile.arcs:
+    for caller, callee in arcs:
         if caller != callee:  # direct recursion is no cycle (gprof neither)
             edges[caller].append(callee)
-    nodes = sorted(profile.functions, key=lambda f: (f.name, f.object))
+    nodes = sorted(edges.keys() | {c for cs in edges.values() for c in cs},
+                   key=lambda f: (f.name, f.object))
     for node in edges:
         edges[node].sort(key=lambda f: (f.name, f.object))
-    components = strongly_connected(nodes, edges, 2)
+    return strongly_connected(nodes, edges, 2)
+
+
+def _program_components(samples: Samples, profile: CallGraph) -> list[list[Frame]]:
+    """Cycles are recursion: found in each program's own call graph, so that
+    two programs calling A then B and B then A in one shared library make
+    no cycle. Cycles of several programs that share a function are one."""
+    assert samples.stack_programs is not None
+    per_program: dict[int, set[tuple[Frame, Frame]]] = defaultdict(set)
+    for pair, arc in profile.arcs.items():
+        for name in arc.programs or ():
+            per_program[samples.programs.index(name)].add(pair)
+    joined: dict[Frame, Frame] = {}  # union-find over the members
+
+    def root(f: Frame) -> Frame:
+        while joined.get(f, f) != f:
+            f = joined[f]
+        return f
+    members: set[Frame] = set()
+    for program in sorted(per_program):
+        for component in _components(profile, per_program[program]):
+            first = root(component[0])
+            for frame in component:
+                members.add(frame)
+                other = root(frame)
+                if other != first:
+                    joined[other] = first
+    groups: dict[Frame, list[Frame]] = defaultdict(list)
+    for frame in sorted(members, key=lambda f: (f.name, f.object)):
+        groups[root(frame)].append(frame)
+    return list(groups.values())
+
+
+def _cycles(samples: Samples, profile: CallGraph) -> list[Cycle]:
+    if samples.stack_programs is not None:
+        components = _program_components(samples, profile)
+    else:
+        components = _components(profile, profile.arcs)
     if not components:
         return []
     frame_id = {f: i for i, f in enumerate(samples.frames)}

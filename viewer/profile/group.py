@@ -82,6 +82,12 @@ class Grouper:
         self.calls: dict[tuple[int, int], float] | None = None
         self.quality = StackQuality()
         self.sets: list[SetFacts] = []  # each set's, kept where its samples are not
+        # The programs the sets come from, and once there are two, each stack's
+        # (and call pair's) programs as bits (Samples.stack_programs)
+        self.programs: dict[str, int] = {}
+        self.stack_programs: dict[tuple[int, ...], int] | None = None
+        self.call_programs: dict[tuple[int, int], int] | None = None
+        self.bit = 1  # the program of the set being added
         self.with_stacks = 0
         self.without_stacks: list[SetFacts] = []  # sets whose .info names no .stack
 
@@ -96,12 +102,29 @@ class Grouper:
 
     def _add(self, s: SetSamples) -> None:
         self.sets.append(s.facts())
+        self._program(s.root_label)
         names = SetFrames(self.table, self.view, s, self.unnamed)
         local = self._set_stacks(s, names)
         if self.view.roots:
             self.rooted.append((s.facts(), local))
         if s.calls is not None:
             self._add_calls(s, names)
+
+    def _program(self, name: str) -> None:
+        """The program the next set's stacks come from: with the second one,
+        each stack's programs are kept from there on (those met so far, the
+        first's). Folded stacks keep each set under its process anyway."""
+        number = self.programs.get(name)
+        if number is None:
+            number = self.programs[name] = len(self.programs)
+            if number == 1 and not self.view.roots:
+                self.stack_programs = dict.fromkeys(self.stacks, 1)
+                self.call_programs = dict.fromkeys(self.calls or (), 1)
+        self.bit = 1 << number
+
+    def _note(self, stack: tuple[int, ...]) -> None:
+        if self.stack_programs is not None:
+            self.stack_programs[stack] = self.stack_programs.get(stack, 0) | self.bit
 
     def _set_stacks(self, s: SetSamples, names: SetFrames) -> dict[tuple[int, ...], float]:
         """The set's stacks by frame, in output units: into the report's
@@ -117,9 +140,11 @@ class Grouper:
                 spread[leaf_only] = spread.get(leaf_only, 0) + count
             for leaf_only, count in spread.items():
                 local[leaf_only] = local.get(leaf_only, 0.0) + count * factor
+                self._note(leaf_only)
             if s.unkept:
                 fid = self.table.id(Frame(*UNKEPT))
                 local[(fid,)] = local.get((fid,), 0.0) + s.unkept * factor
+                self._note((fid,))
             self.quality.unkept += (sum(s.spread.values()) + s.unkept) * factor
         else:
             if s.no_stack_file:
@@ -127,6 +152,7 @@ class Grouper:
             for (lid,), count in s.stacks.items():
                 stack = names.leaf(lid)
                 local[stack] = local.get(stack, 0.0) + count * factor
+                self._note(stack)
         if s.moved:
             whole = sum(s.stacks.values()) + sum(s.spread.values()) + s.unkept
             self.quality.moved += min(s.moved, whole) * factor  # no more than the set holds
@@ -150,6 +176,7 @@ class Grouper:
         chains, chain, leaf_inline = names.chains, names.chain, names.leaf_inline
         with_inline = names.with_inline()
         collapse = self.collapse_runs
+        programs, bit = self.stack_programs, self.bit
         for lstack, weight in s.stacks.items():
             if with_inline:
                 ids: list[int] = []
@@ -172,6 +199,8 @@ class Grouper:
                 acc[stack] = w
             else:
                 acc[stack] = before + w
+            if programs is not None:
+                programs[stack] = programs.get(stack, 0) | bit
             last = lstack[-1]
             if not kernel[last]:  # kernel frames come first: a user frame is last
                 innermost_user = next(lid for lid in lstack if not kernel[lid])
@@ -209,6 +238,8 @@ class Grouper:
             # a call from inlined code is a call of the inlined function
             pair = (names.innermost(site), frame(callee))
             calls[pair] = calls.get(pair, 0.0) + count * factor
+            if self.call_programs is not None:
+                self.call_programs[pair] = self.call_programs.get(pair, 0) | self.bit
         self.calls = calls
 
     # ------------------------------------------------------------ merging
@@ -238,7 +269,9 @@ class Grouper:
         samples = Samples(",".join(events), unit, granularities, count_unit, lost,
                           tasks, self.table.frames, self.stacks, self.with_stacks > 0,
                           self.calls, self.quality, by=view.by,
-                          unnamed=frozenset(self.unnamed))
+                          unnamed=frozenset(self.unnamed), programs=tuple(self.programs),
+                          stack_programs=self.stack_programs,
+                          call_programs=self.call_programs)
         if not math.isfinite(samples.total):
             raise ViewError("sample weights overflow (total is not finite)")
         if self.profile.in_time and not roots:  # docs/q-format.md 4.9: nanoseconds
@@ -292,19 +325,22 @@ def processed(samples: Samples, view: View, in_time: bool = False,
     if not view.processes:
         return samples
     processing = Processing(view, table or FrameTable.of(samples.frames), in_time)
-    stacks, whole = samples.stacks, None
+    stacks, whole, programs = samples.stacks, None, samples.stack_programs
     for name, step in processing.stages():
         if name == "filter" and whole is None:
             whole = math.fsum(stacks.values())
         on_frames = processing.stage(step)
         acc: dict[tuple[int, ...], float] = {}
+        kept_programs: dict[tuple[int, ...], int] | None = None if programs is None else {}
         for stack, w in stacks.items():
             kept = on_frames(stack)
             if kept is not None:
                 acc[kept] = acc.get(kept, 0.0) + w
-        stacks = acc
+                if kept_programs is not None:
+                    kept_programs[kept] = kept_programs.get(kept, 0) | programs[stack]  # type: ignore[index]
+        stacks, programs = acc, kept_programs
     calls = None if samples.calls is None else processing.calls(samples.calls, stacks)
-    return samples.replace(stacks=stacks, calls=calls,
+    return samples.replace(stacks=stacks, calls=calls, stack_programs=programs,
                            frames=processing.table.frames,
                            whole=samples.whole if whole is None else whole,
                            filters=samples.filters + view.filters,

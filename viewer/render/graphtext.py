@@ -104,10 +104,21 @@ def _other(arcs: Iterable[Arc], what: str, out: TextIO, min_percent: float) -> N
 
 
 def _arc_line(arc: Arc, frame: Frame, of: float | None, ref: object, out: TextIO,
-              same: bool = False) -> None:
+              same: bool = False, programs: bool = False) -> None:
     called = _called(arc.calls, None if same else of)
+    where = f" (in {', '.join(arc.programs)})" if programs and arc.programs else ""
     out.write(_line("", "", si(arc.self), si(arc.children), called,
-                    "    " + ref(frame)))  # type: ignore[operator]
+                    "    " + ref(frame) + where))  # type: ignore[operator]
+
+
+def _several_programs(arcs: list[Arc]) -> bool:
+    """Whether a function's callers come from more than one program: then
+    each caller's line says which (a whole machine's call graph merges
+    them)."""
+    seen: set[str] = set()
+    for arc in arcs:
+        seen.update(arc.programs or ())
+    return len(seen) > 1
 
 
 def _function_entry(profile: CallGraph, fn: Function, i: int, ref: object,
@@ -118,8 +129,10 @@ def _function_entry(profile: CallGraph, fn: Function, i: int, ref: object,
         out.write(_line("", "", "", "", "", "    <spontaneous>"))
     _other((a for a in profile.callers(fn.frame) if not profile.shown(a.caller)), "callers",
            out, profile.min_percent)
+    programs = _several_programs(callers)
     for arc in sorted(callers, key=lambda a: (a.total, a.caller.name)):
-        _arc_line(arc, arc.caller, fn.calls, ref, out, same=arc.caller == fn.frame)
+        _arc_line(arc, arc.caller, fn.calls, ref, out, same=arc.caller == fn.frame,
+                  programs=programs)
     out.write(_line(f"[{i}]", f"{percent(fn.inclusive, profile.base):.1f}", si(fn.self),
                     si(fn.children), _called(fn.calls, None, fn.recursive_calls),
                     ref(fn.frame)))  # type: ignore[operator]

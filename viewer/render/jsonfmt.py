@@ -68,7 +68,9 @@ def document(profile: CallGraph, with_stacks: bool = False) -> dict[str, Any]:
                   "self": _num(a.self) if stacks else None,
                   "children": _num(a.children) if stacks else None,
                   "calls": _num(a.calls), "caller_object": a.caller.object,
-                  "callee_object": a.callee.object} for a in arcs],
+                  "callee_object": a.callee.object,
+                  **({"programs": list(a.programs)} if s.stack_programs is not None
+                     and a.programs is not None else {})} for a in arcs],
         "cycles": [{"number": c.number, "self": _num(c.self), "inclusive": _num(c.inclusive),
                     "calls": _num(c.calls),
                     "members": [{"name": m.name, "object": m.object} for m in c.members]}
