@@ -105,6 +105,9 @@ def build_info(ts: CollectedSet, run: RunInfo, copier: ObjectCopier, version: in
         cpu_stats=cpu_stats,
         state="closed" if ts.writer.finished else "open",
     )
+    if task.lost_samples:  # which of its CPU's losses in the slice (docs/q-format.md 4.1)
+        task.lost_from = max(0, stats.lost_at_start - stats.slice.lost)
+        task.slice_start = stats.slice.start
     if stats.cgroup is not None:  # docs/q-format.md 4.1
         named = name_cgroup(stats.cgroup)
         task.cgroup, task.unit, task.container = named.path, named.unit, named.container
