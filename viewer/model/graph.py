@@ -32,13 +32,17 @@ class Samples:
                  calls: dict[tuple[int, int], float] | None,
                  quality: StackQuality | None = None, whole: float | None = None,
                  filters: tuple[str, ...] = (), by: str = "function",
-                 unnamed: frozenset[int] = frozenset()) -> None:
+                 unnamed: frozenset[int] = frozenset(),
+                 lost_share: float | None = None) -> None:
         self.event = event
         self.unit = unit
         self.granularities = granularities
         # output units per event count (of the first set), for raw counts
         self.count_unit = count_unit
+        # records lost on the CPUs and in the times of the sets, each once
+        # (model/lost.py), and the share of the samples they could have been
         self.lost_samples = lost_samples
+        self.lost_share = lost_share
         self.tasks = tasks
         self.frames = frames  # frame id -> Frame
         self.stacks = stacks  # frame ids, innermost first -> weight
