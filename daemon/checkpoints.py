@@ -160,8 +160,10 @@ class Checkpoints:
         ok = self.write(read_until, final=True)
         self.book.start_slice()
         self.start_counters()
-        for ts in self.book.by_process.values():
-            ts.stats.counters_start = ts.stats.counters_last
+        for ts in self.book.by_process.values():  # the new slice counts from the last look
+            stats = ts.stats
+            stats.counters_start = stats.counters_last or stats.counters_start
+            stats.counters_last = None
         return ok
 
     def give_up_unwritten(self) -> None:

@@ -89,8 +89,8 @@ class Processes:
             # Until its parent reaps it, an exited task's final counters are
             # still in /proc; a pid already reused shows smaller ones: ignored.
             final = self.host.task_counters(proc.pid)
-            if final and final.get("user-seconds", 0) >= (ts.stats.counters_last or {}).get(
-                    "user-seconds", 0):
+            seen = ts.stats.counters_last or ts.stats.counters_start
+            if final and final.get("user-seconds", 0) >= seen.get("user-seconds", 0):
                 ts.stats.counters_last = final
         if not self.book.process_ended(proc):
             self._linger(proc)

@@ -181,7 +181,9 @@ class SamplePath:
         if proc.cmdline is None:
             proc.cmdline = self.host.cmdline(proc.pid)
             proc.exe = proc.exe or self.host.exe(proc.pid)
-        ts.stats.counters_start = ts.stats.counters_last = self.host.task_counters(proc.pid)
+        # the first look; none since (counters_last None) leaves the set's
+        # counters unknown, not zero (SetStats.task_stats)
+        ts.stats.counters_start, ts.stats.counters_last = self.host.task_counters(proc.pid), None
         ts.stats.counters_at = time.monotonic()
         if not self.sampled_cgroups:
             ts.stats.cgroup = self.host.task_cgroup(proc.pid)

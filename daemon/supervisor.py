@@ -62,7 +62,9 @@ def run_info(cfg: Config, spec: EventSpec, source: SourceSpec, kallsyms: str | N
     return RunInfo(["q-syscollect", *cfg.argv], spec.name, label, factor, unwinder,
                    host.machine(), kallsyms, vdso,
                    run_id=os.urandom(6).hex(), run_start=round(time.time(), 3),
-                   off_cpu=bool(source.sched_switch), off_cpu_min_ns=cfg.off_cpu_min_ns)
+                   off_cpu=bool(source.sched_switch), off_cpu_min_ns=cfg.off_cpu_min_ns,
+                   idle_sampled=not (source.exclude_kernel or source.per_task
+                                     or spec.unit == "events"))
 
 
 class Supervisor:

@@ -75,6 +75,8 @@ class TaskInfo(_Form):
         end_time: float | None = None,
         samples: int | None = None,
         lost_samples: int | None = None,
+        lost_from: int | None = None,
+        slice_start: float | None = None,
         task_stats: dict[str, Any] | None = None,
         cpu_stats: dict[str, Any] | None = None,
         state: str | None = None,
@@ -105,6 +107,10 @@ class TaskInfo(_Form):
         self.end_time = end_time
         self.samples = samples
         self.lost_samples = lost_samples
+        # Where those records fall among the CPU's losses in its slice: the
+        # CPU's count when the set began, and when that slice began (its id).
+        self.lost_from = lost_from
+        self.slice_start = slice_start
         self.task_stats = task_stats
         self.cpu_stats = cpu_stats
         self.state = state  # "open" while the writer may still rewrite it, then "closed"

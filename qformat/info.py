@@ -52,12 +52,12 @@ _NOT_NEGATIVE = ("not negative", lambda v: v >= 0)
 _FACTOR = ("above 0, at most 1e9", lambda v: 0 < v <= 1e9)
 _A_DATE = ("a time from 1970 to 9999", lambda v: 0 <= v <= _LAST_DATE)
 _RANGES: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    **dict.fromkeys(("q:pid", "q:pids", "q:cpu", "q:samples", "q:lost-samples",
+    **dict.fromkeys(("q:pid", "q:pids", "q:cpu", "q:samples", "q:lost-samples", "q:lost-from",
                      "q:samples-folded", "q:stacks-folded", "q:off-cpu", "q:min-stack-ns",
                      "q:switches", "q:switch-records-lost", "q:cpu-rest", "q:code-loads",
                      "q:truncated", "q:y-granularity", "q:off-cpu-seconds",
                      "q:cpu-wait-seconds"), _NOT_NEGATIVE),
-    **dict.fromkeys(("q:start-time", "q:end-time", "q:run-start"), _A_DATE),
+    **dict.fromkeys(("q:start-time", "q:end-time", "q:run-start", "q:slice-start"), _A_DATE),
     **dict.fromkeys(("q:y-unit-conversion-factor", "q:time-conversion-factor"), _FACTOR),
 }
 

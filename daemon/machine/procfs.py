@@ -325,10 +325,23 @@ def cpu_counters(cpu: int) -> dict[str, float] | None:
     times = parse_cpu_times(_read("/proc/stat", 1 << 22) or "", cpu)
     if times is None:
         return None
-    out = {"total": sum(times), "idle": times[3] + (times[4] if len(times) > 4 else 0.0)}
+    out = cpu_time_split(times)
     mhz = cpu_mhz(cpu)
     if mhz:
         out["frequency-mhz"] = mhz
+    return out
+
+
+def cpu_time_split(times: list[float]) -> dict[str, float]:
+    """A CPU's /proc/stat times as the collector keeps them: ``total`` (user
+    to steal: guest time is in user and nice already, as psutil and top
+    count it), ``idle`` (idle and iowait: the CPU ran nothing), ``iowait``
+    and ``steal`` (a hypervisor ran something else), where the kernel
+    gives them."""
+    out = {"total": sum(times[:8]), "idle": times[3] + (times[4] if len(times) > 4 else 0.0)}
+    for key, at in (("iowait", 4), ("steal", 7)):
+        if len(times) > at:
+            out[key] = times[at]
     return out
 
 
@@ -368,11 +381,16 @@ def counters_delta(start: dict[str, float], end: dict[str, float]) -> dict[str, 
 
 
 def cpu_summary(start: dict[str, float], end: dict[str, float]) -> dict[str, float]:
-    """Busy share and clock of a CPU over an interval (from cpu_counters)."""
+    """Busy, iowait and steal shares and clock of a CPU over an interval
+    (from cpu_counters): busy includes steal, not iowait, so the CPU's
+    time is busy less steal, steal, iowait and the rest idle."""
     total = end["total"] - start["total"]
     out: dict[str, float] = {}
     if total > 0:
         out["busy"] = round(max(0.0, 1.0 - (end["idle"] - start["idle"]) / total), 4)
+        for key in ("iowait", "steal"):
+            if key in start and key in end:
+                out[key] = round(min(1.0, max(0.0, (end[key] - start[key]) / total)), 4)
         out["seconds"] = round(total, 3)
     if "frequency-mhz" in end:
         out["frequency-mhz"] = end["frequency-mhz"]

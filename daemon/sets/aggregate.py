@@ -29,7 +29,7 @@ time elapsed, so a stepped wall clock cannot make it end before it began.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from qtools.qformat import SetName, sanitize_prog
 
@@ -142,21 +142,34 @@ class SetWriter:
         self.fold = False  # to be folded into its program's set (could not be written)
 
 
+class Slice(NamedTuple):
+    """One CPU's time slice as its collector began it (at its start, a
+    --rotate cut, or a restart): when, and the records its ring had lost
+    by then. A set's losses are told as numbers among its slice's
+    (q:lost-from, q:slice-start), so a reader counts each loss once."""
+
+    start: float  # Unix seconds, to the millisecond: the slice's name in every set
+    lost: int
+
+
 class SetStats:
     """What is counted about a set besides its samples: its times, the
     records lost meanwhile, the task's (or CPU's) counters, idle weight."""
 
-    __slots__ = ("start", "end_time", "clock_step", "lost_at_start", "lost_at_end",
+    __slots__ = ("start", "end_time", "clock_step", "slice", "lost_at_start", "lost_at_end",
                  "counters_start", "counters_last", "counters_at", "counters_folded",
                  "idle_weight", "cgroup_weights", "cgroup")
 
-    def __init__(self, start: Stamp, lost_at_start: int = 0) -> None:
+    def __init__(self, start: Stamp, lost_at_start: int = 0,
+                 slice_: Slice | None = None) -> None:
         self.start = start
         self.end_time: float | None = None  # Unix seconds: start.wall + monotonic time elapsed
         self.clock_step: float | None = None  # wall clock minus derived time at the end, if a step
-        self.lost_at_start = lost_at_start
-        self.lost_at_end: int | None = None
-        #: task (or CPU) counters when the set began, at the last look, and when that was
+        self.slice = slice_ if slice_ is not None else Slice(round(start.wall, 3), 0)
+        self.lost_at_start = lost_at_start  # the CPU's lost records when the set began
+        self.lost_at_end: int | None = None  # ... and when it ended (None: still open)
+        #: task (or CPU) counters when the set began, at the last look (None:
+        #: not looked at again since), and when that was
         self.counters_start: dict[str, float] | None = None
         self.counters_last: dict[str, float] | None = None
         self.counters_at = 0.0  # monotonic time
@@ -232,6 +245,7 @@ class SetBook:
         self.closing: list[CollectedSet] = []  # closed sets of an earlier slice not yet written
         self.dropped = 0  # closed sets given up while .q could not be written
         self.lost = 0  # records this CPU's ring dropped so far
+        self.slice = Slice(round(clock.wall(), 3), 0)
 
     def kernel_set(self) -> CollectedSet:
         if self.kernel is None:
@@ -250,7 +264,7 @@ class SetBook:
 
     def _new(self, data: SetData, promoted: bool = False) -> CollectedSet:
         return CollectedSet(data, SetWriter(promoted=promoted),
-                            SetStats(self.clock.stamp(), lost_at_start=self.lost))
+                            SetStats(self.clock.stamp(), self.lost, self.slice))
 
     def open_sets(self) -> list[CollectedSet]:
         """Every set still collecting on this CPU."""
@@ -351,6 +365,8 @@ class SetBook:
         ts.writer.dirty = True
         if ts.stats.end_time is None:
             ts.stats.end(self.clock)
+        if ts.stats.lost_at_end is None:  # a closed set rewritten later claims no later loss
+            ts.stats.lost_at_end = self.lost
 
     def _fold(self, proc: Process, ts: CollectedSet) -> None:
         """Move a task's samples into its program's aggregate set."""
@@ -361,6 +377,8 @@ class SetBook:
         data.tally.merge(ts.data.tally, data.layout, proc)
         data.tally.mappings = data.layout.mappings()
         data.add_pid(proc.pid)
+        if ts.stats.slice == agg.stats.slice:  # the aggregate was open while its tasks ran
+            agg.stats.lost_at_start = min(agg.stats.lost_at_start, ts.stats.lost_at_start)
         folded = agg.stats.counters_folded
         for k, v in (ts.stats.task_stats() or {}).items():
             folded[k] = round(folded.get(k, 0) + v, 6)
@@ -401,6 +419,7 @@ class SetBook:
                            if not ts.writer.finished}
         self.aggregates = {}
         self.kernel = None
+        self.slice = Slice(round(self.clock.wall(), 3), self.lost)
 
     def written(self, ts: CollectedSet) -> Process | None:
         """``ts`` reached the disk; drop it if it is finished. Returns its

@@ -47,6 +47,9 @@ class RunInfo(NamedTuple):
     run_start: float | None = None  # Unix seconds
     off_cpu: bool = False  # --off-cpu: the .threads files have S/D/W lines
     off_cpu_min_ns: int = 0
+    # the idle task is sampled: system-wide, kernel mode, a clock or cycles;
+    # a kernel set then says its idle weight even when it is 0
+    idle_sampled: bool = True
 
 
 def _objects(ts: CollectedSet, run: RunInfo, copier: ObjectCopier) -> list[ObjectRef]:
@@ -105,6 +108,9 @@ def build_info(ts: CollectedSet, run: RunInfo, copier: ObjectCopier, version: in
         cpu_stats=cpu_stats,
         state="closed" if ts.writer.finished else "open",
     )
+    if task.lost_samples:  # which of its CPU's losses in the slice (docs/q-format.md 4.1)
+        task.lost_from = max(0, stats.lost_at_start - stats.slice.lost)
+        task.slice_start = stats.slice.start
     if stats.cgroup is not None:  # docs/q-format.md 4.1
         named = name_cgroup(stats.cgroup)
         task.cgroup, task.unit, task.container = named.path, named.unit, named.container
@@ -112,7 +118,7 @@ def build_info(ts: CollectedSet, run: RunInfo, copier: ObjectCopier, version: in
         task.extra["q:pids-not-listed"] = data.pids_dropped
     if prof.kernel_from != NO_KERNEL:
         task.kernel_from = prof.kernel_from  # docs/q-format.md 4.1
-    if name.is_kernel and prof.samples:
+    if name.is_kernel and (prof.samples or run.idle_sampled):
         task.extra["q:idle-weight"] = stats.idle_weight  # docs/q-format.md 4.1
     task.clock_step = stats.clock_step if ended else clock.step(stats.start)
     if prof.folded_samples:

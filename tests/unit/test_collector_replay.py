@@ -96,6 +96,47 @@ def test_branch_stacks_become_call_arcs(tmp_path, binary):
         os.close(fd)
 
 
+def test_each_set_says_which_of_its_cpus_losses_it_saw(tmp_path, binary):
+    """A LOST record counts in every set open on the CPU; each set says
+    which of the slice's losses were its (q:lost-from), so that the union
+    is the CPU's loss, and a new slice counts its own from 0."""
+    other = PID + 1
+
+    def samples(pid: int, t0: int) -> list[bytes]:
+        return [synth.encode_sample(LAYOUT, Sample(
+            misc=abi.MISC_USER, ip=BASE + 0x200, pid=pid, tid=pid, time=t0 + i,
+            period=1_000_000)) for i in range(3)]
+
+    def lost(n: int, t: int) -> bytes:
+        return synth.encode_lost(LAYOUT, Lost(n, 1, SampleId(PID, PID, t)))
+    exit_ = synth.encode_task(LAYOUT, Task(False, PID, 1, PID, 1, 50, SampleId(PID, PID, 50)))
+    first = [synth.encode_comm(LAYOUT, Comm(PID, PID, "app", True, SampleId(PID, PID, 1))),
+             synth.encode_comm(LAYOUT, Comm(other, other, "tool", True,
+                                            SampleId(other, other, 2))),
+             _mmap(binary, 3)] + samples(PID, 10) + [lost(5, 20)] + samples(other, 30) \
+        + [lost(3, 40), exit_, lost(2, 60)] + samples(other, 70)
+    second = samples(other, 110) + [lost(4, 120)] + samples(other, 130)
+    qd = tmp_path / "q"
+    with QDir.open(qd, create=True) as qdir:
+        c, _ = _collector(qdir, [first], min_samples=1)
+        assert c.rotate()
+        c.source.batches.append(second)
+        c.step()
+        assert c.checkpoint(final=True)
+    app, tool = (read_info(qd / f"{n}-pid{p}-cpu0.info#0").task
+                 for n, p in (("app", PID), ("tool", other)))
+    # app: losses 0..7 of the slice; tool, from its first sample: 5..9
+    assert (app.lost_samples, app.lost_from, tool.lost_samples, tool.lost_from) == (8, 0, 5, 5)
+    assert app.slice_start == tool.slice_start
+    later = read_info(qd / f"tool-pid{other}-cpu0.info#1").task
+    kernel = read_info(qd / "kernel-cpu0.info#1").task  # open all through the slice
+    # the next slice counts anew
+    assert (later.lost_samples, later.lost_from, kernel.lost_samples, kernel.lost_from) == \
+        (4, 0, 4, 0)
+    assert later.slice_start == kernel.slice_start
+    assert c.lost == 14
+
+
 def test_exec_and_pid_reuse_start_new_versions(tmp_path, binary):
     def burst(t0, comm):
         return [synth.encode_comm(LAYOUT, Comm(PID, PID, comm, True, SampleId(PID, PID, t0))),

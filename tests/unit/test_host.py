@@ -94,6 +94,32 @@ def test_a_replay_of_pids_that_exist_here_sees_only_the_stream_and_the_fake_host
     assert copies["app"] is not None
 
 
+@pytest.mark.parametrize("min_samples", [1, 100], ids=["own-set", "aggregate"])
+def test_counters_looked_at_once_are_unknown_not_zero(tmp_path, min_samples):
+    """A process whose counters were read at its first sample and never
+    again (it ended and was reaped before a second look) has no
+    q:task-stats: they were not measured, which zeros would deny."""
+    pid = 4000
+    host = StaticHost({pid: HostProcess("brief", counters=COUNTERS)})
+    exit_ = synth.encode_task(LAYOUT, Task(False, pid, 1, pid, 1, 50, SampleId(pid, pid, 50)))
+    run = RunInfo(["q-syscollect"], "cpu-clock", "seconds", 1e-9, "fp", host.machine())
+    qd = tmp_path / "q"
+    with QDir.open(qd, create=True) as qdir:
+        c = CpuCollector(Options(cpu=0, min_samples=min_samples), run,
+                         ReplaySource(LAYOUT, [[_sample(pid, 10 + i, BASE) for i in range(3)],
+                                               [exit_]]),
+                         qdir, ObjectCopier(qdir, host=host), out=io.StringIO())
+        c.step()
+        del host.procs[pid]  # reaped: its final counters cannot be read
+        c.step()
+        assert c.checkpoint(final=True)
+    name = f"brief-pid{pid}-cpu0.info#0" if min_samples == 1 else "brief-cpu0.info#0"
+    info = read_info(qd / name)
+    assert info.task.samples == 3
+    assert info.task.task_stats is None
+    assert "q:task-stats" not in (qd / name).read_text()
+
+
 def test_a_process_is_synthesized_as_comm_fork_and_mmap2_records():
     host = StaticHost({50: HostProcess(
         "daemon", (MapsLine(0x400000, 0x401000, "r-xp", 0, 254, 0, 22, "/usr/bin/app", False),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from qtools.daemon.machine import procfs
 
 
@@ -82,8 +84,12 @@ def test_cpu_counters_agree_with_psutil():
     after = psutil.cpu_times(percpu=True)[cpu]
     assert mine is not None
     slack = 0.02  # psutil rounds to 1/100 s
-    assert sum(before) - slack <= mine["total"] <= sum(after) + slack
+    # guest time is in user and nice already: counted once, as psutil's cpu_percent does
+    assert sum(before) - before.guest - before.guest_nice - slack <= mine["total"] \
+        <= sum(after) - after.guest - after.guest_nice + slack
     assert before.idle + before.iowait - slack <= mine["idle"] <= after.idle + after.iowait + slack
+    assert before.iowait - slack <= mine["iowait"] <= after.iowait + slack
+    assert before.steal - slack <= mine["steal"] <= after.steal + slack
     freq = psutil.cpu_freq(percpu=True)
     if cpu < len(freq) and freq[cpu].current:
         assert mine["frequency-mhz"] > 0
@@ -97,3 +103,22 @@ def test_cpuinfo_clock_is_the_named_processors():
     assert procfs.parse_cpu_times("cpu  1 2 3 4\ncpu1 100 0 50 850 0\n", 1) == \
         [v / os.sysconf("SC_CLK_TCK") for v in (100, 0, 50, 850, 0)]
     assert procfs.parse_cpu_times("cpu  1 2 3 4\n", 1) is None
+
+
+def test_a_cpus_time_splits_into_shares_that_add_up():
+    """busy (steal in it, iowait not), iowait and the idle rest make the
+    whole; guest time, already in user, is not counted twice."""
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    start = procfs.cpu_time_split([10, 0, 5, 80, 2, 1, 1, 1, 4, 0])
+    end = procfs.cpu_time_split([40, 0, 15, 120, 7, 2, 2, 4, 24, 0])
+    assert (start["total"], end["total"]) == (100, 190)
+    shares = procfs.cpu_summary(start, end)
+    assert shares == {"busy": round(1 - 45 / 90, 4), "iowait": round(5 / 90, 4),
+                      "steal": round(3 / 90, 4), "seconds": 90}
+    idle = 1 - shares["busy"] - shares["iowait"]
+    assert (shares["busy"] - shares["steal"]) + shares["steal"] + shares["iowait"] + idle \
+        == pytest.approx(1)
+    # a kernel with four fields says nothing of iowait and steal
+    old = procfs.cpu_summary(procfs.cpu_time_split([1, 0, 1, 8]),
+                             procfs.cpu_time_split([2, 0, 2, 16]))
+    assert old == {"busy": 0.2, "seconds": 10}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import golden
 from qsynth import MS, QBuilder
 from scenarios import run
@@ -41,8 +43,11 @@ def test_one_row_per_process_and_idle_apart(tmp_path):
     assert rows["xz"][:4] == ["xz", "70", "0,1", "70.0m"] and "32.9" in rows["xz"]
     assert rows["sh"][:4] == ["sh", "3", "pids", "0,1"] and "0.300" in rows["sh"]
     assert rows["idle"][:4] == ["idle", "0", "0,1", "25.0m"]
-    # the CPU table: sampled idle over the CPU's seconds
-    assert "   0   50.0%   20.0%     2400" in out and "   1   50.0%   30.0%     2400" in out
+    # the CPU table: the CPU's counters; sampled idle over its seconds in JSON
+    assert "   0   50.0%       -       -   50.0%     2400        0" in out
+    doc = json.loads(run(str(q.path), "--overview", "--format", "json")[1])
+    assert [(c["cpu"], c["busy"], c["idle"], c["sampled_idle"]) for c in doc["cpus"]] == \
+        [(0, 0.5, 0.5, 0.2), (1, 0.5, 0.5, 0.3)]
     _c, per_cpu, _e = run(str(q.path), "--per-cpu")
     assert sum(line.startswith("xz ") for line in per_cpu.splitlines()) == 2
     assert sum(line.startswith("idle ") for line in per_cpu.splitlines()) == 2
@@ -54,13 +59,15 @@ def test_a_kernel_only_collection_has_idle_and_kernel_rows(tmp_path):
     lines = out.splitlines()
     assert any(line.startswith("kernel         -  0,1    10.0m") for line in lines), out
     assert any(line.startswith("idle           0  0,1    25.0m") for line in lines), out
-    assert "   0   50.0%   20.0%     2400" in out  # idle 10 ms of the CPU's 50 ms
+    doc = json.loads(run(str(q.path), "--overview", "--format", "json")[1])
+    assert doc["cpus"][0]["sampled_idle"] == 0.2  # idle 10 ms of the CPU's 50 ms
     # sets written before q:idle-weight: one kernel row, idle unknown
     q = machine(tmp_path / "old", kernel_only=True, idle_weight=False)
     _c, out, _e = run(str(q.path))
     assert any(line.startswith("kernel         -  0,1    35.0m") for line in out.splitlines())
     assert "idle " not in out.split("\n\n")[0]
-    assert "   0   50.0%       -     2400" in out
+    doc = json.loads(run(str(q.path), "--overview", "--format", "json")[1])
+    assert doc["cpus"][0]["sampled_idle"] is None
 
 
 def test_a_cpu_without_kernel_samples_leaves_idle_apart(tmp_path):

@@ -117,9 +117,11 @@ def test_overview_sums_slices_and_shows_global_data(tmp_path):
     assert "6.00m" in app and "(+2 slices)" in app  # 1+2+3 samples over three slices
     assert "4.50" in app and " 60 " in app  # user seconds and voluntary switches, summed
     assert "slices --since" in out
-    cpu = out.split(" cpu    busy    idle      MHz\n")[1].splitlines()[0].split()
-    # busy weighted over the slices; idle sampled (3 ms of 3 hours); the latest clock
-    assert cpu == ["0", "50.0%", "0.0%", "2402"]
+    cpu = out.split(" cpu    busy   steal  iowait    idle      MHz     lost\n")[1] \
+        .splitlines()[0].split()
+    # busy weighted over the slices, idle the rest (older sets: no steal, no
+    # iowait); the latest clock
+    assert cpu == ["0", "50.0%", "-", "-", "50.0%", "2402", "0"]
     code, out, _ = run(str(qb.path))
     app = next(line for line in out.splitlines() if line.startswith("app"))
     assert "3.00m" in app and "slices" not in app  # latest version only

@@ -31,10 +31,11 @@ from qtools.qformat import Limits
 
 from ..model.viewerrors import ViewError
 from ..inputs import hints, runs
-from ..inputs.load import (IDLE, KERNEL, SetRemoved, Source, StoredSet, kernel_only_run, label,
-                           sets_in)
+from ..inputs.load import (IDLE, KERNEL, SetRemoved, Source, StoredSet, collector_flags,
+                           kernel_only_run, label, sets_in)
 from ..inputs.select import Selection, pick_run
 from ..model.escape import printable, write_json
+from ..model.lost import claim, lost_once
 from ..render import overviewtable as table
 from ..render.overviewtable import CpuRow, Row
 
@@ -51,17 +52,26 @@ def process_key(ts: StoredSet) -> tuple[object, ...]:
 
 def idle_weight(ts: StoredSet) -> float | None:
     """The idle task's part of a kernel set, in output units; None where the
-    set does not say (written before q:idle-weight existed)."""
+    set does not say (written before q:idle-weight existed, or the idle task
+    was not sampled)."""
     if not ts.is_kernel:
         return None
+    value = ts.info.task.extra.get("q:idle-weight")
+    if ts.info.task.samples == 0:
+        # a CPU with no kernel sample (q:purpose cpu-stats): none of the idle
+        # task's where it was sampled, unknown where it was not
+        return 0.0 if value == 0 or value is None and idle_sampled(ts) else None
     if not kernel_only_run(ts):
         return ts.total()  # only pid 0's samples go there
-    if ts.info.task.samples == 0:
-        # a CPU with no kernel sample (q:purpose cpu-stats): nothing to split,
-        # and no q:idle-weight, which must not hide the other CPUs' idle
-        return 0.0
-    value = ts.info.task.extra.get("q:idle-weight")
     return value * ts.factor if isinstance(value, int) and value >= 0 else None
+
+
+def idle_sampled(ts: StoredSet) -> bool:
+    """Whether a kernel set's run could sample the idle task, for sets that
+    do not say (q:idle-weight): not with -u (user mode only) nor another
+    event (-e: a tracepoint's or a counted event's samples need not come
+    while the idle task runs)."""
+    return not {"u", "e"} & collector_flags(ts)
 
 
 def process_rows(found: Iterable[StoredSet], escape: Callable[[str], str] = printable) -> list[Row]:
@@ -82,10 +92,13 @@ def process_rows(found: Iterable[StoredSet], escape: Callable[[str], str] = prin
 
 
 def _split_idle(row: Row, kernel_sets: list[StoredSet]) -> list[Row]:
-    """A -k run's kernel row, split into the idle task's part and the rest."""
-    if row.command != KERNEL or not kernel_sets:
+    """A -k run's kernel row, split into the idle task's part and the rest;
+    no idle row where the idle task was not sampled (unknown, not 0)."""
+    if row.command not in (KERNEL, IDLE) or not kernel_sets:
         return [row]
     parts = [idle_weight(ts) for ts in kernel_sets]
+    if row.command == IDLE:
+        return [] if not row.amount and all(p is None for p in parts) else [row]
     if any(p is None for p in parts):
         return [row]
     idle = sum(p for p in parts if p is not None)
@@ -255,10 +268,13 @@ def _show(directory: str, found: list[StoredSet], source: Source | None, selecti
     for host in dict.fromkeys(ts.host for ts in found):
         idle = idle_seconds(ts for ts in found if ts.host == host)
         cpus += [c for key, group in groups.items() if key[0] == host and group[-1].is_kernel
-                 if (c := cpu_row(group, idle)) is not None]
+                 if (c := cpu_row(group, idle, lost_on(found, host, group[-1].cpu)))
+                 is not None]
+    lost = lost_once(claim(ts.info.task) for ts in found)
     if as_json:
         write_json({"directory": directory, "sets": [r._asdict() for r in rows],
-                    "cpus": [c._asdict() for c in cpus]}, out)
+                    "cpus": [c._asdict() for c in cpus], "lost_samples": lost.records,
+                    "lost_share": lost.share}, out)
         return
     if not rows:
         if isinstance(source, str) and not selection.windowed and hints.sets_below(source):
@@ -267,7 +283,14 @@ def _show(directory: str, found: list[StoredSet], source: Source | None, selecti
         out.write(f"No task sets (*.info#N) in {directory}{what}.\n")
         return
     window = selection.describe() if selection.windowed else None
-    table.render(rows, directory, out, cpus, window, height, group_heading(grouping))
+    table.render(rows, directory, out, cpus, window, height, group_heading(grouping),
+                 lost.text() if lost.records else None)
+
+
+def lost_on(found: list[StoredSet], host: str | None, cpu: int | None) -> int:
+    """The records lost on one CPU of one machine, each once."""
+    return lost_once(claim(ts.info.task) for ts in found
+                     if ts.host == host and ts.cpu == cpu).records
 
 
 def _same(text: str) -> str:
@@ -300,24 +323,51 @@ def set_row(group: list[StoredSet], escape: Callable[[str], str]) -> Row:
                [escape(r) if r else None for r in run_ids], ts.host and escape(ts.host))
 
 
-def cpu_row(group: list[StoredSet], idle: dict[int, float]) -> CpuRow | None:
-    """Busy share (weighted by each slice's length), sampled idle share and
-    latest clock of a CPU."""
+def cpu_row(group: list[StoredSet], idle: dict[int, float], lost: int = 0) -> CpuRow | None:
+    """How a CPU spent its time over its kernel sets' spans, from the
+    kernel's counters (q:cpu-stats, each slice weighted by its length):
+    busy (less steal), steal, iowait and the idle rest add up to 1; where a
+    slice does not say steal or iowait (older releases), busy holds steal
+    and idle iowait. Besides: the share of that time sampled in the idle
+    task, its records lost (each once), and its latest clock."""
     seconds = busy = 0.0
+    parts: dict[str, float | None] = {"q:steal": 0.0, "q:iowait": 0.0}
     mhz = None
     for ts in group:
         cs = ts.info.task.cpu_stats or {}
-        if isinstance(cs.get("q:busy"), (int, float)) \
-                and isinstance(cs.get("q:seconds"), (int, float)):
-            seconds += cs["q:seconds"]
-            busy += cs["q:busy"] * cs["q:seconds"]
+        if _share(cs.get("q:busy")) and isinstance(cs.get("q:seconds"), (int, float)) \
+                and cs["q:seconds"] > 0:
+            weight = cs["q:seconds"]
+            seconds += weight
+            busy += cs["q:busy"] * weight
+            for key, sum_ in parts.items():
+                value = cs.get(key)
+                parts[key] = sum_ + value * weight if sum_ is not None and _share(value) \
+                    else None  # unknown in one slice: unknown
         if isinstance(cs.get("q:frequency-mhz"), (int, float)):
             mhz = float(cs["q:frequency-mhz"])
     if not seconds and mhz is None or group[-1].cpu is None:
         return None
     cpu = group[-1].cpu
-    idle_share = idle[cpu] / seconds if seconds and cpu in idle else None
-    return CpuRow(cpu, busy / seconds if seconds else None, mhz, idle_share, group[-1].host)
+    if not seconds:
+        return CpuRow(cpu, None, mhz, None, group[-1].host, lost=lost)
+    sampled_idle = _round(idle[cpu] / seconds) if cpu in idle else None
+    steal, iowait = (None if (part := parts[k]) is None else part / seconds
+                     for k in ("q:steal", "q:iowait"))
+    busy /= seconds
+    return CpuRow(cpu, _round(busy - (steal or 0.0)), mhz,
+                  _round(max(0.0, 1.0 - busy - (iowait or 0.0))), group[-1].host,
+                  _round(steal), _round(iowait), sampled_idle, lost)
+
+
+def _round(share: float | None) -> float | None:
+    """A share as the JSON gives it: to a millionth (the counters' shares
+    are written to four decimals)."""
+    return None if share is None else round(share, 6)
+
+
+def _share(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
 
 
 GROUPS = ("process", "unit")

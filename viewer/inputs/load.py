@@ -380,11 +380,16 @@ KERNEL = "kernel"
 
 def kernel_only_run(ts: StoredSet) -> bool:
     """Whether the set was collected with ``q-syscollect -k``."""
-    args = ts.info.task.syscollect_cmdline or []
-    for arg in args[1:]:
+    return "k" in collector_flags(ts)
+
+
+def collector_flags(ts: StoredSet) -> set[str]:
+    """The one-letter options q-syscollect was given for the set (``-kv``:
+    k and v), as its q:syscollect-cmdline says."""
+    flags: set[str] = set()
+    for arg in (ts.info.task.syscollect_cmdline or [])[1:]:
         if arg == "--":
             break
-        if arg.startswith("-") and not arg.startswith("--") and arg[1:].isalpha() \
-                and "k" in arg[1:]:
-            return True
-    return False
+        if arg.startswith("-") and not arg.startswith("--") and arg[1:].isalpha():
+            flags.update(arg[1:])
+    return flags

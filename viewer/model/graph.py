@@ -34,13 +34,17 @@ class Samples:
                  filters: tuple[str, ...] = (), by: str = "function",
                  unnamed: frozenset[int] = frozenset(), programs: tuple[str, ...] = (),
                  stack_programs: dict[tuple[int, ...], int] | None = None,
-                 call_programs: dict[tuple[int, int], int] | None = None) -> None:
+                 call_programs: dict[tuple[int, int], int] | None = None,
+                 lost_share: float | None = None) -> None:
         self.event = event
         self.unit = unit
         self.granularities = granularities
         # output units per event count (of the first set), for raw counts
         self.count_unit = count_unit
+        # records lost on the CPUs and in the times of the sets, each once
+        # (model/lost.py), and the share of the samples they could have been
         self.lost_samples = lost_samples
+        self.lost_share = lost_share
         self.tasks = tasks
         self.frames = frames  # frame id -> Frame
         self.stacks = stacks  # frame ids, innermost first -> weight

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, NamedTuple, Protocol
 
 from .frames import SetSummary, Symbolized
+from .lost import LostClaim
 
 # ``LocationTable.places`` of an address in no mapping of the set: the
 # kernel's (at or above q:kernel-from), or nowhere known (JIT code, unknown)
@@ -128,7 +129,7 @@ class SetFacts(NamedTuple):
     unit: str
     event: str
     granularity: float | None
-    lost_samples: int
+    lost: LostClaim | None
     start_time: float | None
     end_time: float | None
     no_stack_file: bool
@@ -178,7 +179,7 @@ class SetSamples:
         self.counts_in_time = False  # counts are nanoseconds from a `.threads` file
         self.start_time: float | None = None
         self.end_time: float | None = None
-        self.lost_samples = 0
+        self.lost: LostClaim | None = None  # what the set says of its CPU's lost records
         # Weight the collector moved to a function's first address
         # (q:hist-moved), in counts; JIT information found, as text
         self.moved = 0
@@ -190,7 +191,7 @@ class SetSamples:
 
     def facts(self) -> SetFacts:
         return SetFacts(self.summary, self.path, self.factor, self.unit, self.event,
-                        self.granularity, self.lost_samples, self.start_time, self.end_time,
+                        self.granularity, self.lost, self.start_time, self.end_time,
                         self.no_stack_file, self.root_label, self.root_label_pid)
 
 

@@ -29,6 +29,7 @@ from qtools.qformat.limits import exceeded
 from ..model.viewerrors import ViewError
 from ..model.frames import Frame, FrameTable, SetSummary
 from ..model.graph import Samples
+from ..model.lost import lost_once
 from ..model.profile import Profile, SetFacts, SetSamples, View
 from ..model.quality import InterpreterQuality, StackQuality
 from .setframes import Escape, SetFrames, escaping
@@ -262,16 +263,16 @@ class Grouper:
         granularities = sorted({s.granularity for s in self.sets if s.granularity})
         escape = self.escape
         tasks = [_summary(s.summary, escape) for s in self.sets]
-        lost = sum(s.lost_samples for s in self.sets)
+        lost = lost_once(s.lost for s in self.sets if s.lost is not None)
         view = self.view
         if self.profile.in_time and self.profile.metric != "cpu":
             granularities = []
-        samples = Samples(",".join(events), unit, granularities, count_unit, lost,
+        samples = Samples(",".join(events), unit, granularities, count_unit, lost.records,
                           tasks, self.table.frames, self.stacks, self.with_stacks > 0,
                           self.calls, self.quality, by=view.by,
                           unnamed=frozenset(self.unnamed), programs=tuple(self.programs),
                           stack_programs=self.stack_programs,
-                          call_programs=self.call_programs)
+                          call_programs=self.call_programs, lost_share=lost.share)
         if not math.isfinite(samples.total):
             raise ViewError("sample weights overflow (total is not finite)")
         if self.profile.in_time and not roots:  # docs/q-format.md 4.9: nanoseconds

@@ -23,6 +23,7 @@ from qtools.qformat.limits import exceeded
 from ..naming.addrspace import AddressSpace
 from ..naming.symbols import Warn
 from ..model.frames import Location, SetSummary
+from ..model.lost import claim
 from ..model.profile import Labels, SetSamples
 from ..inputs.load import IDLE, KERNEL, StoredSet, kernel_only_run
 
@@ -42,7 +43,7 @@ class SetLocations(SetSamples):
         h = info.histogram
         self.granularity = h.y_granularity if h and h.y_granularity else None
         self.start_time, self.end_time = info.task.start_time, info.task.end_time
-        self.lost_samples = info.task.lost_samples or 0
+        self.lost = claim(info.task)
         moved = info.task.extra.get("q:hist-moved")
         self.moved = moved if isinstance(moved, int) and not isinstance(moved, bool) \
             and moved > 0 else 0

@@ -117,6 +117,7 @@ def _side(side: Side) -> dict[str, Any]:
         "selection_total": _num(p.base),
         "filters": list(s.filters),
         "lost_samples": s.lost_samples,
+        "lost_share": _num(s.lost_share),
         "has_stacks": p.has_stacks,
         "tasks": [{"comm": t.comm, "pid": t.pid, "cpu": t.cpu, "file": t.file,
                    "pids": list(t.pids) if t.pids else None, "directory": t.directory,

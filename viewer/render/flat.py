@@ -7,6 +7,7 @@ from typing import TextIO
 
 from ..model.numfmt import DASH, calls, percent, si
 from ..model.graph import Function, CallGraph
+from ..model.lost import Lost
 from .rownames import Namer
 from .units import base_note, below, legend, share_heading
 
@@ -65,7 +66,7 @@ def render(profile: CallGraph, out: TextIO) -> None:
         out.write(line + "\n")
     _notes(profile, out)
     if s.lost_samples:
-        out.write(f"Lost samples: {s.lost_samples}\n")
+        out.write(Lost(s.lost_samples, s.lost_share).text() + "\n")
     share = share_heading(profile)
     width = max(7, len(share))
     out.write(f"{share:>{width}} {'self':>7} {'cumul':>7} {'calls':>7} {'self/call':>9} "

@@ -51,6 +51,7 @@ def document(profile: CallGraph, with_stacks: bool = False) -> dict[str, Any]:
         "functions_left_out": {"count": len(left_out),
                                "self": _num(sum(f.self for f in left_out))},
         "lost_samples": s.lost_samples,
+        "lost_share": _num(s.lost_share),
         "granularity": _num(s.granularities[0]) if len(s.granularities) == 1 else None,
         "has_stacks": stacks,
         "tasks": [{"comm": t.comm, "pid": t.pid, "cpu": t.cpu, "file": t.file,

@@ -22,11 +22,24 @@ class Row(NamedTuple):
 
 
 class CpuRow(NamedTuple):
+    """Shares of a CPU's time from the kernel's counters: busy, steal,
+    iowait and idle add up to 1 (None: unknown; then busy holds steal and
+    idle iowait)."""
+
     cpu: int
-    busy: float | None  # share of the time the CPU was not idle
+    busy: float | None  # ran tasks or interrupts (user, nice, system, irq, softirq)
     mhz: float | None
-    idle: float | None = None  # share of its time sampled in the idle task (pid 0)
+    idle: float | None = None  # ran nothing (iowait apart where known)
     host: str | None = None
+    steal: float | None = None  # a hypervisor ran something else
+    iowait: float | None = None  # idle with I/O pending
+    sampled_idle: float | None = None  # its time sampled in the idle task (pid 0)
+    lost: int = 0  # records its ring lost, each once
+
+
+CPU_LEGEND = ("busy (user, system, irq), steal, iowait, idle: each CPU's time by the",
+              "kernel's counters (/proc/stat), adding up to 100%; lost: records its ring",
+              "lost while the sets listed were open, each once, whoever's they were.")
 
 
 RUN_DIGITS = 8  # of a run id in the run column: a prefix --run takes
@@ -39,23 +52,28 @@ STAT_COLUMNS = (("user-seconds", "user"), ("system-seconds", "sys"),
 
 def render(rows: list[Row], directory: str, out: TextIO, cpus: list[CpuRow] | None = None,
            window: str | None = None, height: int | None = None,
-           first: str = "command") -> None:
+           first: str = "command", lost: str | None = None) -> None:
     """The two tables; with ``height``, their top rows that fit in that many
-    lines; ``first``: the heading of the first column (what a row is)."""
+    lines; ``first``: the heading of the first column (what a row is);
+    ``lost``: the line that says the records lost, if any."""
     what = f"slices {window}" if window else "latest version of each"
     head, lines, foot = _task_table(rows, first)
     head.insert(0, f"Task sets in {directory} ({what}; % of all samples listed):")
     hosts = _host_width(rows)
     cpu_lines = [_cpu_line(c, hosts)
                  for c in sorted(cpus or [], key=lambda c: (c.host or "", c.cpu))]
+    tail = ([""] + list(CPU_LEGEND) if cpu_lines else []) + ([lost] if lost else [])
     if height is not None:
-        room = height - len(head) - len(foot) - (2 if cpu_lines else 0)
+        if height - len(head) - len(foot) - len(tail) - (2 if cpu_lines else 0) < 4:
+            tail = [lost] if lost else []  # a small screen keeps the rows, not the legend
+        room = height - len(head) - len(foot) - len(tail) - (2 if cpu_lines else 0)
         task_room, cpu_room = share([len(lines), len(cpu_lines)], room)
         lines = cut(lines, max(1, task_room), "task sets")
         cpu_lines = cut(cpu_lines, cpu_room, "CPUs")
     host_head = f"{'host':<{hosts}} " if hosts else ""
-    cpu_head = ["", host_head + " cpu    busy    idle      MHz"] if cpu_lines else []
-    for line in head + lines + foot + cpu_head + cpu_lines:
+    cpu_head = ["", host_head + " cpu    busy   steal  iowait    idle      MHz     lost"] \
+        if cpu_lines else []
+    for line in head + lines + foot + cpu_head + cpu_lines + tail:
         out.write(line + "\n")
 
 
@@ -106,11 +124,11 @@ def _run(ids: list[str | None]) -> str:
 
 
 def _cpu_line(c: CpuRow, hosts: int = 0) -> str:
-    busy = f"{100 * c.busy:6.1f}%" if c.busy is not None else f"{'-':>7}"
-    idle = f"{100 * c.idle:6.1f}%" if c.idle is not None else f"{'-':>7}"
+    shares = " ".join(f"{100 * v:6.1f}%" if v is not None else f"{'-':>7}"
+                      for v in (c.busy, c.steal, c.iowait, c.idle))
     mhz = f"{c.mhz:8.0f}" if c.mhz else f"{'-':>8}"
     host = f"{c.host or '?':<{hosts}} " if hosts else ""
-    return f"{host}{c.cpu:>4} {busy} {idle} {mhz}"
+    return f"{host}{c.cpu:>4} {shares} {mhz} {c.lost:>8}"
 
 
 def _stat(key: str, value: float) -> str:
